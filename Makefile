@@ -1,0 +1,21 @@
+# The two commands of the README's quick start. Both do all set-up first.
+.PHONY: setup demo test test-fast lint
+
+VENV := .venv/bin
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	$(VENV)/tunelab run examples/demo.yaml --dir runs/demo
+	$(VENV)/tunelab report runs/demo
+
+test: setup
+	$(VENV)/python -m pytest -q
+
+test-fast: setup
+	$(VENV)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(VENV)/ruff check src tests benchmarks
+	$(VENV)/mypy src/tunelab

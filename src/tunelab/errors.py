@@ -1,0 +1,61 @@
+"""User-facing errors of tunelab.
+
+Every error a user can cause (a bad study file, a missing program, a busy study directory)
+is a :class:`TunelabError` carrying one sentence that names the file, field or value at
+fault. The CLI prints it on one line and exits with status 2. Errors raised by foreign code
+(``yaml``, ``sqlite3``, ``subprocess``) are translated where they enter, ``raise … from exc``.
+
+Hierarchy::
+
+    TunelabError
+    ├── StudyError          a study file that cannot be read or is invalid
+    ├── SpaceError          a parameter space with no valid point, or a point outside it
+    ├── WorkloadError       unknown workload, bad workload option, missing executable
+    │   └── ParseError      a run's output that holds no figure of merit (the run is failed)
+    ├── StoreError          a study directory that is busy, foreign or unreadable
+    └── LaunchError         a command that cannot be started at all
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LaunchError",
+    "ParseError",
+    "SpaceError",
+    "StoreError",
+    "StudyError",
+    "TunelabError",
+    "WorkloadError",
+]
+
+
+class TunelabError(Exception):
+    """Root of every error tunelab reports to a user as one line."""
+
+
+class StudyError(TunelabError):
+    """A study file that cannot be read or does not validate."""
+
+
+class SpaceError(TunelabError):
+    """A parameter space that has no valid point, or a point that is not in it."""
+
+
+class WorkloadError(TunelabError):
+    """An unknown workload, an invalid workload option or a missing executable."""
+
+
+class ParseError(WorkloadError):
+    """A run's output from which the workload's figures of merit cannot be read.
+
+    Raised by ``Workload.parse``; the runner records the run as ``failed`` with this
+    message as its reason, and the study goes on.
+    """
+
+
+class StoreError(TunelabError):
+    """A study directory that is locked by another run, or holds a different study."""
+
+
+class LaunchError(TunelabError):
+    """A command that cannot be started (for example, its executable is not installed)."""

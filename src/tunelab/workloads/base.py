@@ -1,0 +1,133 @@
+"""The workload contract: a command plus a parser.
+
+A workload turns a :class:`~tunelab.space.Point` into a :class:`Command` (argv list,
+environment, working directory) and turns the captured output of that command into figures of
+merit (FOMs, ``dict[str, float]``). The engine knows nothing else about it.
+
+Rules for implementers:
+
+* ``command`` must return an argv list, never a shell string. It may write files into
+  ``ctx.run_dir`` (a private, empty directory per run) but nowhere else.
+* ``parse`` raises :class:`~tunelab.errors.ParseError` with a one-line reason when the output
+  holds no usable figure of merit; the run is then recorded as ``failed`` with that reason.
+* ``rules`` are constraints the workload imposes on every study (for example pw.x's ``npool``
+  must divide ``np``); they are checked exactly like a study's own constraints.
+* ``invariants`` name FOMs that must agree across all runs of a study (for example the total
+  energy of a pw.x input); a run whose value differs from the study's reference by more than
+  the tolerance is recorded as ``invalid``.
+* Workload classes are registered through the entry-point group ``tunelab.workloads``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Command", "Objective", "RunContext", "Workload", "WorkloadOptions"]
+
+Direction = Literal["minimize", "maximize"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """What to run: an argv list, extra environment variables and a working directory."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The figure of merit a study optimises, and in which direction."""
+
+    fom: str
+    direction: Direction = "minimize"
+
+    def better(self, a: float, b: float) -> bool:
+        """True when value ``a`` is strictly better than value ``b``."""
+        return a < b if self.direction == "minimize" else a > b
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where and how one run happens.
+
+    ``values`` holds the point's parameters plus the study's derived values; ``env`` the
+    chosen environment-variable set; ``run_dir`` is private to this run (scratch files, the
+    command's working directory by default); ``study_file`` locates relative input paths.
+    """
+
+    values: Mapping[str, Any]
+    env: Mapping[str, str]
+    run_dir: Path
+    study_dir: Path
+    study_file: Path | None
+    cores: int
+
+
+class WorkloadOptions(BaseModel):
+    """Base class of a workload's fixed options (the study file's ``workload.options``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Workload(ABC):
+    """A program to tune: builds its command from a point and parses its output.
+
+    Subclasses set ``name``, ``description`` and ``Options`` (a :class:`WorkloadOptions`
+    subclass) and implement :meth:`command` and :meth:`parse`.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
+
+    def __init__(self, options: WorkloadOptions, study_file: Path | None = None) -> None:
+        self.options = options
+        self.study_file = study_file
+
+    @property
+    def objective(self) -> Objective:
+        """The default objective when the study file names none."""
+        return Objective("wall_s", "minimize")
+
+    def default_space(self) -> dict[str, Any]:
+        """Parameters (in study-file form) used when the study file names none."""
+        return {}
+
+    def constants(self) -> dict[str, Any]:
+        """Extra names usable in constraint expressions (for example ``nk`` k-points)."""
+        return {}
+
+    def rules(self) -> list[tuple[str, str]]:
+        """Constraints every study of this workload obeys: ``(expression, why)`` pairs.
+
+        A rule whose names are not all parameters of the study is skipped.
+        """
+        return []
+
+    def invariants(self) -> dict[str, float]:
+        """FOM name -> absolute tolerance for values that must agree across all runs."""
+        return {}
+
+    def check(self) -> None:
+        """Raise :class:`~tunelab.errors.WorkloadError` if the workload cannot run here
+        (missing executable, missing input file). Called once before a study starts."""
+
+    def tool_versions(self) -> dict[str, list[str]]:
+        """Commands whose first output line is stored in the machine snapshot."""
+        return {}
+
+    @abstractmethod
+    def command(self, ctx: RunContext) -> Command:
+        """Build the command for the point in ``ctx.values``."""
+
+    @abstractmethod
+    def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
+        """Read the figures of merit from a finished run's output."""
