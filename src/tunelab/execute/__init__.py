@@ -1,0 +1,1 @@
+"""Running commands: launchers, the study runner, MPI command lines."""
