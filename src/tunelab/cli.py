@@ -1,0 +1,259 @@
+"""The ``tunelab`` command line.
+
+Exit codes: 0 success; 1 the study finished but some runs failed; 2 bad input (any
+:class:`~tunelab.errors.TunelabError`, printed as one line); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from tunelab.errors import TunelabError
+
+app = typer.Typer(
+    name="tunelab",
+    help="Run, tune and report performance experiments of HPC and AI workloads.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+StudyArg = Annotated[Path, typer.Argument(help="Study file (YAML).", show_default=False)]
+DirArg = Annotated[Path, typer.Argument(help="Study directory (holds tunelab.db).",
+                                        show_default=False)]
+
+
+def _default_dir(name: str) -> Path:
+    return Path("runs") / name
+
+
+def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command()
+def run(
+    study_file: StudyArg,
+    directory: Annotated[Path | None, typer.Option("--dir", help="Study directory "
+                                                   "(default: runs/<study name>).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands only.")] = False,
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Override the study's "
+                                                "repeats.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Run a study (resumes where a previous run of it stopped)."""
+    from tunelab.execute.runner import describe_commands, prepare_study, run_study
+    from tunelab.spec import load_study
+
+    spec = load_study(study_file)
+    study = prepare_study(spec, repeats=repeats)
+    study_dir = directory or _default_dir(spec.name)
+    if dry_run:
+        for line in describe_commands(study, study_dir):
+            console.print(line, markup=False, soft_wrap=True)
+        n = len(study.points)
+        console.print(f"{n} points x {study.spec.repeats} repeats = "
+                      f"{n * study.spec.repeats} runs (dry run: nothing was run)")
+        return
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    from tunelab.report.progress import StudyProgress
+
+    with StudyProgress(console, enabled=not quiet) as progress:
+        try:
+            outcome = run_study(study, study_dir, on_start=progress.start,
+                                on_event=progress.update)
+        except KeyboardInterrupt:
+            progress.stop()
+            err_console.print(f"tunelab: interrupted; finished runs are stored in {study_dir}. "
+                              "Run the same command again to resume.")
+            raise typer.Exit(130) from None
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
+    console.print(f"{study.spec.name}: {outcome.ran} runs now, {outcome.previously_done} "
+                  f"done before, {outcome.planned} planned ({counts}). Results: {study_dir}")
+    _print_ranking(study_dir)
+    if not outcome.all_ok:
+        raise typer.Exit(1)
+
+
+def _print_ranking(study_dir: Path) -> None:
+    from tunelab.report.summary import load_results
+    from tunelab.report.table import summary_table
+
+    results = load_results(study_dir)
+    if results.comparisons or results.summaries:
+        console.print(summary_table(results))
+
+
+@app.command()
+def status(directory: DirArg) -> None:
+    """Show how far a study is and its latest failures."""
+    from tunelab.store import open_store
+
+    with open_store(directory) as store:
+        planned = int(store.get_meta("planned_runs") or 0)
+        counts = store.status_counts()
+        done = sum(counts.values())
+        name = store.get_meta("study_name")
+        detail = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs yet"
+        console.print(f"study {name!r} in {directory}: {done}/{planned} runs done ({detail})")
+        for key, rep, st, reason in store.failures(limit=10):
+            console.print(f"  {st:8s} {_label(key)} repeat {rep}: {reason}", markup=False)
+
+
+def _label(key: str) -> str:
+    return " ".join(f"{k}={v}" for k, v in json.loads(key).items())
+
+
+@app.command()
+def space(
+    study_file: StudyArg,
+    show: Annotated[int, typer.Option("--show", help="How many points to print.")] = 10,
+) -> None:
+    """Count the valid points of a study's space and what each constraint excluded."""
+    from tunelab.execute.runner import prepare_study
+
+    study = prepare_study(_load(study_file))
+    summary, points = study.space.summarize()
+    console.print(f"{summary.valid} valid points of {summary.total} combinations "
+                  f"({', '.join(study.space.names) or 'no parameters'})")
+    for label, n in sorted(summary.excluded.items(), key=lambda kv: -kv[1]):
+        console.print(f"  excluded {n:>6} by {label}", markup=False)
+    for point in points[:show]:
+        console.print(f"  {point.label()}", markup=False)
+    if len(points) > show:
+        console.print(f"  … and {len(points) - show} more")
+    runs = len(study.points) * study.spec.repeats
+    console.print(f"{len(study.points)} points will run x {study.spec.repeats} repeats = "
+                  f"{runs} runs")
+
+
+def _load(study_file: Path) -> Any:
+    from tunelab.spec import load_study
+
+    return load_study(study_file)
+
+
+@app.command()
+def compare(directory: DirArg) -> None:
+    """Compare every point with the baseline: speedup, 95% CI, p-value, verdict."""
+    from tunelab.report.summary import load_results
+    from tunelab.report.table import summary_table
+
+    console.print(summary_table(load_results(directory)))
+
+
+@app.command()
+def best(directory: DirArg) -> None:
+    """The best point, and how sure we are that it beats the runner-up."""
+    from tunelab.report.summary import load_results
+    from tunelab.report.table import best_panel
+
+    results = load_results(directory)
+    console.print(best_panel(results.best_result(), results.objective))
+
+
+@app.command()
+def report(
+    directory: DirArg,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="HTML file "
+                                                "(default: DIR/report.html).")] = None,
+) -> None:
+    """Write the plots (PNG) and a self-contained HTML report; print the table."""
+    from tunelab.report.summary import load_results, write_report
+    from tunelab.report.table import summary_table
+
+    results = load_results(directory)
+    console.print(summary_table(results))
+    path = write_report(results, output or directory / "report.html")
+    console.print(f"report: {path}")
+
+
+@app.command()
+def export(
+    directory: DirArg,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or json.")] = "csv",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output file "
+                                                "(default: DIR/runs.<format>).")] = None,
+) -> None:
+    """Export every run with its parameters and figures of merit."""
+    from tunelab.store import open_store
+
+    formats = ("csv", "parquet", "json")
+    if fmt not in formats:
+        raise TunelabError(f"unknown export format {fmt!r}; valid: {', '.join(formats)}")
+    with open_store(directory) as store:
+        frame = store.runs_frame()
+    path = output or directory / f"runs.{fmt}"
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    elif fmt == "parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_json(path, orient="records", indent=1)
+    console.print(f"{len(frame)} runs written to {path}")
+
+
+@app.command()
+def workloads() -> None:
+    """List the installed workloads."""
+    from tunelab.workloads import available_workloads
+
+    for name, entry in available_workloads().items():
+        if isinstance(entry, str):
+            console.print(f"{name:10s} [red]unavailable[/red]: {entry}")
+        else:
+            console.print(f"{name:10s} {entry.description}", markup=False)
+
+
+@app.command()
+def init(
+    workload: Annotated[str, typer.Argument(help="Workload name.", show_default=False)],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Study file to write "
+                                                "(default: <workload>-study.yaml).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented example study for a workload."""
+    from tunelab.workloads import get_workload
+    from tunelab.workloads.examples import example_study
+
+    cls = get_workload(workload)
+    path = output or Path(f"{workload}-study.yaml")
+    if path.exists() and not force:
+        raise TunelabError(f"{path} exists; pass --force to overwrite it")
+    path.write_text(example_study(cls))
+    console.print(f"wrote {path}; try: tunelab space {path}")
+
+
+def main() -> None:
+    """Console-script entry point: one-line errors, exit status 2 on bad input."""
+    try:
+        app(standalone_mode=False)
+    except TunelabError as exc:
+        err_console.print(f"tunelab: error: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("tunelab: interrupted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Launchers: run one command and report how it ended.
+
+A launcher runs an argv list (never a shell string) with an environment and a working
+directory, writes stdout and stderr to files, and returns an :class:`Outcome`. On timeout or
+interrupt it kills the command's whole process group, so an ``mpirun`` and all its ranks go
+together.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tunelab.errors import LaunchError
+
+__all__ = ["LocalLauncher", "Outcome"]
+
+Status = Literal["ok", "failed", "timeout"]
+_KILL_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a command ended: status, exit code (None after a timeout) and wall time."""
+
+    status: Status
+    rc: int | None
+    wall_s: float
+
+
+class LocalLauncher:
+    """Runs commands as child processes of this machine, each in its own process group."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        timeout_s: float,
+        stdout_path: Path,
+        stderr_path: Path,
+    ) -> Outcome:
+        """Run ``argv`` to completion or until ``timeout_s``; raise LaunchError if it
+        cannot start at all (for example, the executable does not exist)."""
+        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            start = time.perf_counter()
+            try:
+                proc = subprocess.Popen(
+                    list(argv), env=dict(env), cwd=cwd, stdout=out, stderr=err,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )
+            except FileNotFoundError:
+                raise LaunchError(f"command not found: {argv[0]!r}") from None
+            except PermissionError:
+                raise LaunchError(f"command is not executable: {argv[0]!r}") from None
+            except OSError as exc:
+                raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                return Outcome("timeout", None, time.perf_counter() - start)
+            except BaseException:  # Ctrl-C: take the whole process group down with us
+                _kill_group(proc)
+                raise
+            wall = time.perf_counter() - start
+        return Outcome("ok" if rc == 0 else "failed", rc, wall)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after a grace period."""
+    for sig, wait in ((signal.SIGTERM, _KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            # the leader is gone; make sure no stragglers of the group survive
+            os.killpg(proc.pid, signal.SIGKILL)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,347 @@
+"""The study runner: plan, launch, parse, judge, store — and resume.
+
+``prepare_study`` turns a :class:`~tunelab.spec.StudySpec` into a :class:`Study` (workload,
+space, objective, points). ``run_study`` executes every (point, repeat) not yet in the store,
+in a seeded, interleaved order: repeat round by repeat round, points shuffled within a
+round, the baseline first, so slow drift of the machine spreads over all points instead of
+masquerading as a difference between them. Each finished run is stored in one transaction;
+re-running the same study continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shlex
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tunelab.errors import LaunchError, ParseError, StoreError, StudyError, WorkloadError
+from tunelab.execute.launchers import LocalLauncher
+from tunelab.search import make_strategy
+from tunelab.space import Point, Space
+from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
+from tunelab.store import RunRecord, Store, StudyLock, open_store
+from tunelab.sysinfo import snapshot
+from tunelab.workloads import Objective, RunContext, Workload, get_workload
+
+__all__ = ["RunEvent", "Study", "StudyOutcome", "plan_runs", "prepare_study", "run_study"]
+
+_TAIL_CHARS = 300
+
+
+@dataclass
+class Study:
+    """A study ready to run: its spec, workload, space, objective and points."""
+
+    spec: StudySpec
+    workload: Workload
+    space: Space
+    objective: Objective
+    points: list[Point]
+    baseline: Point | None
+
+    def context(self, point: Point, run_dir: Path, study_dir: Path) -> RunContext:
+        """The run context of ``point`` (values, env set, directories)."""
+        env_set = {}
+        if self.spec.env_sets is not None:
+            env_set = self.spec.env_sets[str(point[ENV_AXIS])]
+        return RunContext(
+            values=self.space.values(point),
+            env=env_set,
+            run_dir=run_dir,
+            study_dir=study_dir,
+            study_file=self.spec.path,
+            cores=os.cpu_count() or 1,
+        )
+
+
+@dataclass
+class RunEvent:
+    """Progress report after each run (for progress bars)."""
+
+    point: Point
+    repeat: int
+    status: str
+    reason: str | None
+    done: int
+    total: int
+
+
+@dataclass
+class StudyOutcome:
+    """What a call of :func:`run_study` did."""
+
+    study_dir: Path
+    planned: int
+    previously_done: int
+    ran: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def all_ok(self) -> bool:
+        """True when every stored run of the study succeeded."""
+        return all(n == 0 for s, n in self.counts.items() if s != "ok")
+
+
+def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
+    """Build the workload, space, strategy and baseline of ``spec``; validate them."""
+    cls = get_workload(spec.workload)
+    try:
+        options = cls.Options.model_validate(spec.workload_options)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field_name = ".".join(str(p) for p in err["loc"]) or "options"
+        where = spec.where("workload", "options", *err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        raise StudyError(
+            f"{where}: workload {spec.workload!r} option {field_name!r}: {msg}"
+        ) from None
+    workload = cls(options, spec.path)
+    if not spec.parameters and spec.env_sets is None:
+        spec = _with_default_space(spec, workload)
+    rules = [ConstraintSpec(_parse_rule(expr, workload), why, f"workload {workload.name}")
+             for expr, why in workload.rules()]
+    try:
+        space = Space.from_spec(spec, rules, workload.constants())
+    except Exception as exc:
+        if isinstance(exc, StudyError | WorkloadError):
+            raise
+        raise StudyError(f"{spec.where('constraints')}: {exc}") from None
+    strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples)
+    points: list[Point] = []
+    while not strategy.done:
+        batch = strategy.ask(1024)
+        if not batch:
+            break
+        points.extend(batch)
+    baseline = None
+    if spec.baseline is not None:
+        baseline = Point(spec.baseline)
+        reason = space.why_not(baseline)
+        if reason is not None:
+            raise StudyError(f"{spec.where('baseline')}: the baseline is not a valid point: "
+                             f"{reason}")
+        if baseline not in points:
+            points.insert(0, baseline)
+    objective = workload.objective
+    if spec.objective_fom is not None:
+        objective = Objective(spec.objective_fom, spec.objective_direction or "minimize")
+    if repeats is not None:
+        if repeats < 1:
+            raise StudyError(f"--repeats must be at least 1, got {repeats}")
+        spec = spec.model_copy(update={"repeats": repeats})
+    return Study(spec, workload, space, objective, points, baseline)
+
+
+def _parse_rule(expr: str, workload: Workload) -> Any:
+    from tunelab.expr import Expression, ExpressionError
+
+    try:
+        return Expression.parse(expr)
+    except ExpressionError as exc:  # a bug in the workload, not in the user's study
+        raise WorkloadError(f"workload {workload.name!r} has an invalid rule: {exc}") from None
+
+
+def _with_default_space(spec: StudySpec, workload: Workload) -> StudySpec:
+    default = workload.default_space()
+    if not default:
+        raise StudyError(f"{spec.where()}: the study names no parameters and workload "
+                         f"{workload.name!r} has no default space")
+    raw = {**spec.raw, "parameters": default}
+    return StudySpec.from_mapping(raw, source=str(spec.path), path=spec.path)
+
+
+def plan_runs(points: list[Point], repeats: int, seed: int,
+              baseline: Point | None = None) -> list[tuple[Point, int]]:
+    """The interleaved, seeded run order: round by round, shuffled, baseline first.
+
+    Rounds already planned do not change when ``repeats`` grows, so resuming with more
+    repeats keeps the runs already done.
+    """
+    rng = random.Random(seed)
+    order: list[tuple[Point, int]] = []
+    for r in range(repeats):
+        round_points = list(points)
+        rng.shuffle(round_points)
+        if r == 0 and baseline is not None and baseline in round_points:
+            round_points.remove(baseline)
+            round_points.insert(0, baseline)
+        order.extend((p, r) for p in round_points)
+    return order
+
+
+def point_dir_name(point: Point) -> str:
+    """A short, stable directory name for a point."""
+    return hashlib.sha1(point.key.encode()).hexdigest()[:12]
+
+
+def describe_commands(study: Study, study_dir: Path) -> list[str]:
+    """One line per point: the command it would run, for ``--dry-run``."""
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="tunelab-dry-") as tmp:
+        for point in study.points:
+            run_dir = Path(tmp) / point_dir_name(point)
+            run_dir.mkdir()
+            ctx = study.context(point, run_dir, study_dir)
+            cmd = study.workload.command(ctx)
+            env = {**ctx.env, **cmd.env}
+            prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+            lines.append(f"[{point.label()}] {prefix + ' ' if prefix else ''}"
+                         f"{shlex.join(cmd.argv)}")
+    return lines
+
+
+def _identity_check(store: Store, study: Study) -> None:
+    stored = store.get_meta("identity")
+    ident = study.spec.identity_hash()
+    if stored is not None and stored != ident:
+        name = store.get_meta("study_name") or "?"
+        raise StoreError(
+            f"{store.path.parent}: holds study {name!r} made from a different study file; "
+            "use another --dir for the changed study"
+        )
+
+
+def _tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1][-_TAIL_CHARS:] if lines else ""
+
+
+def run_study(
+    study: Study,
+    study_dir: Path,
+    *,
+    on_event: Callable[[RunEvent], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    launcher: LocalLauncher | None = None,
+) -> StudyOutcome:
+    """Run every missing (point, repeat) of ``study`` in ``study_dir``; resumable."""
+    study_dir = Path(study_dir)
+    launcher = launcher or LocalLauncher()
+    study.workload.check()
+    lock = StudyLock(study_dir)
+    with lock.held(), open_store(study_dir, create=True) as store:
+        _identity_check(store, study)
+        plan = plan_runs(study.points, study.spec.repeats, study.spec.seed, study.baseline)
+        store.set_meta({
+            "identity": study.spec.identity_hash(),
+            "study_name": study.spec.name,
+            "study_file": str(study.spec.path or ""),
+            "spec": json.dumps(study.spec.raw, default=str),
+            "objective": json.dumps([study.objective.fom, study.objective.direction]),
+            "baseline": study.baseline.key if study.baseline is not None else "",
+            "noise_threshold": str(study.spec.noise_threshold),
+            "planned_runs": str(len(plan)),
+            "repeats": str(study.spec.repeats),
+            "workload": study.workload.name,
+            **({"created_at": _now()} if store.get_meta("created_at") is None else {}),
+        })
+        done = store.completed()
+        todo = [(p, r) for p, r in plan if (p.key, r) not in done]
+        previously = len(plan) - len(todo)
+        sys_id = store.add_sysinfo(_now(), snapshot(study.workload.tool_versions()))
+        if on_start is not None:
+            on_start(previously, len(plan))
+        host = socket.gethostname()
+        for i, (point, repeat) in enumerate(todo):
+            record = _execute(study, store, study_dir, point, repeat, launcher, host, sys_id)
+            store.record_run(record)
+            if on_event is not None:
+                on_event(RunEvent(point, repeat, record.status, record.reason,
+                                  previously + i + 1, len(plan)))
+        return StudyOutcome(study_dir, len(plan), previously, len(todo), store.status_counts())
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: int,
+             launcher: LocalLauncher, host: str, sysinfo_id: int) -> RunRecord:
+    run_dir = study_dir / "runs" / point_dir_name(point) / f"r{repeat}"
+    if run_dir.exists():  # left over by an interrupted run: start clean
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
+    ctx = study.context(point, run_dir, study_dir)
+    started = _now()
+    argv: list[str] = []
+    env_extra: dict[str, str] = dict(ctx.env)
+    status, reason, rc, wall, foms = "failed", None, None, 0.0, {}
+    try:
+        cmd = study.workload.command(ctx)
+        argv = list(cmd.argv)
+        env_extra.update(cmd.env)
+        outcome = launcher.run(
+            argv, env={**os.environ, **env_extra}, cwd=cmd.cwd or run_dir,
+            timeout_s=study.spec.timeout_s, stdout_path=stdout_path, stderr_path=stderr_path,
+        )
+        rc, wall = outcome.rc, outcome.wall_s
+        if outcome.status == "timeout":
+            status, reason = "timeout", f"killed after the {study.spec.timeout_s:g} s timeout"
+        else:
+            status, reason, foms = _parse(study, outcome.rc, stdout_path, stderr_path, run_dir)
+    except (LaunchError, WorkloadError) as exc:
+        status, reason = "failed", str(exc)
+    foms = {**foms, "wall_s": wall}
+    if status == "ok":
+        status, reason = _check_invariants(study, store, foms)
+    return RunRecord(
+        point_key=point.key, params=dict(point), repeat=repeat, status=status, reason=reason,
+        rc=rc, wall_s=wall, started_at=started, ended_at=_now(), host=host, command=argv,
+        env=env_extra, run_dir=str(run_dir.relative_to(study_dir)), foms=foms,
+        sysinfo_id=sysinfo_id,
+    )
+
+
+def _parse(study: Study, rc: int | None, stdout_path: Path, stderr_path: Path,
+           run_dir: Path) -> tuple[str, str | None, dict[str, float]]:
+    stdout = stdout_path.read_text(errors="replace")
+    stderr = stderr_path.read_text(errors="replace")
+    try:
+        foms = study.workload.parse(stdout, stderr, run_dir)
+    except ParseError as exc:
+        if rc == 0:
+            return "failed", f"unparsable output: {exc}", {}
+        return "failed", f"exit code {rc}: {exc}", {}
+    if rc != 0:
+        tail = _tail(stderr_path) or _tail(stdout_path)
+        return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
+    if study.objective.fom != "wall_s" and study.objective.fom not in foms:
+        have = ", ".join(sorted(foms)) or "none"
+        return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "
+                          f"parsed: {have}"), foms
+    return "ok", None, foms
+
+
+def _check_invariants(study: Study, store: Store,
+                      foms: dict[str, float]) -> tuple[str, str | None]:
+    problems = []
+    for name, tolerance in study.workload.invariants().items():
+        if name not in foms:
+            continue
+        ref_raw = store.get_meta(f"reference.{name}")
+        if ref_raw is None:
+            store.set_meta({f"reference.{name}": repr(foms[name])})
+            continue
+        ref = float(ref_raw)
+        diff = abs(foms[name] - ref)
+        if diff > tolerance:
+            problems.append(f"{name} = {foms[name]!r} differs from the study's reference "
+                            f"{ref!r} by {diff:.3g} (tolerance {tolerance:g})")
+    return ("invalid", "; ".join(problems)) if problems else ("ok", None)

@@ -1,0 +1,197 @@
+"""Safe expressions for constraints and derived values.
+
+An expression such as ``np % npool == 0 and is_square(ndiag)`` is parsed once with
+:mod:`ast`, checked against a whitelist of node types, operators and functions, and then
+evaluated by walking the tree. Nothing is passed to ``eval``: attribute access, subscripts,
+comprehensions, lambdas and calls of anything but the listed functions are refused at parse
+time with a message naming the offending part.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FUNCTIONS", "Expression", "ExpressionError"]
+
+
+class ExpressionError(ValueError):
+    """An expression that is not allowed, refers to an unknown name, or fails to evaluate."""
+
+
+def _is_square(n: Any) -> bool:
+    if isinstance(n, bool) or not isinstance(n, int | float) or n < 0 or n != int(n):
+        return False
+    root = math.isqrt(int(n))
+    return root * root == int(n)
+
+
+def _is_pow2(n: Any) -> bool:
+    if isinstance(n, bool) or not isinstance(n, int | float) or n < 1 or n != int(n):
+        return False
+    return int(n) & (int(n) - 1) == 0
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "is_square": _is_square,
+    "is_pow2": _is_pow2,
+    "sqrt": math.sqrt,
+    "isqrt": math.isqrt,
+    "log2": math.log2,
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "int": int,
+    "float": float,
+    "round": round,
+}
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Not: operator.not_,
+}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A parsed, whitelisted expression and the names it reads."""
+
+    source: str
+    tree: ast.Expression
+    names: frozenset[str]
+
+    @classmethod
+    def parse(cls, source: str) -> Expression:
+        """Parse ``source``; raise :class:`ExpressionError` for anything not whitelisted."""
+        if not isinstance(source, str) or not source.strip():
+            raise ExpressionError("an expression must be a non-empty string")
+        try:
+            tree = ast.parse(source.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise ExpressionError(f"invalid syntax in {source!r}: {exc.msg}") from None
+        for node in ast.walk(tree):
+            _check_node(node, source)
+        func_nodes = {
+            id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
+        }
+        names = {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in func_nodes
+        }
+        return cls(source.strip(), tree, frozenset(names))
+
+    def evaluate(self, values: Mapping[str, Any]) -> Any:
+        """Evaluate with ``values`` bound to names; errors become :class:`ExpressionError`."""
+        try:
+            return _eval(self.tree.body, values)
+        except ExpressionError:
+            raise
+        except (ArithmeticError, TypeError, ValueError) as exc:
+            raise ExpressionError(f"{self.source!r} failed: {exc}") from None
+
+
+def _check_node(node: ast.AST, source: str) -> None:
+    allowed = (
+        ast.Expression,
+        ast.Constant,
+        ast.Name,
+        ast.Load,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.BoolOp,
+        ast.Compare,
+        ast.IfExp,
+        ast.Call,
+        ast.Tuple,
+        ast.List,
+        ast.And,
+        ast.Or,
+        *_BINARY,
+        *_UNARY,
+        *_COMPARE,
+    )
+    if not isinstance(node, allowed):
+        raise ExpressionError(f"{type(node).__name__} is not allowed in {source!r}")
+    if isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            name = ast.unparse(node.func)
+            valid = ", ".join(FUNCTIONS)
+            raise ExpressionError(f"unknown function {name!r} in {source!r}; allowed: {valid}")
+        if node.keywords:
+            raise ExpressionError(f"keyword arguments are not allowed in {source!r}")
+    if isinstance(node, ast.Constant) and not isinstance(
+        node.value, int | float | str | bool | type(None)
+    ):
+        raise ExpressionError(f"constant {node.value!r} is not allowed in {source!r}")
+
+
+def _eval(node: ast.AST, values: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in values:
+            return values[node.id]
+        if node.id in ("True", "False", "None"):  # pragma: no cover - parsed as Constant
+            return {"True": True, "False": False, "None": None}[node.id]
+        raise ExpressionError(f"unknown name {node.id!r}")
+    if isinstance(node, ast.BinOp):
+        left, right = _eval(node.left, values), _eval(node.right, values)
+        if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > 64:
+            raise ExpressionError("exponent larger than 64 is not allowed")
+        return _BINARY[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](_eval(node.operand, values))
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            result: Any = True
+            for v in node.values:
+                result = _eval(v, values)
+                if not result:
+                    return result
+            return result
+        result = False
+        for v in node.values:
+            result = _eval(v, values)
+            if result:
+                return result
+        return result
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, values)
+        for op, comp in zip(node.ops, node.comparators, strict=True):
+            right = _eval(comp, values)
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return _eval(node.body if _eval(node.test, values) else node.orelse, values)
+    if isinstance(node, ast.Call):
+        assert isinstance(node.func, ast.Name)  # guaranteed by _check_node
+        args = [_eval(a, values) for a in node.args]
+        return FUNCTIONS[node.func.id](*args)
+    if isinstance(node, ast.Tuple | ast.List):
+        return tuple(_eval(e, values) for e in node.elts)
+    raise ExpressionError(f"cannot evaluate {type(node).__name__}")  # pragma: no cover

@@ -1,0 +1,267 @@
+"""Parameter spaces: points, derived values, constraints; enumerate, count, sample, contains.
+
+Enumeration binds parameters one at a time (in study-file order, the ``env`` axis last) and
+checks every constraint as soon as all the names it reads are bound, so a whole sub-tree of
+invalid points is pruned at once and never materialised. The size of each pruned sub-tree is
+credited to the constraint that pruned it, which is how ``tunelab space`` can say how many
+points each constraint excluded without visiting them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunelab.errors import SpaceError
+from tunelab.expr import Expression, ExpressionError
+from tunelab.spec import ENV_AXIS, ConstraintSpec, Scalar, StudySpec
+
+__all__ = ["Point", "Space", "SpaceSummary"]
+
+
+class Point(Mapping[str, Scalar]):
+    """An immutable, canonical, hashable assignment of values to parameters."""
+
+    __slots__ = ("_items", "_key")
+
+    def __init__(self, values: Mapping[str, Scalar]) -> None:
+        self._items: tuple[tuple[str, Scalar], ...] = tuple(sorted(values.items()))
+        self._key = json.dumps(dict(self._items), sort_keys=True)
+
+    @classmethod
+    def from_key(cls, key: str) -> Point:
+        """The point whose canonical key (:attr:`key`) is ``key``."""
+        return cls(json.loads(key))
+
+    @property
+    def key(self) -> str:
+        """Canonical JSON text: equal points have equal keys."""
+        return self._key
+
+    def __getitem__(self, name: str) -> Scalar:
+        for k, v in self._items:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Point):
+            return self._key == other._key
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Point({', '.join(f'{k}={v!r}' for k, v in self._items)})"
+
+    def label(self) -> str:
+        """Short human form: ``np=2 npool=1 env=am``."""
+        return " ".join(f"{k}={v}" for k, v in self._items)
+
+
+@dataclass
+class SpaceSummary:
+    """What enumeration found: valid points and what each constraint excluded."""
+
+    total: int
+    valid: int
+    excluded: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Axis:
+    name: str
+    values: tuple[Scalar, ...]
+
+
+class Space:
+    """The valid points of a study: parameters x env sets, filtered by constraints.
+
+    ``constants`` are extra read-only names for expressions (``cores`` is always there).
+    """
+
+    def __init__(
+        self,
+        axes: list[tuple[str, tuple[Scalar, ...]]],
+        derived: Mapping[str, Expression] | None = None,
+        constraints: list[ConstraintSpec] | None = None,
+        constants: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.axes = [_Axis(n, v) for n, v in axes]
+        self.derived = dict(derived or {})
+        self.constraints = list(constraints or [])
+        self.constants = {"cores": os.cpu_count() or 1, **(constants or {})}
+        names = [a.name for a in self.axes]
+        self._depth_of_name = {n: i for i, n in enumerate(names)}
+        self._derived_depth = {d: self._depth(e.names, f"derived value {d!r}")
+                               for d, e in self.derived.items()}
+        self._checks: list[list[ConstraintSpec]] = [[] for _ in self.axes]
+        for c in self.constraints:
+            depth = self._depth(c.expr.names, f"constraint {c.label!r}")
+            self._checks[max(depth, 0)].append(c)
+        self._derived_at: list[list[str]] = [[] for _ in self.axes]
+        for d in self.derived:
+            self._derived_at[max(self._derived_depth[d], 0)].append(d)
+
+    @classmethod
+    def from_spec(cls, spec: StudySpec, workload_rules: list[ConstraintSpec] | None = None,
+                  constants: Mapping[str, Any] | None = None) -> Space:
+        """The space of a study, with the workload's rules that apply to its parameters."""
+        axes = [(p.name, p.values) for p in spec.parameters]
+        if spec.env_sets is not None:
+            axes.append((ENV_AXIS, tuple(spec.env_sets)))
+        known = {a for a, _ in axes} | set(spec.derived) | {"cores"} | set(constants or {})
+        rules = [r for r in workload_rules or [] if r.expr.names <= known]
+        return cls(axes, spec.derived, [*rules, *spec.constraints], constants)
+
+    def _depth(self, names: frozenset[str], what: str) -> int:
+        depth = -1
+        for n in names:
+            if n in self._depth_of_name:
+                depth = max(depth, self._depth_of_name[n])
+            elif n in self.derived and n in getattr(self, "_derived_depth", {}):
+                depth = max(depth, self._derived_depth[n])
+            elif n not in self.constants:
+                valid = [a.name for a in self.axes] + list(getattr(self, "_derived_depth", {}))
+                raise SpaceError(
+                    f"{what}: unknown name {n!r}; parameters and derived values: "
+                    f"{', '.join(valid) or 'none'}; constants: {', '.join(self.constants)}"
+                )
+        return depth
+
+    @property
+    def names(self) -> list[str]:
+        """Axis names in binding order."""
+        return [a.name for a in self.axes]
+
+    @property
+    def size(self) -> int:
+        """Size of the full product, valid or not."""
+        return math.prod(len(a.values) for a in self.axes)
+
+    def values(self, point: Mapping[str, Scalar]) -> dict[str, Any]:
+        """The point's parameters plus its derived values (what commands and reports see)."""
+        scope: dict[str, Any] = {**self.constants, **point}
+        for d, e in self.derived.items():
+            scope[d] = e.evaluate(scope)
+        return {k: scope[k] for k in [*point, *self.derived]}
+
+    def why_not(self, point: Mapping[str, Scalar]) -> str | None:
+        """None if ``point`` is valid, else the reason (first failing rule)."""
+        missing = [a.name for a in self.axes if a.name not in point]
+        extra = [k for k in point if k not in self._depth_of_name]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(missing)}")
+            if extra:
+                parts.append(f"unknown {', '.join(extra)}")
+            return "; ".join(parts)
+        for axis in self.axes:
+            if not any(point[axis.name] == v and type(point[axis.name]) is type(v)
+                       for v in axis.values):
+                return f"{axis.name}={point[axis.name]!r} is not one of {list(axis.values)}"
+        scope: dict[str, Any] = {**self.constants, **point}
+        for depth in range(len(self.axes)):
+            failed = self._check_level(depth, scope)
+            if failed is not None:
+                return failed[1]
+        return None
+
+    def contains(self, point: Mapping[str, Scalar]) -> bool:
+        """Whether ``point`` is a valid point of this space."""
+        return self.why_not(point) is None
+
+    def _check_level(self, depth: int, scope: dict[str, Any]) -> tuple[str, str] | None:
+        """None, or (the failing rule's label, the reason) for the names bound at ``depth``."""
+        for d in self._derived_at[depth]:
+            try:
+                scope[d] = self.derived[d].evaluate(scope)
+            except ExpressionError as exc:
+                return d, f"derived value {d!r} cannot be computed: {exc}"
+        for c in self._checks[depth]:
+            try:
+                ok = bool(c.expr.evaluate(scope))
+            except ExpressionError as exc:
+                return c.label, f"constraint {c.label!r} cannot be evaluated: {exc}"
+            if not ok:
+                return c.label, f"violates {c.label!r}" + (f" ({c.why})" if c.why else "")
+        return None
+
+    def _walk(self, summary: SpaceSummary | None) -> Iterator[Point]:
+        n = len(self.axes)
+        if n == 0:
+            return
+        rest = [math.prod(len(a.values) for a in self.axes[d + 1:]) for d in range(n)]
+        scope: dict[str, Any] = dict(self.constants)
+        chosen: dict[str, Scalar] = {}
+
+        def rec(depth: int) -> Iterator[Point]:
+            axis = self.axes[depth]
+            for v in axis.values:
+                scope[axis.name] = v
+                chosen[axis.name] = v
+                failed = self._check_level(depth, scope)
+                if failed is not None:
+                    if summary is not None:
+                        key = failed[0]
+                        summary.excluded[key] = summary.excluded.get(key, 0) + rest[depth]
+                    continue
+                if depth + 1 == n:
+                    if summary is not None:
+                        summary.valid += 1
+                    yield Point(chosen)
+                else:
+                    yield from rec(depth + 1)
+
+        yield from rec(0)
+
+    def __iter__(self) -> Iterator[Point]:
+        """Every valid point, in a deterministic order."""
+        return self._walk(None)
+
+    def summarize(self) -> tuple[SpaceSummary, list[Point]]:
+        """Count valid points and what each constraint excluded; also return the points."""
+        summary = SpaceSummary(total=self.size, valid=0)
+        points = list(self._walk(summary))
+        return summary, points
+
+    def points(self) -> list[Point]:
+        """Every valid point; raise :class:`SpaceError` when there is none."""
+        summary, points = self.summarize()
+        if not points:
+            detail = ", ".join(f"{k!r} excluded {v}" for k, v in summary.excluded.items())
+            raise SpaceError(
+                f"no valid point: all {summary.total} combinations are excluded"
+                + (f" ({detail})" if detail else "")
+            )
+        return points
+
+    def sample(self, n: int, seed: int = 0) -> list[Point]:
+        """``n`` distinct valid points drawn at random (fewer if the space is smaller)."""
+        rng = random.Random(seed)
+        if self.size <= 200_000:
+            points = self.points()
+            return rng.sample(points, min(n, len(points)))
+        found: dict[Point, None] = {}
+        for _ in range(max(1000, 200 * n)):
+            candidate = Point({a.name: rng.choice(a.values) for a in self.axes})
+            if self.contains(candidate):
+                found[candidate] = None
+                if len(found) == n:
+                    break
+        if not found:
+            raise SpaceError("no valid point found by random sampling; check the constraints")
+        return list(found)

@@ -1,0 +1,442 @@
+"""Study files: YAML in, a validated :class:`StudySpec` out, with line-precise errors.
+
+``load_study(path)`` reads the YAML with line numbers kept, validates its structure with
+pydantic, then checks every parameter, derived value, constraint, environment set, the
+baseline and the objective. Every problem is one :class:`~tunelab.errors.StudyError` of the
+form ``study.yaml:12: parameter 'npool': 'step' must be a positive integer, got 0``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tunelab.errors import StudyError
+from tunelab.expr import Expression, ExpressionError
+
+__all__ = [
+    "ConstraintSpec",
+    "ParameterSpec",
+    "StudySpec",
+    "load_study",
+    "parse_duration",
+]
+
+Scalar = int | float | str | bool
+ENV_AXIS = "env"
+_MAX_VALUES = 100_000
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One parameter and its finite list of values, in the order the study gives them."""
+
+    name: str
+    values: tuple[Scalar, ...]
+
+
+@dataclass(frozen=True)
+class ConstraintSpec:
+    """A constraint expression, why it exists, and where it was written."""
+
+    expr: Expression
+    why: str | None = None
+    origin: str = "study"  # "study", or "workload <name>" for a workload's built-in rule
+
+    @property
+    def label(self) -> str:
+        """How reports name the constraint."""
+        return self.expr.source
+
+
+class _Workload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Objective(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    fom: str
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+
+class _Search(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    strategy: Literal["grid", "random"] = "grid"
+    seed: int = 0
+    samples: int | None = Field(default=None, ge=1)
+
+
+class _Constraint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    expr: str
+    why: str | None = None
+
+
+class _StudyFile(BaseModel):
+    """The raw structure of a study file (types only; meaning is checked afterwards)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    description: str | None = None
+    workload: _Workload
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    derived: dict[str, str] = Field(default_factory=dict)
+    constraints: list[str | _Constraint] = Field(default_factory=list)
+    env: dict[str, dict[str, Any] | None] | None = None
+    repeats: int = Field(default=3, ge=1, le=10_000)
+    baseline: dict[str, Any] | None = None
+    timeout: float | str = 600
+    objective: _Objective | None = None
+    search: _Search = Field(default_factory=_Search)
+    noise_threshold: float = Field(default=0.02, ge=0, lt=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_simple(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError(f"must be letters, digits, '-', '_' or '.', got {v!r}")
+        return v
+
+
+class StudySpec(BaseModel):
+    """A validated study. Build it with :func:`load_study` (or :meth:`from_mapping`)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    path: Path | None
+    raw: dict[str, Any]
+    workload: str
+    workload_options: dict[str, Any]
+    parameters: tuple[ParameterSpec, ...]
+    derived: dict[str, Expression]
+    constraints: tuple[ConstraintSpec, ...]
+    env_sets: dict[str, dict[str, str]] | None
+    repeats: int
+    baseline: dict[str, Scalar] | None
+    timeout_s: float
+    objective_fom: str | None
+    objective_direction: Literal["minimize", "maximize"] | None
+    strategy: Literal["grid", "random"]
+    seed: int
+    samples: int | None
+    noise_threshold: float
+    lines: dict[tuple[Any, ...], int] = {}
+
+    def where(self, *path: Any) -> str:
+        """``file:line`` of the deepest known part of ``path`` (for error messages)."""
+        source = str(self.path) if self.path is not None else "<study>"
+        for depth in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:depth]))
+            if line is not None:
+                return f"{source}:{line}"
+        return source
+
+    @property
+    def parameter_names(self) -> list[str]:
+        """Parameter names in file order, with the ``env`` axis last when present."""
+        names = [p.name for p in self.parameters]
+        return [*names, ENV_AXIS] if self.env_sets is not None else names
+
+    def identity_hash(self) -> str:
+        """Hash of what makes two study files the same study (repeats may differ)."""
+        ident = {k: v for k, v in self.raw.items() if k not in ("repeats", "description")}
+        blob = json.dumps(ident, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_mapping(
+        cls, data: Any, *, source: str = "<study>", path: Path | None = None
+    ) -> StudySpec:
+        """Validate an already-parsed mapping (no line numbers in errors)."""
+        return _build(data, _Lines(source, {}), path)
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """Read and validate the study file at ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise StudyError(f"{path}: study file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StudyError(f"{path}: cannot read study file: {exc}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise StudyError(f"{where}: malformed YAML: {problem}") from None
+    lines: dict[tuple[Any, ...], int] = {}
+    if node is not None:
+        _index_lines(node, (), lines)
+    return _build(data, _Lines(str(path), lines), path.resolve())
+
+
+def parse_duration(value: float | str) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*"
+                             r"(?:(\d+(?:\.\d+)?)s?)?\s*", value)
+        if not value.strip() or match is None:
+            raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got {value!r}")
+        h, m, s = (float(g) if g else 0.0 for g in match.groups())
+        seconds = h * 3600 + m * 60 + s
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"must be a positive duration, got {value!r}")
+    return seconds
+
+
+# --- line numbers ---------------------------------------------------------------------
+
+
+def _index_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = (*path, key.value)
+            out[sub] = key.start_mark.line + 1
+            _index_lines(value, sub, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[(*path, i)] = item.start_mark.line + 1
+            _index_lines(item, (*path, i), out)
+
+
+@dataclass(frozen=True)
+class _Lines:
+    source: str
+    lines: Mapping[tuple[Any, ...], int]
+
+    def error(self, path: tuple[Any, ...], message: str) -> StudyError:
+        """A StudyError located at the deepest known line of ``path``."""
+        for depth in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:depth]))
+            if line is not None:
+                return StudyError(f"{self.source}:{line}: {message}")
+        return StudyError(f"{self.source}: {message}")
+
+
+# --- building the spec ----------------------------------------------------------------
+
+
+def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise lines.error((), f"a study file must be a mapping of fields, but it is {kind}")
+    try:
+        raw = _StudyFile.model_validate(data)
+    except ValidationError as exc:
+        raise _pydantic_error(exc, lines) from None
+
+    parameters = tuple(
+        _parse_parameter(name, value, lines) for name, value in raw.parameters.items()
+    )
+    names = [p.name for p in parameters]
+    for name in names:
+        if not name.isidentifier():
+            raise lines.error(("parameters", name), f"parameter {name!r} must be an identifier")
+    env_sets = _parse_env(raw.env, lines)
+    if env_sets is not None and ENV_AXIS in names:
+        raise lines.error(
+            ("parameters", ENV_AXIS),
+            "parameter 'env' clashes with the environment-set axis; rename it",
+        )
+
+    derived: dict[str, Expression] = {}
+    for dname, source in raw.derived.items():
+        where = ("derived", dname)
+        if dname in names or dname == ENV_AXIS:
+            raise lines.error(where, f"derived value {dname!r} has the name of a parameter")
+        try:
+            derived[dname] = Expression.parse(source)
+        except ExpressionError as exc:
+            raise lines.error(where, f"derived value {dname!r}: {exc}") from None
+
+    constraints = []
+    for i, item in enumerate(raw.constraints):
+        source, why = (item, None) if isinstance(item, str) else (item.expr, item.why)
+        try:
+            constraints.append(ConstraintSpec(Expression.parse(source), why))
+        except ExpressionError as exc:
+            raise lines.error(("constraints", i), f"constraint {source!r}: {exc}") from None
+
+    try:
+        timeout_s = parse_duration(raw.timeout)
+    except ValueError as exc:
+        raise lines.error(("timeout",), f"'timeout' {exc}") from None
+
+    if raw.search.strategy == "random" and raw.search.samples is None:
+        raise lines.error(("search",), "search strategy 'random' needs 'samples: N'")
+
+    baseline = None
+    if raw.baseline is not None:
+        baseline = dict(raw.baseline)
+        known = set(names) | ({ENV_AXIS} if env_sets is not None else set())
+        for key in baseline:
+            if key not in known:
+                raise lines.error(
+                    ("baseline", key),
+                    f"baseline names {key!r}, which is not a parameter; "
+                    f"parameters: {', '.join(sorted(known)) or 'none'}",
+                )
+        missing = known - set(baseline)
+        if missing:
+            raise lines.error(
+                ("baseline",), f"baseline does not give a value for {', '.join(sorted(missing))}"
+            )
+
+    return StudySpec(
+        name=raw.name or (path.stem if path is not None else "study"),
+        path=path,
+        raw=data,
+        workload=raw.workload.name,
+        workload_options=raw.workload.options,
+        parameters=parameters,
+        derived=derived,
+        constraints=tuple(constraints),
+        env_sets=env_sets,
+        repeats=raw.repeats,
+        baseline=baseline,
+        timeout_s=timeout_s,
+        objective_fom=raw.objective.fom if raw.objective else None,
+        objective_direction=raw.objective.direction if raw.objective else None,
+        strategy=raw.search.strategy,
+        seed=raw.search.seed,
+        samples=raw.search.samples,
+        noise_threshold=raw.noise_threshold,
+        lines=dict(lines.lines),
+    )
+
+
+def _parse_parameter(name: str, value: Any, lines: _Lines) -> ParameterSpec:
+    where = ("parameters", name)
+
+    def fail(key: str | None, message: str) -> StudyError:
+        return lines.error((*where, key) if key else where, f"parameter {name!r}: {message}")
+
+    if isinstance(value, list):
+        return ParameterSpec(name, _check_values(value, fail))
+    if not isinstance(value, dict):
+        raise fail(None, f"must be a list of values or a mapping with 'type', got {value!r}")
+    if "values" in value:
+        extra = set(value) - {"values"}
+        if extra:
+            raise fail(sorted(extra)[0], f"unknown key {sorted(extra)[0]!r} beside 'values'")
+        if not isinstance(value["values"], list):
+            raise fail("values", f"'values' must be a list, got {value['values']!r}")
+        return ParameterSpec(name, _check_values(value["values"], fail))
+    kind = value.get("type")
+    allowed_keys = {"int": {"type", "min", "max", "step"}, "pow2": {"type", "min", "max"},
+                    "bool": {"type"}}
+    if kind not in allowed_keys:
+        raise fail(
+            "type" if "type" in value else None,
+            f"'type' must be one of int, pow2, bool (or give 'values'), got {kind!r}",
+        )
+    extra = set(value) - allowed_keys[kind]
+    if extra:
+        key = sorted(extra)[0]
+        raise fail(key, f"unknown key {key!r} for type {kind}; valid: "
+                        f"{', '.join(sorted(allowed_keys[kind]))}")
+    if kind == "bool":
+        return ParameterSpec(name, (False, True))
+
+    def integer(key: str, default: int | None = None, positive: bool = False) -> int:
+        raw = value.get(key, default)
+        if raw is None:
+            raise fail(None, f"type {kind} needs {key!r}")
+        if isinstance(raw, bool) or not isinstance(raw, int) or (positive and raw <= 0):
+            qualifier = "a positive integer" if positive else "an integer"
+            raise fail(key, f"{key!r} must be {qualifier}, got {raw!r}")
+        return raw
+
+    if kind == "int":
+        lo, hi, step = integer("min"), integer("max"), integer("step", 1, positive=True)
+        if hi < lo:
+            raise fail("max", f"'max' ({hi}) is smaller than 'min' ({lo})")
+        if (hi - lo) // step + 1 > _MAX_VALUES:
+            raise fail(None, f"more than {_MAX_VALUES} values; use a larger 'step'")
+        return ParameterSpec(name, tuple(range(lo, hi + 1, step)))
+    lo, hi = integer("min", positive=True), integer("max", positive=True)
+    if hi < lo:
+        raise fail("max", f"'max' ({hi}) is smaller than 'min' ({lo})")
+    values = tuple(2**k for k in range(0, hi.bit_length() + 1) if lo <= 2**k <= hi)
+    if not values:
+        raise fail(None, f"no power of two lies between {lo} and {hi}")
+    return ParameterSpec(name, values)
+
+
+def _check_values(values: list[Any], fail: Any) -> tuple[Scalar, ...]:
+    if not values:
+        raise fail(None, "the list of values is empty")
+    seen: list[Any] = []
+    for v in values:
+        if not isinstance(v, int | float | str | bool) or (isinstance(v, float) and
+                                                           not math.isfinite(v)):
+            raise fail(None, f"values must be numbers, strings or booleans, got {v!r}")
+        if any(v == s and type(v) is type(s) for s in seen):
+            raise fail(None, f"value {v!r} is listed twice")
+        seen.append(v)
+    return tuple(values)
+
+
+def _parse_env(
+    env: dict[str, dict[str, Any] | None] | None, lines: _Lines
+) -> dict[str, dict[str, str]] | None:
+    if env is None:
+        return None
+    if not env:
+        raise lines.error(("env",), "'env' must name at least one environment set")
+    sets: dict[str, dict[str, str]] = {}
+    for set_name, variables in env.items():
+        sets[set_name] = {}
+        for var, val in (variables or {}).items():
+            where = ("env", set_name, var)
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(var)):
+                raise lines.error(where, f"env set {set_name!r}: {var!r} is not a variable name")
+            if isinstance(val, bool) or not isinstance(val, str | int | float):
+                raise lines.error(
+                    where,
+                    f"env set {set_name!r}: {var} must be a string or number, got {val!r} "
+                    "(quote values such as 'y', 'on' or 'yes')",
+                )
+            sets[set_name][str(var)] = str(val)
+    return sets
+
+
+def _pydantic_error(exc: ValidationError, lines: _Lines) -> StudyError:
+    err = exc.errors()[0]
+    loc = tuple(err["loc"])
+    field = ".".join(str(p) for p in loc) or "study"
+    if err["type"] == "extra_forbidden":
+        parent = loc[:-1]
+        model: type[BaseModel] = _StudyFile
+        for part in parent:
+            sub = model.model_fields.get(str(part))
+            ann = getattr(sub, "annotation", None) if sub else None
+            model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else model
+        valid = ", ".join(model.model_fields)
+        return lines.error(loc, f"unknown field {field!r}; valid fields here: {valid}")
+    if err["type"] == "missing":
+        return lines.error(loc[:-1], f"missing required field {field!r}")
+    message = err["msg"].removeprefix("Value error, ")
+    message = message[0].lower() + message[1:] if message else message
+    return lines.error(loc, f"{field!r}: {message}, got {err.get('input')!r}")

@@ -1,0 +1,290 @@
+"""The results store: one SQLite database per study directory.
+
+Schema (``tunelab.db``)::
+
+    meta(key PRIMARY KEY, value)             study spec, identity hash, references, plan size
+    points(id, key UNIQUE, params)           canonical point key and its parameters (JSON)
+    runs(id, point_id, repeat, status, …)    one row per finished run, UNIQUE(point_id, repeat)
+    foms(run_id, name, value)                figures of merit of a run
+    sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
+
+A run is written in one transaction together with its figures of merit, only once it has
+finished: a crash or ``kill -9`` loses at most the run in flight, never a finished one, and
+never leaves half a run behind. The database runs in WAL mode; one ``tunelab run`` at a
+time holds the study directory's lock (see :class:`StudyLock`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tunelab.errors import StoreError
+
+__all__ = ["DB_NAME", "RunRecord", "Store", "StudyLock", "open_store"]
+
+DB_NAME = "tunelab.db"
+STATUSES = ("ok", "failed", "timeout", "invalid")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS points (
+    id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, params TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sysinfo (
+    id INTEGER PRIMARY KEY, taken_at TEXT NOT NULL, snapshot TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    point_id INTEGER NOT NULL REFERENCES points(id),
+    repeat INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid')),
+    reason TEXT,
+    rc INTEGER,
+    wall_s REAL NOT NULL,
+    started_at TEXT NOT NULL,
+    ended_at TEXT NOT NULL,
+    host TEXT NOT NULL,
+    command TEXT NOT NULL,
+    env TEXT NOT NULL,
+    run_dir TEXT NOT NULL,
+    sysinfo_id INTEGER REFERENCES sysinfo(id),
+    UNIQUE (point_id, repeat));
+CREATE TABLE IF NOT EXISTS foms (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
+"""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A finished run, as the runner hands it to the store."""
+
+    point_key: str
+    params: Mapping[str, Any]
+    repeat: int
+    status: str
+    reason: str | None
+    rc: int | None
+    wall_s: float
+    started_at: str
+    ended_at: str
+    host: str
+    command: list[str]
+    env: Mapping[str, str]
+    run_dir: str
+    foms: Mapping[str, float]
+    sysinfo_id: int | None = None
+
+
+class Store:
+    """Access to one study's database. Create with :func:`open_store`."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- meta ---------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        """A stored meta value, or None."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, values: Mapping[str, str]) -> None:
+        """Store meta values (one transaction)."""
+        with self._conn:
+            self._conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                list(values.items()),
+            )
+
+    def spec(self) -> dict[str, Any]:
+        """The study file's content as stored when the study started."""
+        raw = self.get_meta("spec")
+        if raw is None:
+            raise StoreError(f"{self.path}: holds no study yet")
+        return dict(json.loads(raw))
+
+    # --- writing ------------------------------------------------------------------------
+
+    def add_sysinfo(self, taken_at: str, snapshot: Mapping[str, Any]) -> int:
+        """Store a machine snapshot; returns its id."""
+        with self._conn:
+            cur = self._conn.execute(
+                "INSERT INTO sysinfo (taken_at, snapshot) VALUES (?, ?)",
+                (taken_at, json.dumps(snapshot, sort_keys=True, default=str)),
+            )
+        return int(cur.lastrowid or 0)
+
+    def record_run(self, run: RunRecord) -> int:
+        """Store a finished run and its figures of merit in one transaction."""
+        if run.status not in STATUSES:
+            raise ValueError(f"unknown run status {run.status!r}")
+        with self._conn:
+            point_id = self._point_id(run.point_key, run.params)
+            cur = self._conn.execute(
+                "INSERT INTO runs (point_id, repeat, status, reason, rc, wall_s, started_at, "
+                "ended_at, host, command, env, run_dir, sysinfo_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (point_id, run.repeat, run.status, run.reason, run.rc, run.wall_s,
+                 run.started_at, run.ended_at, run.host, json.dumps(run.command),
+                 json.dumps(dict(run.env), sort_keys=True), run.run_dir, run.sysinfo_id),
+            )
+            run_id = int(cur.lastrowid or 0)
+            self._conn.executemany(
+                "INSERT INTO foms (run_id, name, value) VALUES (?, ?, ?)",
+                [(run_id, k, float(v)) for k, v in run.foms.items()],
+            )
+        return run_id
+
+    def _point_id(self, key: str, params: Mapping[str, Any]) -> int:
+        row = self._conn.execute("SELECT id FROM points WHERE key = ?", (key,)).fetchone()
+        if row:
+            return int(row[0])
+        cur = self._conn.execute(
+            "INSERT INTO points (key, params) VALUES (?, ?)",
+            (key, json.dumps(dict(params), sort_keys=True)),
+        )
+        return int(cur.lastrowid or 0)
+
+    def point_id(self, key: str) -> int | None:
+        """The id of a stored point, or None."""
+        row = self._conn.execute("SELECT id FROM points WHERE key = ?", (key,)).fetchone()
+        return int(row[0]) if row else None
+
+    def next_point_id(self) -> int:
+        """The id the next new point will get (for naming run directories)."""
+        row = self._conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM points").fetchone()
+        return int(row[0])
+
+    # --- reading ------------------------------------------------------------------------
+
+    def completed(self) -> set[tuple[str, int]]:
+        """(point key, repeat) of every finished run, whatever its status."""
+        rows = self._conn.execute(
+            "SELECT p.key, r.repeat FROM runs r JOIN points p ON p.id = r.point_id"
+        )
+        return {(k, int(rep)) for k, rep in rows}
+
+    def status_counts(self) -> dict[str, int]:
+        """Number of runs per status."""
+        rows = self._conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status")
+        return {s: int(n) for s, n in rows}
+
+    def failures(self, limit: int = 10) -> list[tuple[str, int, str, str]]:
+        """The latest non-ok runs: (point key, repeat, status, reason)."""
+        rows = self._conn.execute(
+            "SELECT p.key, r.repeat, r.status, COALESCE(r.reason, '') FROM runs r "
+            "JOIN points p ON p.id = r.point_id WHERE r.status != 'ok' "
+            "ORDER BY r.id DESC LIMIT ?", (limit,)
+        )
+        return [(k, int(rep), s, reason) for k, rep, s, reason in rows]
+
+    def sysinfo(self) -> dict[str, Any]:
+        """The latest machine snapshot (empty if none)."""
+        row = self._conn.execute(
+            "SELECT snapshot FROM sysinfo ORDER BY id DESC LIMIT 1").fetchone()
+        return dict(json.loads(row[0])) if row else {}
+
+    def runs_frame(self) -> pd.DataFrame:
+        """One row per run: run columns, one column per parameter, ``fom.<name>`` columns."""
+        runs = pd.read_sql_query(
+            "SELECT r.id AS run_id, r.point_id, p.key AS point, p.params, r.repeat, r.status, "
+            "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host FROM runs r "
+            "JOIN points p ON p.id = r.point_id ORDER BY r.id",
+            self._conn,
+        )
+        params = pd.DataFrame([json.loads(p) for p in runs.pop("params")], index=runs.index)
+        foms = pd.read_sql_query("SELECT run_id, name, value FROM foms", self._conn)
+        if len(foms):
+            wide = foms.pivot(index="run_id", columns="name", values="value")
+            wide.columns = [f"fom.{c}" for c in wide.columns]
+            wide = wide.reindex(runs["run_id"]).reset_index(drop=True)
+        else:
+            wide = pd.DataFrame(index=runs.index)
+        params = params.drop(columns=[c for c in params.columns if c in runs.columns])
+        return pd.concat([runs, params, wide], axis=1)
+
+
+def open_store(study_dir: str | Path, *, create: bool = False) -> Store:
+    """Open the store of ``study_dir``; with ``create``, make the directory and schema."""
+    study_dir = Path(study_dir)
+    path = study_dir / DB_NAME
+    if not create and not path.exists():
+        raise StoreError(f"{study_dir}: not a tunelab study directory (no {DB_NAME})")
+    if create:
+        study_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(path, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path}: cannot open the results database: {exc}") from exc
+    return Store(conn, path)
+
+
+class StudyLock:
+    """An exclusive lock on a study directory, held while one ``tunelab run`` works in it.
+
+    Uses ``flock`` on ``DIR/.tunelab.lock``: the kernel releases it when the process dies,
+    so a ``kill -9`` never leaves a stale lock.
+    """
+
+    def __init__(self, study_dir: Path) -> None:
+        self.path = Path(study_dir) / ".tunelab.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise :class:`StoreError` naming the holder."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreError(
+                f"{self.path.parent}: another tunelab run (pid {holder}) is working in this "
+                "study directory; wait for it or use another --dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lock for the duration of a ``with`` block."""
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()

@@ -1,0 +1,79 @@
+"""A snapshot of the machine and software a study ran on, stored with its runs."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import psutil
+
+__all__ = ["snapshot"]
+
+KEY_PACKAGES = ("tunelab", "numpy", "scipy", "pandas", "torch", "mpi4py", "dask",
+                "distributed", "ucxx", "optuna")
+DEFAULT_TOOLS: dict[str, list[str]] = {
+    "mpirun": ["mpirun", "--version"],
+    "ucx_info": ["ucx_info", "-v"],
+    "gcc": ["gcc", "--version"],
+    "nvidia-smi": ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _package_versions(names: Sequence[str]) -> dict[str, str]:
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def _tool_version(argv: Sequence[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in (out.stdout + out.stderr).splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def snapshot(extra_tools: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+    """CPU model, cores, memory, OS, Python, key package and tool versions."""
+    tools = {**DEFAULT_TOOLS, **(extra_tools or {})}
+    tool_versions = {name: v for name, argv in tools.items()
+                     if (v := _tool_version(argv)) is not None}
+    return {
+        "host": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": _package_versions(KEY_PACKAGES),
+        "tools": tool_versions,
+        "loadavg": list(os.getloadavg()),
+    }
