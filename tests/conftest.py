@@ -1,0 +1,32 @@
+"""Shared test helpers: write study files, run the real CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+PY = sys.executable
+
+
+@pytest.fixture
+def write_study(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write a study file (dedented YAML) into tmp_path and return its path."""
+
+    def write(text: str, name: str = "study.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text).lstrip())
+        return path
+
+    return write
+
+
+def tunelab(*args: str | Path, cwd: Path | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the real ``tunelab`` command line."""
+    return subprocess.run([PY, "-m", "tunelab", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=timeout)

@@ -1,0 +1,297 @@
+"""End-to-end runner tests: real processes, the real CLI, the real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PY, tunelab
+from tunelab.execute.runner import plan_runs, prepare_study, run_study
+from tunelab.space import Point
+from tunelab.spec import load_study
+from tunelab.store import open_store
+from tunelab.workloads.command import CommandWorkload
+
+PROG = Path(__file__).parents[1] / "data" / "prog.py"
+
+
+def study_text(modes: str, xs: str = "[1, 2]", repeats: int = 2, timeout: float = 20,
+               extra: str = "", foms: str = "{value: 'value=(?P<value>[0-9.]+)'}") -> str:
+    return f"""\
+name: t
+workload:
+  name: command
+  options:
+    argv: [{PY}, {PROG}, "{{mode}}", "{{x}}"]
+    foms: {foms}
+parameters:
+  mode: {modes}
+  x: {xs}
+repeats: {repeats}
+timeout: {timeout}
+{extra}"""
+
+
+def runs(study_dir: Path) -> list[dict]:
+    conn = sqlite3.connect(study_dir / "tunelab.db")
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute(
+        "SELECT r.*, p.key FROM runs r JOIN points p ON p.id = r.point_id ORDER BY r.id")]
+    conn.close()
+    return rows
+
+
+def test_study_records_every_run_with_foms_in_interleaved_order(write_study, tmp_path):
+    path = write_study(study_text("[ok]", "[1, 2, 3]", repeats=3,
+                                  extra="baseline: {mode: ok, x: 2}\n"))
+    res = tunelab("run", path, "--dir", tmp_path / "d", "-q")
+    assert res.returncode == 0, res.stderr
+    rows = runs(tmp_path / "d")
+    assert len(rows) == 9 and all(r["status"] == "ok" for r in rows)
+    assert [r["repeat"] for r in rows] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert json.loads(rows[0]["key"]) == {"mode": "ok", "x": 2}  # baseline first
+    frame = open_store(tmp_path / "d").runs_frame()
+    assert (frame["fom.value"] == frame["x"] * 2).all()
+    assert (frame["fom.wall_s"] > 0).all()
+    assert (tmp_path / "d" / rows[0]["run_dir"] / "stdout.txt").read_text().startswith("progress")
+    # the same command again: nothing to do, nothing repeated
+    again = tunelab("run", path, "--dir", tmp_path / "d", "-q")
+    assert again.returncode == 0 and "0 runs now, 9 done before" in again.stdout
+    # more repeats: only the new round runs, the old ones stay as they were
+    more = tunelab("run", path, "--dir", tmp_path / "d", "-q", "--repeats", "4")
+    assert more.returncode == 0 and "3 runs now, 9 done before" in more.stdout
+    assert [r["id"] for r in runs(tmp_path / "d")][:9] == [r["id"] for r in rows]
+
+
+def test_plan_interleaves_rounds_and_is_seeded():
+    pts = [Point({"x": i}) for i in range(5)]
+    plan = plan_runs(pts, 3, seed=7, baseline=pts[3])
+    assert plan[0] == (pts[3], 0)
+    assert [r for _, r in plan] == [0] * 5 + [1] * 5 + [2] * 5
+    assert plan == plan_runs(pts, 3, seed=7, baseline=pts[3])
+    assert plan_runs(pts, 4, seed=7, baseline=pts[3])[:15] == plan
+
+
+def test_crash_timeout_and_garbage_are_recorded_failures(write_study, tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    path = write_study(study_text("[ok, crash, hang, garbage]", "[1]", repeats=1, timeout=2))
+    env = {**os.environ, "PIDFILE": str(pidfile)}
+    res = subprocess.run([PY, "-m", "tunelab", "run", str(path), "--dir", str(tmp_path / "d"),
+                          "-q"], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 1, res.stderr
+    by_mode = {json.loads(r["key"])["mode"]: r for r in runs(tmp_path / "d")}
+    assert by_mode["ok"]["status"] == "ok"
+    assert by_mode["crash"]["status"] == "failed" and by_mode["crash"]["rc"] == 3
+    assert "exit code 3" in by_mode["crash"]["reason"]
+    assert "something broke badly" in by_mode["crash"]["reason"]
+    assert by_mode["hang"]["status"] == "timeout" and by_mode["hang"]["rc"] is None
+    assert 2 <= by_mode["hang"]["wall_s"] < 30
+    grandchild = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{grandchild}").exists() or \
+        "zombie" in Path(f"/proc/{grandchild}/status").read_text().lower()
+    assert by_mode["garbage"]["status"] == "failed"
+    assert "unparsable output: FOM 'value': no match" in by_mode["garbage"]["reason"]
+    status = tunelab("status", tmp_path / "d")
+    assert "4/4 runs done" in status.stdout and "timeout" in status.stdout
+
+
+def test_json_line_foms_and_env_sets(write_study, tmp_path):
+    path = write_study(f"""\
+name: j
+workload:
+  name: command
+  options:
+    argv: [{PY}, {PROG}, "{{mode}}", "3"]
+    json_line: true
+parameters:
+  mode: [json, env]
+env:
+  none: {{}}
+  some: {{TUNELAB_TEST_VAR: abcd}}
+repeats: 1
+objective: {{fom: wall_s}}
+""")
+    study = prepare_study(load_study(path))
+    study.workload.options = study.workload.options.model_copy(update={"json_line": False,
+                                                                       "foms": {}})
+    assert tunelab("run", path, "--dir", tmp_path / "d", "-q").returncode == 1  # env mode
+    frame = open_store(tmp_path / "d").runs_frame()
+    json_runs = frame[frame["mode"] == "json"]
+    assert (json_runs["fom.score"] == 30).all() and (json_runs["status"] == "ok").all()
+    env_runs = frame[frame["mode"] == "env"]
+    assert (env_runs["status"] == "failed").all()  # prints no JSON line
+    assert set(frame["env"]) == {"none", "some"}
+
+
+def test_env_set_reaches_the_command(write_study, tmp_path):
+    path = write_study(study_text("[env]", "[1]", repeats=1,
+                                  extra="env:\n  none: {}\n  some: {TUNELAB_TEST_VAR: abcd}\n"))
+    assert tunelab("run", path, "--dir", tmp_path / "d", "-q").returncode == 0
+    frame = open_store(tmp_path / "d").runs_frame().set_index("env")
+    assert frame.loc["none", "fom.value"] == 0 and frame.loc["some", "fom.value"] == 4
+
+
+def wait_for_runs(db: Path, n: int, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if db.exists():
+            try:
+                conn = sqlite3.connect(db)
+                count = conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+                conn.close()
+                if count >= n:
+                    return
+            except sqlite3.OperationalError:
+                pass
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} runs after {timeout} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_study_resumes_without_losing_or_repeating_runs(write_study, tmp_path, sig):
+    path = write_study(study_text("[slow]", "[1, 2, 3, 4]", repeats=2))
+    d = tmp_path / "d"
+    proc = subprocess.Popen([PY, "-m", "tunelab", "run", str(path), "--dir", str(d), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    wait_for_runs(d / "tunelab.db", 3)
+    if sig == signal.SIGKILL:
+        os.killpg(proc.pid, signal.SIGKILL)  # tunelab and the run in flight
+    else:
+        os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends
+    _, err = proc.communicate(timeout=60)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "Run the same command again to resume" in err
+    before = runs(d)
+    assert 3 <= len(before) < 8
+    conn = sqlite3.connect(d / "tunelab.db")
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    res = tunelab("run", path, "--dir", d, "-q")
+    assert res.returncode == 0, res.stderr
+    after = runs(d)
+    assert len(after) == 8
+    assert len({(r["key"], r["repeat"]) for r in after}) == 8
+    assert [(r["id"], r["key"], r["repeat"]) for r in after[:len(before)]] == \
+        [(r["id"], r["key"], r["repeat"]) for r in before]
+
+
+def test_second_run_on_the_same_directory_is_refused(write_study, tmp_path):
+    path = write_study(study_text("[slow]", "[1, 2, 3]", repeats=2))
+    d = tmp_path / "d"
+    first = subprocess.Popen([PY, "-m", "tunelab", "run", str(path), "--dir", str(d), "-q"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_runs(d / "tunelab.db", 1)
+        second = tunelab("run", path, "--dir", d, "-q")
+        assert second.returncode == 2
+        assert f"another tunelab run (pid {first.pid})" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        first.wait(timeout=60)
+    assert first.returncode == 0
+    assert len(runs(d)) == 6
+
+
+def test_a_changed_study_file_is_refused_in_the_same_directory(write_study, tmp_path):
+    d = tmp_path / "d"
+    assert tunelab("run", write_study(study_text("[ok]", "[1]", 1)), "--dir", d,
+                   "-q").returncode == 0
+    res = tunelab("run", write_study(study_text("[ok]", "[1, 2]", 1)), "--dir", d, "-q")
+    assert res.returncode == 2 and "made from a different study file" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (study_text("[ok]").replace("name: command", "name: nosuch"),
+         "unknown workload 'nosuch'; installed workloads: command"),
+        (study_text("[ok]").replace(PY, "/no/such/program"),
+         "executable '/no/such/program' not found"),
+        (study_text("[ok]", extra="constraints: ['x > 100']\n"),
+         "no valid point: all 2 combinations are excluded ('x > 100' excluded 2)"),
+        (study_text("[ok]", extra="constraints: ['y > 1']\n"), "unknown name 'y'"),
+        (study_text("[ok]", extra="baseline: {mode: ok, x: 7}\n"),
+         "the baseline is not a valid point: x=7 is not one of [1, 2]"),
+        (study_text("[ok]").replace("    foms:", "    colour: red\n    foms:"),
+         "workload 'command' option 'colour': Extra inputs are not permitted"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(write_study, tmp_path, text, message):
+    res = tunelab("run", write_study(text), "--dir", tmp_path / "d")
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "d" / "tunelab.db").exists()
+
+
+def test_dry_run_prints_commands_and_runs_nothing(write_study, tmp_path):
+    res = tunelab("run", write_study(study_text("[ok]")), "--dir", tmp_path / "d", "--dry-run")
+    assert res.returncode == 0
+    assert f"{PROG} ok 1" in res.stdout and f"{PROG} ok 2" in res.stdout
+    assert "2 points x 2 repeats = 4 runs" in res.stdout
+    assert not (tmp_path / "d").exists()
+
+
+class EnergyWorkload(CommandWorkload):
+    """The command workload plus an invariant, as the qe workload has for total energy."""
+
+    def invariants(self) -> dict[str, float]:
+        return {"value": 0.5}
+
+
+def test_invariant_violations_are_invalid_runs(write_study, tmp_path):
+    study = prepare_study(load_study(write_study(study_text("[ok]", "[1, 1.2, 3]", 1,
+                                                            extra="baseline: {mode: ok, x: 1}\n"))))
+    study.workload = EnergyWorkload(study.workload.options, study.spec.path)
+    outcome = run_study(study, tmp_path / "d")
+    assert outcome.counts == {"ok": 2, "invalid": 1}
+    bad = [r for r in runs(tmp_path / "d") if r["status"] == "invalid"][0]
+    assert json.loads(bad["key"])["x"] == 3
+    assert "value = 6.0 differs from the study's reference 2.0 by 4" in bad["reason"]
+
+
+def test_export_formats(write_study, tmp_path):
+    d = tmp_path / "d"
+    assert tunelab("run", write_study(study_text("[ok]")), "--dir", d, "-q").returncode == 0
+    import pandas as pd
+
+    for fmt, reader in (("csv", pd.read_csv), ("parquet", pd.read_parquet),
+                        ("json", pd.read_json)):
+        res = tunelab("export", d, "--format", fmt)
+        assert res.returncode == 0, res.stderr
+        frame = reader(d / f"runs.{fmt}")
+        assert len(frame) == 4 and {"x", "fom.value", "status", "host"} <= set(frame.columns)
+    bad = tunelab("export", d, "--format", "xlsx")
+    assert bad.returncode == 2 and "valid: csv, parquet, json" in bad.stderr
+
+
+def test_space_command_reports_exclusions(write_study):
+    res = tunelab("space", write_study(study_text("[ok, crash]", "[1, 2, 3, 4]",
+                                                  extra="constraints: ['x % 2 == 0']\n")))
+    assert res.returncode == 0, res.stderr
+    assert "4 valid points of 8 combinations" in res.stdout
+    assert "excluded      4 by x % 2 == 0" in res.stdout
+
+
+def test_init_writes_a_study_that_loads(tmp_path):
+    out = tmp_path / "s.yaml"
+    assert tunelab("init", "command", "--output", out).returncode == 0
+    spec = load_study(out)
+    assert spec.workload == "command" and spec.objective_fom == "seconds"
+    assert tunelab("init", "command", "--output", out).returncode == 2
+    assert "unknown workload" in tunelab("init", "nosuch").stderr
+
+
+def test_workloads_lists_command():
+    res = tunelab("workloads")
+    assert res.returncode == 0 and "command" in res.stdout

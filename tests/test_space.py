@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from tunelab.errors import SpaceError
+from tunelab.expr import Expression
+from tunelab.space import Point, Space
+from tunelab.spec import ConstraintSpec
+
+
+def rules(*sources: str) -> list[ConstraintSpec]:
+    return [ConstraintSpec(Expression.parse(s)) for s in sources]
+
+
+def qe_space() -> Space:
+    return Space(
+        [("np", (1, 2, 4, 8)), ("npool", (1, 2, 3, 4, 8)), ("ndiag", (1, 2, 4, 9))],
+        derived={"rpp": Expression.parse("np // npool")},
+        constraints=rules("np % npool == 0", "is_square(ndiag)", "ndiag <= rpp"),
+    )
+
+
+def brute_force(space: Space) -> set[Point]:
+    names = space.names
+    found = set()
+    for combo in itertools.product(*(a.values for a in space.axes)):
+        p = Point(dict(zip(names, combo, strict=True)))
+        scope = {**space.constants, **p}
+        scope["rpp"] = scope["np"] // scope["npool"]
+        if all(c.expr.evaluate(scope) for c in space.constraints):
+            found.add(p)
+    return found
+
+
+def test_enumeration_equals_brute_force_and_excludes_are_accounted():
+    space = qe_space()
+    summary, points = space.summarize()
+    assert set(points) == brute_force(space)
+    assert len(points) == len(set(points)) == summary.valid
+    assert summary.valid + sum(summary.excluded.values()) == summary.total == 4 * 5 * 4
+    assert set(summary.excluded) == {"np % npool == 0", "is_square(ndiag)", "ndiag <= rpp"}
+
+
+def test_pruning_counts_whole_subtrees():
+    # npool=3 never divides np: that prunes 4 ndiag values per np at once
+    summary, _ = qe_space().summarize()
+    assert summary.excluded["np % npool == 0"] % 4 == 0
+
+
+def test_contains_and_reasons():
+    space = qe_space()
+    assert space.contains({"np": 4, "npool": 1, "ndiag": 4})
+    assert space.why_not({"np": 2, "npool": 3, "ndiag": 1}) == "violates 'np % npool == 0'"
+    assert space.why_not({"np": 2, "npool": 1, "ndiag": 4}) == "violates 'ndiag <= rpp'"
+    assert "missing ndiag" in space.why_not({"np": 2, "npool": 1})
+    assert "is not one of" in space.why_not({"np": 3, "npool": 1, "ndiag": 1})
+
+
+def test_points_are_canonical_and_hashable():
+    a = Point({"np": 2, "npool": 1})
+    b = Point({"npool": 1, "np": 2})
+    assert a == b and hash(a) == hash(b) and a.key == b.key == '{"np": 2, "npool": 1}'
+    assert Point.from_key(a.key) == a
+    assert len({a, b}) == 1
+
+
+def test_values_include_derived_and_sampling_is_valid_and_seeded():
+    space = qe_space()
+    assert space.values(Point({"np": 8, "npool": 2, "ndiag": 4}))["rpp"] == 4
+    sample = space.sample(5, seed=1)
+    assert len(set(sample)) == 5 and all(space.contains(p) for p in sample)
+    assert sample == space.sample(5, seed=1)
+
+
+def test_large_space_is_not_materialised():
+    # 10^8 combinations; a constraint on the first axis prunes all but one value early
+    axes = [(f"p{i}", tuple(range(10))) for i in range(8)]
+    space = Space(axes, constraints=rules("p0 == 0", "p1 == 0", "p2 == 0", "p3 == 0",
+                                          "p4 == 0", "p5 < 2"))
+    summary, points = space.summarize()
+    assert summary.total == 10**8 and summary.valid == 2 * 100
+    assert summary.excluded["p0 == 0"] == 9 * 10**7
+    assert math.isclose(sum(summary.excluded.values()) + summary.valid, 10**8)
+
+
+def test_empty_space_is_an_error_naming_the_constraint():
+    space = Space([("x", (1, 2))], constraints=rules("x > 5"))
+    with pytest.raises(SpaceError, match=r"no valid point: all 2 combinations are excluded "
+                                         r"\('x > 5' excluded 2\)"):
+        space.points()
+
+
+def test_unknown_name_in_constraint():
+    with pytest.raises(SpaceError, match="unknown name 'npol'"):
+        Space([("np", (1,))], constraints=rules("np % npol == 0"))

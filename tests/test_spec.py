@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import pytest
+
+from tunelab.errors import StudyError
+from tunelab.spec import load_study, parse_duration
+
+HEAD = """\
+name: s
+workload:
+  name: command
+  options: {argv: [echo, "{np}"]}
+"""
+
+
+def test_a_full_study_loads(write_study):
+    path = write_study(HEAD + """
+parameters:
+  np: [1, 2, 4]
+  npool: {type: int, min: 1, max: 4, step: 1}
+  ndiag: {type: pow2, min: 1, max: 16}
+  gamma: {type: bool}
+  algo: {values: [david, cg]}
+derived:
+  rpp: np // npool
+constraints:
+  - np % npool == 0
+  - {expr: is_square(ndiag), why: square grid}
+env:
+  baseline: {}
+  am: {UCX_RNDV_SCHEME: am, UCX_RNDV_THRESH: 1024}
+repeats: 5
+baseline: {np: 1, npool: 1, ndiag: 1, gamma: false, algo: david, env: baseline}
+timeout: 2m
+objective: {fom: wall_s, direction: minimize}
+""")
+    spec = load_study(path)
+    values = {p.name: p.values for p in spec.parameters}
+    assert values["npool"] == (1, 2, 3, 4)
+    assert values["ndiag"] == (1, 2, 4, 8, 16)
+    assert values["gamma"] == (False, True)
+    assert spec.env_sets == {"baseline": {}, "am": {"UCX_RNDV_SCHEME": "am",
+                                                    "UCX_RNDV_THRESH": "1024"}}
+    assert spec.timeout_s == 120
+    assert spec.parameter_names[-1] == "env"
+    assert spec.constraints[1].why == "square grid"
+
+
+def test_zero_step_error_names_file_line_parameter_and_value(write_study):
+    path = write_study(HEAD + """
+parameters:
+  np: [1, 2]
+  npool:
+    type: int
+    min: 1
+    max: 4
+    step: 0
+""")
+    with pytest.raises(StudyError) as err:
+        load_study(path)
+    assert str(err.value) == (f"{path}:12: parameter 'npool': 'step' must be a positive "
+                              "integer, got 0")
+
+
+def test_malformed_yaml_gives_the_line(write_study):
+    path = write_study(HEAD + "parameters:\n  np: [1, 2\n  x: 3\n")
+    with pytest.raises(StudyError, match=rf"^{path}:\d+: malformed YAML"):
+        load_study(path)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("repeats: 0\n", r":5: 'repeats': input should be greater than or equal to 1"),
+        ("colour: red\n", r":5: unknown field 'colour'; valid fields here: name, "),
+        ("parameters:\n  np: 3\n", r":6: parameter 'np': must be a list of values"),
+        ("parameters:\n  np: {type: float}\n", r"'type' must be one of int, pow2, bool"),
+        ("parameters:\n  np: []\n", r"parameter 'np': the list of values is empty"),
+        ("parameters:\n  np: {type: int, min: 4, max: 1}\n", r"'max' \(1\) is smaller"),
+        ("constraints: ['np ==']\n", r":5: constraint 'np ==': invalid syntax"),
+        ("constraints: ['os.system(1)']\n", r"unknown function 'os.system'"),
+        ("timeout: soon\n", r":5: 'timeout' must be a duration"),
+        ("env: {a: {UCX_TLS: on}}\n", r"quote values such as"),
+        ("parameters: {np: [1]}\nbaseline: {nq: 1}\n", r"baseline names 'nq'"),
+        ("search: {strategy: random}\n", r"'random' needs 'samples: N'"),
+    ],
+)
+def test_bad_fields_are_one_line_errors_with_location(write_study, body, message):
+    path = write_study(HEAD + body)
+    with pytest.raises(StudyError, match=message) as err:
+        load_study(path)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(str(path))
+
+
+def test_missing_file_and_non_mapping(tmp_path, write_study):
+    with pytest.raises(StudyError, match="study file not found"):
+        load_study(tmp_path / "nope.yaml")
+    with pytest.raises(StudyError, match="must be a mapping"):
+        load_study(write_study("- just\n- a list\n"))
+
+
+def test_durations():
+    assert parse_duration(90) == 90
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("45s") == 45
+    for bad in ("", "-1", "1x", 0, True):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_identity_ignores_repeats(write_study):
+    a = load_study(write_study(HEAD + "parameters: {np: [1]}\nrepeats: 3\n", "a.yaml"))
+    b = load_study(write_study(HEAD + "parameters: {np: [1]}\nrepeats: 9\n", "b.yaml"))
+    c = load_study(write_study(HEAD + "parameters: {np: [1, 2]}\n", "c.yaml"))
+    assert a.identity_hash() == b.identity_hash() != c.identity_hash()
