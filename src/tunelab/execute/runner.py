@@ -282,7 +282,11 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
     started = _now()
     argv: list[str] = []
     env_extra: dict[str, str] = dict(ctx.env)
-    status, reason, rc, wall, foms = "failed", None, None, 0.0, {}
+    status: str = "failed"
+    reason: str | None = None
+    rc: int | None = None
+    wall = 0.0
+    foms: dict[str, float] = {}
     try:
         cmd = study.workload.command(ctx)
         argv = list(cmd.argv)

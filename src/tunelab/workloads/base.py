@@ -116,7 +116,7 @@ class Workload(ABC):
         """FOM name -> absolute tolerance for values that must agree across all runs."""
         return {}
 
-    def check(self) -> None:
+    def check(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Raise :class:`~tunelab.errors.WorkloadError` if the workload cannot run here
         (missing executable, missing input file). Called once before a study starts."""
 

@@ -110,9 +110,9 @@ class CommandWorkload(Workload):
             raise ParseError("no JSON line of figures of merit in stdout")
         text = stdout + "\n" + stderr
         for name, pattern in self.options.foms.items():
-            match = None
-            for match in re.finditer(pattern, text, re.MULTILINE):
-                pass  # keep the last match: programs often print progress first
+            # keep the last match: programs often print progress before the result
+            matches = list(re.finditer(pattern, text, re.MULTILINE))
+            match = matches[-1] if matches else None
             if match is None:
                 raise ParseError(f"FOM {name!r}: no match for {pattern!r} in the output")
             raw = match.group("value") if "value" in match.re.groupindex else match.group(1)
