@@ -65,6 +65,7 @@ DIRECTIONS = ("minimize", "maximize")
 DEFAULT_RESAMPLES = 9999
 """Bootstrap resamples per comparison (scipy's default; vectorised, a few ms for n ≤ 100)."""
 
+_BCA_MAX_N = 2000
 _FAILED_NO_VALUE = "missing"
 """Status key under which ``ok`` runs without a value of the figure of merit are counted."""
 
@@ -196,12 +197,6 @@ def _check_runs(runs: pd.DataFrame, fom: str) -> str:
     return column
 
 
-def _values(runs: pd.DataFrame, column: str, point: str) -> np.ndarray:
-    rows = runs[(runs["point"] == point) & (runs["status"] == "ok")]
-    values = rows[column].to_numpy(dtype=float)
-    return values[~np.isnan(values)]
-
-
 def _params(point: str) -> dict[str, Any]:
     try:
         params = json.loads(point)
@@ -242,6 +237,29 @@ def _sort_key(summary: PointSummary, direction: str) -> tuple[int, float, str]:
 # public functions
 
 
+def _groups(runs: pd.DataFrame, column: str) -> dict[str, tuple[np.ndarray, dict[str, int]]]:
+    """Per point key, in order of first run: the ok values and the not-ok counts by status."""
+    out: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+    points = runs["point"].astype(str).to_numpy()
+    statuses = runs["status"].astype(str).to_numpy()
+    values = runs[column].to_numpy(dtype=float)
+    order: dict[str, list[int]] = {}
+    for i, point in enumerate(points):
+        order.setdefault(point, []).append(i)
+    for point, index in order.items():
+        idx = np.asarray(index)
+        ok = statuses[idx] == "ok"
+        ok_values = values[idx][ok]
+        failed: dict[str, int] = {}
+        for status in statuses[idx][~ok]:
+            failed[status] = failed.get(status, 0) + 1
+        n_missing = int(np.isnan(ok_values).sum())
+        if n_missing:
+            failed[_FAILED_NO_VALUE] = n_missing
+        out[point] = (ok_values[~np.isnan(ok_values)], dict(sorted(failed.items())))
+    return out
+
+
 def summarize(runs: pd.DataFrame, fom: str) -> list[PointSummary]:
     """Summarise every point of ``runs`` for figure of merit ``fom``, in order of first run.
 
@@ -249,17 +267,7 @@ def summarize(runs: pd.DataFrame, fom: str) -> list[PointSummary]:
     Raises :class:`StatsError` when the table lacks the figure of merit.
     """
     column = _check_runs(runs, fom)
-    out: list[PointSummary] = []
-    for point in dict.fromkeys(runs["point"]):
-        rows = runs[runs["point"] == point]
-        ok = rows["status"] == "ok"
-        values = rows.loc[ok, column].to_numpy(dtype=float)
-        failed = {str(k): int(v) for k, v in rows.loc[~ok, "status"].value_counts().items()}
-        n_missing = int(np.isnan(values).sum())
-        if n_missing:
-            failed[_FAILED_NO_VALUE] = n_missing
-        out.append(_summary(str(point), values[~np.isnan(values)], dict(sorted(failed.items()))))
-    return out
+    return [_summary(p, v, f) for p, (v, f) in _groups(runs, column).items()]
 
 
 def _ratio_statistic(direction: str) -> Callable[..., Any]:
@@ -290,7 +298,9 @@ def _bootstrap(
         # BCa degenerates (all resamples equal, or jackknife without spread) with a warning
         # and a NaN interval; the percentile interval of the same resamples is then used.
         warnings.simplefilter("ignore")
-        res = stats.bootstrap((a, b), n_resamples=n_resamples, method="BCa", **common)
+        # BCa's jackknife holds n x n values; past _BCA_MAX_N runs use the percentile method.
+        method = "BCa" if max(a.size, b.size) <= _BCA_MAX_N else "percentile"
+        res = stats.bootstrap((a, b), n_resamples=n_resamples, method=method, **common)
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
         if not (math.isfinite(low) and math.isfinite(high)):
             res = stats.bootstrap(
@@ -317,6 +327,8 @@ def _compare(
     _check_direction(direction)
     if not 0 < confidence < 1:
         raise StatsError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    if n_resamples < 1:
+        raise StatsError(f"bootstrap resamples must be >= 1, got {n_resamples}")
     if noise_threshold < 0:
         raise StatsError(f"noise threshold must be >= 0, got {noise_threshold}")
     a = np.asarray(a_values, dtype=float).ravel()
@@ -412,7 +424,8 @@ def compare_to_baseline(
     """
     _check_direction(direction)
     column = _check_runs(runs, fom)
-    summaries = summarize(runs, fom)
+    groups = _groups(runs, column)
+    summaries = [_summary(p, v, f) for p, (v, f) in groups.items()]
     by_key = {s.point: s for s in summaries}
     baseline_key = _canonical_key(baseline_key, by_key)
     base = by_key[baseline_key]
@@ -421,14 +434,14 @@ def compare_to_baseline(
             f"baseline point {baseline_key} has no successful run with a value of "
             f"{column.removeprefix('fom.')} ({_failures_text(base.failed)})"
         )
-    a = _values(runs, column, baseline_key)
+    a = groups[baseline_key][0]
     ranked = sorted(summaries, key=lambda s: _sort_key(s, direction))
     out: list[PointComparison] = []
     for rank, summary in enumerate(ranked, start=1):
         try:
             comparison = compare(
                 a,
-                _values(runs, column, summary.point),
+                groups[summary.point][0],
                 direction,
                 noise_threshold=noise_threshold,
                 confidence=confidence,
@@ -464,7 +477,8 @@ def best(
         raise StatsError("no runs to choose the best point from")
     column = _check_runs(runs, fom)
     name = column.removeprefix("fom.")
-    summaries = summarize(runs, fom)
+    groups = _groups(runs, column)
+    summaries = [_summary(p, v, f) for p, (v, f) in groups.items()]
     ranked = sorted((s for s in summaries if s.n > 0), key=lambda s: _sort_key(s, direction))
     # A single lucky run must not crown a point: prefer points measured at least min_n times.
     candidates = [s for s in ranked if s.n >= min_n] or ranked
@@ -481,8 +495,8 @@ def best(
         return BestResult(name, direction, winner, None, None, None)
     runner_up = candidates[1]
     comparison, distribution = _compare(
-        _values(runs, column, runner_up.point),
-        _values(runs, column, winner.point),
+        groups[runner_up.point][0],
+        groups[winner.point][0],
         direction,
         noise_threshold,
         confidence,
@@ -501,7 +515,7 @@ def best(
 # display helpers
 
 _TIME_LIKE = re.compile(r"(^|[._])(wall|time|seconds|latency|duration)|_(s|ms|us|ns|sec)$")
-_RATE_LIKE = re.compile(r"throughput|bandwidth|per_s(ec)?$|_per_second|rate|flops|/s$|bps$")
+_RATE_LIKE = re.compile(r"throughput|bandwidth|per_s(ec)?$|_per_second|(^|_)rate$|flops|/s$|bps$")
 
 
 def verdict_label(verdict: Verdict | str, fom: str, direction: str) -> str:

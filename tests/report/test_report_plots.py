@@ -56,3 +56,18 @@ def test_charts_write_png_files(runs: pd.DataFrame, tmp_path: Path, baseline: st
 
 def test_speedup_chart_with_nothing_to_compare(tmp_path: Path) -> None:
     _assert_png(speedup_bar_chart([], tmp_path / "empty.png"))
+
+
+def test_charts_cap_the_number_of_points_drawn(
+    runs: pd.DataFrame, baseline: str, tmp_path: Path
+) -> None:
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=200)
+    full = speedup_bar_chart(comparisons, tmp_path / "full.png")
+    capped = speedup_bar_chart(comparisons, tmp_path / "capped.png", max_bars=2)
+    tall = fom_by_point_chart(runs, "wall_s", tmp_path / "tall.png")
+    short = fom_by_point_chart(runs, "wall_s", tmp_path / "short.png", max_points=2)
+
+    def height(path: Path) -> int:
+        return int.from_bytes(path.read_bytes()[20:24], "big")
+
+    assert height(capped) < height(full) and height(short) < height(tall)

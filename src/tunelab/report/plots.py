@@ -131,11 +131,16 @@ def speedup_bar_chart(
     title: str | None = None,
     *,
     objective: Objective | None = None,
+    max_bars: int = 40,
 ) -> Path:
     """Horizontal bars of each point's speedup over the baseline with CI error bars,
-    a line at 1 and the noise band around it, coloured by verdict. Writes a PNG."""
+    a line at 1 and the noise band around it, coloured by verdict. Only the first
+    ``max_bars`` points in rank order are drawn (the title says so). Writes a PNG."""
     plt = _pyplot()
-    bars = speedup_bars(comparisons)
+    all_bars = speedup_bars(comparisons)
+    bars = all_bars[:max_bars]
+    if len(all_bars) > len(bars):
+        title = f"{title or 'Speedup over the baseline'} (best {len(bars)} of {len(all_bars)})"
     path = Path(path)
     noise = comparisons[0].comparison.noise_threshold if comparisons else 0.02
     confidence = comparisons[0].comparison.confidence if comparisons else 0.95
@@ -193,11 +198,18 @@ def fom_by_point_chart(
     order: Sequence[str] | None = None,
     title: str | None = None,
     baseline: str | None = None,
+    max_points: int = 40,
 ) -> Path:
     """Box plot of every successful run per point with the runs themselves as dots
-    (jittered, seeded) and the count of runs that were not ok. Writes a PNG."""
+    (jittered, seeded) and the count of runs that were not ok. Only the first
+    ``max_points`` points of ``order`` (default: by median) are drawn. Writes a PNG."""
     plt = _pyplot()
-    groups = fom_by_point(runs, fom, order)
+    all_groups = fom_by_point(runs, fom, order)
+    groups = all_groups[:max_points]
+    if len(all_groups) > len(groups):
+        name = fom_column(fom).removeprefix("fom.")
+        shown = f"(first {len(groups)} of {len(all_groups)})"
+        title = f"{title or f'{name} of every run, per point'} {shown}"
     base_label = _baseline_label(baseline)
     path = Path(path)
     name = fom_column(fom).removeprefix("fom.")
