@@ -155,7 +155,10 @@ class BestResult:
     ``comparison`` is the runner-up (A) against the best (B), so its speedup is ``>= 1``.
     ``p_beats_runner_up`` is the fraction of bootstrap resamples in which the best's mean
     is better than the runner-up's (ties count half): near 1 for a clear winner, near 0.5
-    for a coin toss. It, ``runner_up`` and ``comparison`` are None with a single point;
+    for a coin toss. The share is optimistic (winner's curse: the best was picked because
+    its observed mean was best): two points drawn from one distribution with 5 runs each
+    gave a median of 0.77 and >= 0.95 in 17 % of 200 trials, so trust ``comparison.verdict``
+    for a decision. It, ``runner_up`` and ``comparison`` are None with a single point;
     ``p_beats_runner_up`` is also None when a side has fewer than two values.
     """
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 from rich.console import Console
 
@@ -56,6 +58,15 @@ def test_best_panel_states_the_winner_and_confidence(runs: pd.DataFrame) -> None
     result = best(runs, "wall_s", "minimize", n_resamples=1000)
     lines = best_lines(result)
     assert lines[0].startswith("Best point: env=am np=2")
-    assert "confidently beats the runner-up" in lines[-1]
+    assert "beats the runner-up (faster" in lines[-2]
+    assert "100.0% of bootstrap resamples" in lines[-1]
     text = _render(best_panel(result))
     assert "env=am np=2" in text and "faster" in text
+
+
+def test_best_lines_do_not_oversell_a_tie(runs_factory: Callable[..., pd.DataFrame]) -> None:
+    runs = runs_factory({"a": (10.0, 6, []), "b": (10.0, 6, [])}, seed=4)
+    result = best(runs, "wall_s", "minimize", n_resamples=1000)
+    assert result.comparison is not None
+    assert result.comparison.verdict.value == "indistinguishable"
+    assert any("cannot be told apart" in line for line in best_lines(result))

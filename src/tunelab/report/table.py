@@ -257,12 +257,15 @@ def best_lines(result: BestResult) -> list[str]:
         f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {_p_text(c.p_value)} "
         f"(Mann–Whitney U): {verdict}."
     )
+    if c.verdict is Verdict.BETTER:
+        lines.append(f"The best point beats the runner-up ({verdict}, beyond the noise threshold).")
+    else:
+        lines.append("The best point cannot be told apart from the runner-up: pick either.")
     p = result.p_beats_runner_up
     if p is not None:
-        sure = "confidently" if p >= 0.95 else "probably" if p >= 0.8 else "not reliably"
         lines.append(
-            f"The best point {sure} beats the runner-up: it has the better mean in "
-            f"{p:.1%} of bootstrap resamples."
+            f"Its mean is the better one in {p:.1%} of bootstrap resamples (an optimistic "
+            "share: the best was chosen for having the best mean)."
         )
     return lines
 
