@@ -22,8 +22,8 @@ Conventions
 
   Why the p-value too: with 3–10 repeats the bootstrap interval is too narrow (it
   under-covers), and the interval alone called two samples of the *same* distribution
-  different in 8–19 % of trials (3 % noise, 300 seeded trials per case); with the rank
-  test required as well, in 0–6 %.
+  different in 8–19 % of trials (3–5 % noise, n = 3–10, 300 seeded trials per case); with
+  the rank test required as well, in 0–6 %.
 * :func:`verdict_label` turns a verdict into the word a reader expects for the figure of
   merit (``faster`` / ``slower`` for a time or a rate, else ``better`` / ``worse``).
 """
