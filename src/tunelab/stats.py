@@ -88,7 +88,7 @@ class PointSummary:
     """Descriptive statistics of one point's successful runs.
 
     ``failed`` maps each non-ok status (``failed``, ``timeout``, ``invalid``, and
-    ``missing`` for ok runs without a value of the figure of merit) to its count.
+    ``missing`` for ok runs without a finite value of the figure of merit) to its count.
     With ``n == 0`` the statistics are NaN; ``std`` is the sample standard deviation
     (``ddof=1``), NaN for ``n == 1``.
     """
@@ -256,10 +256,11 @@ def _groups(runs: pd.DataFrame, column: str) -> dict[str, tuple[np.ndarray, dict
         failed: dict[str, int] = {}
         for status in statuses[idx][~ok]:
             failed[status] = failed.get(status, 0) + 1
-        n_missing = int(np.isnan(ok_values).sum())
+        finite = np.isfinite(ok_values)
+        n_missing = int((~finite).sum())
         if n_missing:
             failed[_FAILED_NO_VALUE] = n_missing
-        out[point] = (ok_values[~np.isnan(ok_values)], dict(sorted(failed.items())))
+        out[point] = (ok_values[finite], dict(sorted(failed.items())))
     return out
 
 
@@ -336,7 +337,7 @@ def _compare(
         raise StatsError(f"noise threshold must be >= 0, got {noise_threshold}")
     a = np.asarray(a_values, dtype=float).ravel()
     b = np.asarray(b_values, dtype=float).ravel()
-    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
     nan = math.nan
     if a.size == 0 or b.size == 0:
         return Comparison(
@@ -375,7 +376,13 @@ def _compare(
     if _min_p_value(a.size, b.size) >= alpha:
         # Too few repeats for the rank test to ever reach significance: say so.
         verdict = Verdict.INSUFFICIENT
-    elif (low <= 1.0 <= high) or abs(speedup - 1.0) < noise_threshold or not p < alpha:
+    elif (
+        math.isnan(low)
+        or math.isnan(high)
+        or low <= 1.0 <= high
+        or abs(speedup - 1.0) < noise_threshold
+        or not p < alpha
+    ):
         verdict = Verdict.INDISTINGUISHABLE
     else:
         verdict = Verdict.BETTER if speedup > 1.0 else Verdict.WORSE
@@ -398,7 +405,7 @@ def compare(
 
     Returns the speedup (``> 1``: B better), its bootstrap confidence interval, the
     Mann–Whitney U two-sided p-value and a :class:`Verdict` (rules in the module
-    docstring). NaN values are dropped.
+    docstring). NaN and infinite values are dropped.
     Deterministic for a given ``seed``. Raises :class:`StatsError` for an unknown
     direction, a confidence outside (0, 1) or a non-positive mean.
     """
