@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from tunelab.report import table_rows, write_html_report, write_study_report
+from tunelab.report import table_rows, write_html_report
 from tunelab.stats import best, compare_to_baseline, summarize
 from tunelab.workloads.base import Objective
 
@@ -70,29 +69,3 @@ def test_html_escapes_injected_values(
     html, _ = _report(runs, objective, tmp_path, baseline, injected)
     assert "<script" not in html.lower()
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
-
-
-def test_study_report_in_one_call(
-    runs: pd.DataFrame, objective: Objective, tmp_path: Path, baseline: str
-) -> None:
-    files = write_study_report(
-        tmp_path / "out", runs, objective, baseline, title="demo", n_resamples=500
-    )
-    assert files.html.exists() and len(files.images) == 2
-    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in files.images)
-    assert files.best is not None and files.best.best.params["env"] == "am"
-    assert files.notes == ()
-
-
-def test_study_report_with_every_run_failed(
-    objective: Objective,
-    tmp_path: Path,
-    baseline: str,
-    runs_factory: Callable[..., pd.DataFrame],
-) -> None:
-    runs = runs_factory({"baseline": (1.0, 0, ["failed"]), "b": (1.0, 0, ["timeout"])})
-    files = write_study_report(tmp_path, runs, objective, baseline, n_resamples=200)
-    html = files.html.read_text(encoding="utf-8")
-    assert files.best is None and files.comparisons == ()
-    assert any("no successful run" in note for note in files.notes)
-    assert "No verdict" in html and "Runs that were not ok (2)" in html

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pandas as pd
@@ -50,6 +51,8 @@ def test_summary_table_renders_every_point_and_value(
     text = _render(summary_table(comparisons, objective))
     for row in table_rows(comparisons, objective):
         assert row.mean_std in text and row.verdict in text
+        for part in re.split(r" (?=[\[(])", row.speedup):  # interval on a second line
+            assert part in text
     assert injected in text  # rich markup in a value is printed, not interpreted
     assert "speedup [CI]" in text and "2 failed" in text
 

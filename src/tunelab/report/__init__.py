@@ -7,7 +7,6 @@ matplotlib and jinja2 are imported only when a plot or an HTML file is made.
 
 from __future__ import annotations
 
-from tunelab.report.build import ReportFiles, write_study_report
 from tunelab.report.html import failed_runs, render_html_report, write_html_report
 from tunelab.report.plots import (
     fom_by_point,
@@ -15,21 +14,24 @@ from tunelab.report.plots import (
     speedup_bar_chart,
     speedup_bars,
 )
+from tunelab.report.summary import StudyResults, load_results, results_from_frame, write_report
 from tunelab.report.table import TableRow, best_lines, best_panel, summary_table, table_rows
 
 __all__ = [
-    "ReportFiles",
+    "StudyResults",
     "TableRow",
     "best_lines",
     "best_panel",
     "failed_runs",
     "fom_by_point",
     "fom_by_point_chart",
+    "load_results",
     "render_html_report",
+    "results_from_frame",
     "speedup_bar_chart",
     "speedup_bars",
     "summary_table",
     "table_rows",
     "write_html_report",
-    "write_study_report",
+    "write_report",
 ]

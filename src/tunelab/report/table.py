@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.panel import Panel
     from rich.table import Table
 
+    from tunelab.report.summary import StudyResults
     from tunelab.workloads.base import Objective
 
 __all__ = [
@@ -34,6 +35,9 @@ __all__ = [
     "summary_table",
     "table_rows",
 ]
+
+COMPACT_WIDTH = 110
+"""Console width below which :func:`summary_table` leaves out the median and min columns."""
 
 VERDICT_STYLES = {
     Verdict.BETTER: "bold green",
@@ -172,13 +176,32 @@ def table_rows(
 
 
 def summary_table(
-    items: Sequence[PointComparison] | Sequence[PointSummary],
-    objective: Objective,
+    items: StudyResults | Sequence[PointComparison] | Sequence[PointSummary],
+    objective: Objective | None = None,
     *,
     title: str | None = None,
+    width: int | None = None,
 ) -> Table:
     """A rich table of the ranked points: n, mean ± std, median, min, speedup [CI], p,
-    verdict and failed runs (the last three only for comparisons)."""
+    verdict (these three only for comparisons) and runs that were not ok (a column only
+    when some were).
+
+    ``items`` is a :class:`~tunelab.report.summary.StudyResults` (its comparisons, else its
+    summaries, its objective, and its notes as caption) or a sequence of comparisons or
+    summaries with ``objective``. Pass the console's ``width``: below
+    :data:`COMPACT_WIDTH` columns the median and min columns are left out (the caption
+    says so) so the rest stays readable.
+    """
+    from tunelab.report.summary import StudyResults
+
+    caption = None
+    if isinstance(items, StudyResults):
+        objective = objective or items.objective
+        caption = "\n".join(items.notes) or None
+        items = items.comparisons or items.summaries
+    if objective is None:
+        raise TypeError("summary_table needs an objective with a sequence of results")
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
@@ -189,29 +212,51 @@ def summary_table(
         title = f"{fom} ({objective.direction})"
         if compared:
             conf = _confidence(items)
-            title += f" vs baseline — speedup > 1 is better, [{conf:.0%} CI]"
-    table = Table(title=title, title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("point")
-    table.add_column("n", justify="right")
-    table.add_column(f"mean ± std {fom}", justify="right")
-    table.add_column("median", justify="right")
-    table.add_column("min", justify="right")
+            title += (
+                f" against the baseline: speedup > 1 is better [{conf:.0%} CI], p: Mann–Whitney U"
+            )
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    compact = compared and width is not None and width < COMPACT_WIDTH
+    any_failed = any(row.failed for row in rows)
+    if compact:
+        table.caption = "\n".join(
+            filter(None, [caption, "(median and min left out: wider terminal or HTML report)"])
+        )
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("point", overflow="fold", min_width=6)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("mean ± sd", justify="right", min_width=8)
+    if not compact:
+        table.add_column("median", justify="right", no_wrap=True)
+        table.add_column("min", justify="right", no_wrap=True)
     if compared:
-        table.add_column("speedup [CI]", justify="right")
-        table.add_column("p (MWU)", justify="right")
-        table.add_column("verdict")
-    table.add_column("not ok", style="red")
+        table.add_column("speedup [CI]", justify="right", min_width=8)
+        table.add_column("p", justify="right", no_wrap=True)
+        table.add_column("verdict", overflow="fold", min_width=8)
+    if any_failed:
+        table.add_column("not ok", style="red")
     for row in rows:
-        cells = [str(row.rank), row.label, row.n, row.mean_std, row.median, row.min]
+        cells = [str(row.rank), row.label, row.n, row.mean_std]
+        if not compact:
+            cells += [row.median, row.min]
         texts = [Text(c) for c in cells]
         if compared:
+            # the interval on its own line keeps the table narrow
+            speedup = row.speedup.replace(" [", "\n[", 1).replace(" (", "\n(", 1)
             texts += [
-                Text(row.speedup),
+                Text(speedup),
                 Text(row.p_value),
                 Text(row.verdict, style=_verdict_style(row.verdict_kind)),
             ]
-        texts.append(Text(row.failed))
+        if any_failed:
+            texts.append(Text(row.failed))
         table.add_row(*texts)
     return table
 
@@ -270,8 +315,12 @@ def best_lines(result: BestResult) -> list[str]:
     return lines
 
 
-def best_panel(result: BestResult) -> Panel:
-    """A rich panel with :func:`best_lines`, titled by the verdict."""
+def best_panel(result: BestResult, objective: Objective | None = None) -> Panel:
+    """A rich panel with :func:`best_lines`, bordered by the verdict's colour.
+
+    ``objective`` is accepted for symmetry with :func:`summary_table`; the result
+    already names its figure of merit and direction."""
+    del objective
     from rich.panel import Panel
     from rich.text import Text
 
