@@ -1,0 +1,229 @@
+"""One self-contained HTML report: inline CSS, images as base64 data URIs, no external asset.
+
+Every value is escaped by jinja2's autoescape, so a parameter value such as
+``<script>`` prints as text.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tunelab.errors import TunelabError
+from tunelab.report.table import best_lines, fmt_ratio, point_label, table_rows
+from tunelab.stats import BestResult, PointComparison, PointSummary, verdict_label
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tunelab.workloads.base import Objective
+
+__all__ = ["FailedRun", "Image", "failed_runs", "render_html_report", "write_html_report"]
+
+_MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
+
+
+class Image(NamedTuple):
+    """An embedded image: caption and ``data:`` URI."""
+
+    caption: str
+    data_uri: str
+
+
+class FailedRun(NamedTuple):
+    """A run that was not ok, as the report lists it."""
+
+    run_id: str
+    point: str
+    repeat: str
+    status: str
+    rc: str
+    reason: str
+
+
+def _embed(path: Path) -> Image:
+    mime = _MIME.get(path.suffix.lower())
+    if mime is None:
+        raise TunelabError(
+            f"cannot embed {path}: image type {path.suffix or '(none)'} is not one of "
+            f"{', '.join(sorted(_MIME))}"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TunelabError(f"cannot read image {path}: {exc.strerror}") from exc
+    caption = path.stem.replace("_", " ").replace("-", " ")
+    return Image(caption, f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def failed_runs(runs: pd.DataFrame | None) -> list[FailedRun]:
+    """Runs whose status is not ``ok``, in run order, with their reasons."""
+    if runs is None or len(runs) == 0 or "status" not in runs.columns:
+        return []
+    bad = runs[runs["status"] != "ok"]
+    if "run_id" in bad.columns:
+        bad = bad.sort_values("run_id")
+    out = []
+    for row in bad.to_dict("records"):
+        try:
+            params = json.loads(row.get("point", "{}"))
+            label = point_label(params) if isinstance(params, dict) else str(row.get("point"))
+        except (TypeError, ValueError):
+            label = str(row.get("point"))
+        out.append(
+            FailedRun(
+                _cell(row.get("run_id")),
+                label,
+                _cell(row.get("repeat")),
+                _cell(row.get("status")),
+                _cell(row.get("rc")),
+                _cell(row.get("reason")),
+            )  # fmt: skip
+        )
+    return out
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=False, default=str, ensure_ascii=False)
+
+
+def _flat(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    for key, value in snapshot.items():
+        text = value if isinstance(value, str) else _pretty(value)
+        rows.append((str(key), text))
+    return rows
+
+
+def _headline(
+    best: BestResult | None, comparisons: Sequence[PointComparison], objective: Objective
+) -> str:
+    """One sentence: how the best point compares with the baseline."""
+    if best is None or not comparisons:
+        return ""
+    base = next((pc for pc in comparisons if pc.is_baseline), None)
+    mine = next((pc for pc in comparisons if pc.point == best.best.point), None)
+    if base is None or mine is None:
+        return ""
+    if mine.is_baseline:
+        return f"The baseline ({point_label(base.summary.params)}) is the best point."
+    c = mine.comparison
+    word = verdict_label(c.verdict, objective.fom, objective.direction)
+    interval = (
+        f" [{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]" if not math.isnan(c.ci_low) else ""
+    )
+    return (
+        f"Against the baseline ({point_label(base.summary.params)}), the best point's speedup "
+        f"is {fmt_ratio(c.speedup)}×{interval}: {word}."
+    )
+
+
+def render_html_report(
+    *,
+    title: str,
+    objective: Objective | None = None,
+    study_spec: Mapping[str, Any] | None = None,
+    sysinfo: Mapping[str, Any] | None = None,
+    summaries: Sequence[PointSummary] = (),
+    comparisons: Sequence[PointComparison] = (),
+    best: BestResult | None = None,
+    images: Sequence[str | Path] = (),
+    runs: pd.DataFrame | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """The report as an HTML string (see :func:`write_html_report`)."""
+    import jinja2
+
+    from tunelab.workloads.base import Objective
+
+    if objective is None:
+        objective = (
+            Objective(best.fom, best.direction)  # type: ignore[arg-type]
+            if best is not None
+            else Objective("wall_s", "minimize")
+        )
+    items: Sequence[PointComparison] | Sequence[PointSummary] = comparisons or summaries
+    rows = table_rows(items, objective) if items else []
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("tunelab.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    template = env.get_template("report.html.j2")
+    n_runs = len(runs) if runs is not None else sum(s.n_total for s in summaries)
+    failed = failed_runs(runs)
+    return template.render(
+        title=title,
+        fom=objective.fom.removeprefix("fom."),
+        direction=objective.direction,
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        best_lines=best_lines(best) if best is not None else [],
+        headline=_headline(best, comparisons, objective),
+        best_verdict=(best.comparison.verdict.value if best and best.comparison else ""),
+        compared=bool(comparisons),
+        confidence=comparisons[0].comparison.confidence if comparisons else 0.95,
+        noise=comparisons[0].comparison.noise_threshold if comparisons else 0.02,
+        rows=rows,
+        images=[_embed(Path(p)) for p in images],
+        failed=failed,
+        n_runs=n_runs,
+        sysinfo=_flat(sysinfo or {}),
+        study_spec=_pretty(dict(study_spec)) if study_spec else "",
+        notes=list(notes),
+    )
+
+
+def write_html_report(
+    path: str | Path,
+    *,
+    title: str,
+    study_spec: Mapping[str, Any] | None = None,
+    sysinfo: Mapping[str, Any] | None = None,
+    summaries: Sequence[PointSummary] = (),
+    comparisons: Sequence[PointComparison] = (),
+    best: BestResult | None = None,
+    images: Sequence[str | Path] = (),
+    runs: pd.DataFrame | None = None,
+    objective: Objective | None = None,
+    notes: Sequence[str] = (),
+) -> Path:
+    """Write one self-contained HTML report and return its path.
+
+    Sections: the verdict (from ``best``), the ranked table (``comparisons`` if given,
+    else ``summaries``), the plots (``images``, embedded), failed runs with their reasons
+    (from ``runs``), the machine snapshot (``sysinfo``) and the study spec. ``notes`` are
+    shown under the verdict. ``objective`` defaults to the one of ``best``.
+    """
+    html = render_html_report(
+        title=title,
+        objective=objective,
+        study_spec=study_spec,
+        sysinfo=sysinfo,
+        summaries=summaries,
+        comparisons=comparisons,
+        best=best,
+        images=images,
+        runs=runs,
+        notes=notes,
+    )
+    path = Path(path)
+    try:
+        path.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise TunelabError(f"cannot write report {path}: {exc.strerror}") from exc
+    return path

@@ -1,0 +1,248 @@
+"""Static plots (matplotlib, Agg backend, imported only when a plot is drawn).
+
+Each chart has a pure data step (:func:`speedup_bars`, :func:`fom_by_point`) tested without
+drawing, and a renderer that writes one PNG and returns its path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from tunelab.report.table import point_label
+from tunelab.stats import PointComparison, StatsError, Verdict, fom_column, verdict_label
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tunelab.workloads.base import Objective
+
+__all__ = [
+    "PointRuns",
+    "SpeedupBar",
+    "fom_by_point",
+    "fom_by_point_chart",
+    "speedup_bar_chart",
+    "speedup_bars",
+]
+
+VERDICT_COLOURS = {
+    Verdict.BETTER: "#2e7d32",
+    Verdict.WORSE: "#c62828",
+    Verdict.INDISTINGUISHABLE: "#9e9e9e",
+    Verdict.INSUFFICIENT: "#e0e0e0",
+}
+MAX_LABEL = 48
+
+
+class SpeedupBar(NamedTuple):
+    """One bar of the speedup chart: the point, its speedup and CI, and its verdict."""
+
+    label: str
+    speedup: float
+    ci_low: float
+    ci_high: float
+    verdict: Verdict
+
+
+class PointRuns(NamedTuple):
+    """Every successful value of one point, with its count of runs that were not ok."""
+
+    label: str
+    values: np.ndarray
+    n_not_ok: int
+
+
+def _short(label: str) -> str:
+    return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
+
+
+def speedup_bars(comparisons: Sequence[PointComparison]) -> list[SpeedupBar]:
+    """Bars for every compared point except the baseline and points without a speedup,
+    in the comparisons' rank order (best first)."""
+    bars = []
+    for pc in comparisons:
+        c = pc.comparison
+        if pc.is_baseline or math.isnan(c.speedup):
+            continue
+        bars.append(
+            SpeedupBar(point_label(pc.summary.params), c.speedup, c.ci_low, c.ci_high, c.verdict)
+        )
+    return bars
+
+
+def fom_by_point(
+    runs: pd.DataFrame, fom: str, order: Sequence[str] | None = None
+) -> list[PointRuns]:
+    """Successful values of ``fom`` per point (``order``: point keys; default: by median)."""
+    column = fom_column(fom)
+    if column not in runs.columns:
+        raise StatsError(f"no figure of merit {column.removeprefix('fom.')!r} in the runs")
+    if "point" not in runs.columns or "status" not in runs.columns:
+        raise StatsError("runs table lacks column(s) point, status")
+    groups: list[tuple[str, PointRuns]] = []
+    for point in dict.fromkeys(runs["point"]):
+        rows = runs[runs["point"] == point]
+        ok = rows["status"] == "ok"
+        values = rows.loc[ok, column].to_numpy(dtype=float)
+        values = values[~np.isnan(values)]
+        params = json.loads(point)
+        label = point_label(params) if isinstance(params, dict) else str(point)
+        groups.append((str(point), PointRuns(label, values, int(len(rows) - values.size))))
+    if order is not None:
+        rank = {key: i for i, key in enumerate(order)}
+        groups.sort(key=lambda g: rank.get(g[0], len(rank)))
+    else:
+        groups.sort(key=lambda g: (g[1].values.size == 0, _median(g[1].values)))
+    return [g[1] for g in groups]
+
+
+def _baseline_label(key: str | None) -> str | None:
+    if key is None:
+        return None
+    try:
+        params = json.loads(key)
+    except (TypeError, ValueError):
+        return None
+    return point_label(params) if isinstance(params, dict) else None
+
+
+def _median(values: np.ndarray) -> float:
+    return float(np.median(values)) if values.size else 0.0
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def speedup_bar_chart(
+    comparisons: Sequence[PointComparison],
+    path: str | Path,
+    title: str | None = None,
+    *,
+    objective: Objective | None = None,
+    max_bars: int = 40,
+) -> Path:
+    """Horizontal bars of each point's speedup over the baseline with CI error bars,
+    a line at 1 and the noise band around it, coloured by verdict. Only the first
+    ``max_bars`` points in rank order are drawn (the title says so). Writes a PNG."""
+    plt = _pyplot()
+    all_bars = speedup_bars(comparisons)
+    bars = all_bars[:max_bars]
+    if len(all_bars) > len(bars):
+        title = f"{title or 'Speedup over the baseline'} (best {len(bars)} of {len(all_bars)})"
+    path = Path(path)
+    noise = comparisons[0].comparison.noise_threshold if comparisons else 0.02
+    confidence = comparisons[0].comparison.confidence if comparisons else 0.95
+    height = 1.2 + 0.38 * max(len(bars), 1)
+    fig, ax = plt.subplots(figsize=(8, height), layout="constrained")
+    try:
+        ax.axvspan(1 - noise, 1 + noise, color="#fff3cd", zorder=0, label=f"±{noise:.0%} noise")
+        ax.axvline(1.0, color="black", linewidth=1, zorder=1)
+        if bars:
+            y = np.arange(len(bars))[::-1]
+            speed = np.array([b.speedup for b in bars])
+            low = np.array([b.ci_low for b in bars])
+            high = np.array([b.ci_high for b in bars])
+            has_ci = ~np.isnan(low)
+            colours = [VERDICT_COLOURS[b.verdict] for b in bars]
+            ax.barh(y, speed - 1.0, left=1.0, color=colours, edgecolor="#424242", zorder=2)
+            err = np.vstack([speed - low, high - speed])[:, has_ci]
+            ax.errorbar(
+                speed[has_ci], y[has_ci], xerr=err, fmt="none", ecolor="black",
+                capsize=3, zorder=3,
+            )  # fmt: skip
+            ax.set_yticks(y, [_short(b.label) for b in bars])
+            span = np.nanmax(np.abs(np.concatenate([speed, low, high]) - 1.0))
+            ax.set_xlim(1 - 1.15 * span - noise, 1 + 1.15 * span + noise)
+            seen: set[Verdict] = set()
+            for b in bars:
+                if b.verdict in seen:
+                    continue
+                seen.add(b.verdict)
+                text = (
+                    verdict_label(b.verdict, objective.fom, objective.direction)
+                    if objective
+                    else b.verdict.value
+                )
+                ax.barh([np.nan], [np.nan], color=VERDICT_COLOURS[b.verdict], label=text)
+        else:
+            ax.set_yticks([])
+            ax.text(1.0, 0.5, "no point to compare", ha="center", transform=ax.transData)
+        fom = f" of {objective.fom.removeprefix('fom.')}" if objective else ""
+        ax.set_xlabel(f"speedup over baseline{fom} (> 1 is better), {confidence:.0%} CI")
+        ax.set_title(title or "Speedup over the baseline")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+        ax.grid(axis="x", alpha=0.3)
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def fom_by_point_chart(
+    runs: pd.DataFrame,
+    fom: str,
+    path: str | Path,
+    *,
+    order: Sequence[str] | None = None,
+    title: str | None = None,
+    baseline: str | None = None,
+    max_points: int = 40,
+) -> Path:
+    """Box plot of every successful run per point with the runs themselves as dots
+    (jittered, seeded) and the count of runs that were not ok. Only the first
+    ``max_points`` points of ``order`` (default: by median) are drawn. Writes a PNG."""
+    plt = _pyplot()
+    all_groups = fom_by_point(runs, fom, order)
+    groups = all_groups[:max_points]
+    if len(all_groups) > len(groups):
+        name = fom_column(fom).removeprefix("fom.")
+        shown = f"(first {len(groups)} of {len(all_groups)})"
+        title = f"{title or f'{name} of every run, per point'} {shown}"
+    base_label = _baseline_label(baseline)
+    path = Path(path)
+    name = fom_column(fom).removeprefix("fom.")
+    height = 1.2 + 0.38 * max(len(groups), 1)
+    fig, ax = plt.subplots(figsize=(8, height), layout="constrained")
+    try:
+        y = np.arange(len(groups))[::-1]
+        with_values = [i for i, g in enumerate(groups) if g.values.size]
+        if with_values:
+            ax.boxplot(
+                [groups[i].values for i in with_values],
+                positions=y[with_values],
+                orientation="horizontal",
+                widths=0.6,
+                showfliers=False,
+                medianprops={"color": "#1565c0"},
+            )
+        jitter = np.random.default_rng(0)
+        for i, g in enumerate(groups):
+            if g.values.size:
+                ys = y[i] + jitter.uniform(-0.18, 0.18, g.values.size)
+                ax.plot(g.values, ys, "o", color="#424242", alpha=0.6, markersize=3.5)
+        labels = [
+            _short(g.label)
+            + (" (baseline)" if g.label == base_label else "")
+            + (f"  ({g.n_not_ok} not ok)" if g.n_not_ok else "")
+            for g in groups
+        ]
+        ax.set_yticks(y, labels)
+        ax.set_xlabel(name)
+        ax.set_title(title or f"{name} of every run, per point")
+        ax.grid(axis="x", alpha=0.3)
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,221 @@
+"""A study's results, computed once from its runs: what ``tunelab compare|best|report`` show.
+
+:func:`results_from_frame` is the pure step (runs table + objective + baseline in, frozen
+:class:`StudyResults` out); :func:`load_results` reads them from a study directory's store;
+:func:`write_report` draws the plots and writes the HTML file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from tunelab.stats import (
+    DEFAULT_RESAMPLES,
+    BestResult,
+    PointComparison,
+    PointSummary,
+    StatsError,
+    best,
+    compare_to_baseline,
+    summarize,
+)
+from tunelab.workloads.base import Direction, Objective
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["StudyResults", "load_results", "results_from_frame", "write_report"]
+
+
+@dataclass(frozen=True)
+class StudyResults:
+    """Everything the tables and reports of one study need.
+
+    ``comparisons`` is empty when the study has no baseline or the baseline has no
+    successful run (``notes`` then says why); ``summaries`` always lists every point.
+    """
+
+    name: str
+    objective: Objective
+    baseline: str | None
+    runs: pd.DataFrame = field(repr=False)
+    summaries: tuple[PointSummary, ...]
+    comparisons: tuple[PointComparison, ...]
+    notes: tuple[str, ...] = ()
+    spec: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    sysinfo: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    noise_threshold: float = 0.02
+    confidence: float = 0.95
+    n_resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+    directory: Path | None = None
+
+    def best_result(self) -> BestResult:
+        """The best point and its runner-up (raises :class:`StatsError` without a
+        successful run)."""
+        return best(
+            self.runs,
+            self.objective.fom,
+            self.objective.direction,
+            noise_threshold=self.noise_threshold,
+            confidence=self.confidence,
+            n_resamples=self.n_resamples,
+            seed=self.seed,
+        )
+
+
+def results_from_frame(
+    runs: pd.DataFrame,
+    objective: Objective,
+    baseline: str | None = None,
+    *,
+    name: str = "study",
+    spec: Mapping[str, Any] | None = None,
+    sysinfo: Mapping[str, Any] | None = None,
+    noise_threshold: float = 0.02,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    directory: Path | None = None,
+) -> StudyResults:
+    """Summaries of every point and, with a baseline, every point compared with it.
+
+    A baseline without successful runs, or a figure of merit whose ratio is meaningless
+    (non-positive mean), becomes a note rather than an error; an unknown figure of merit
+    raises :class:`StatsError`.
+    """
+    summaries = tuple(summarize(runs, objective.fom)) if len(runs) else ()
+    notes: list[str] = []
+    comparisons: tuple[PointComparison, ...] = ()
+    if not len(runs):
+        notes.append("No runs yet.")
+    elif baseline:
+        try:
+            comparisons = tuple(
+                compare_to_baseline(
+                    runs,
+                    objective.fom,
+                    objective.direction,
+                    baseline,
+                    noise_threshold=noise_threshold,
+                    confidence=confidence,
+                    n_resamples=n_resamples,
+                    seed=seed,
+                )
+            )
+        except StatsError as exc:
+            notes.append(f"No comparison with the baseline: {exc}.")
+    else:
+        notes.append("The study names no baseline: points are ranked by mean only.")
+    return StudyResults(
+        name=name,
+        objective=objective,
+        baseline=baseline or None,
+        runs=runs,
+        summaries=summaries,
+        comparisons=comparisons,
+        notes=tuple(notes),
+        spec=dict(spec or {}),
+        sysinfo=dict(sysinfo or {}),
+        noise_threshold=noise_threshold,
+        confidence=confidence,
+        n_resamples=n_resamples,
+        seed=seed,
+        directory=directory,
+    )
+
+
+def load_results(directory: str | Path) -> StudyResults:
+    """Read a study directory's store and compute its results.
+
+    Uses the store's meta values ``study_name``, ``objective`` (JSON ``[fom, direction]``),
+    ``baseline`` (point key, empty for none), ``noise_threshold`` and ``spec``.
+    """
+    from tunelab.store import open_store
+
+    directory = Path(directory)
+    with open_store(directory) as store:
+        runs = store.runs_frame()
+        fom, direction = "wall_s", "minimize"
+        raw = store.get_meta("objective")
+        if raw:
+            fom, direction = json.loads(raw)
+        if direction not in ("minimize", "maximize"):
+            raise StatsError(f"{directory}: stored objective direction {direction!r} is unknown")
+        raw_noise = store.get_meta("noise_threshold")
+        noise = float(raw_noise) if raw_noise else 0.02
+        if not math.isfinite(noise):
+            noise = 0.02
+        spec_raw = store.get_meta("spec")
+        return results_from_frame(
+            runs,
+            Objective(fom, cast(Direction, direction)),
+            store.get_meta("baseline") or None,
+            name=store.get_meta("study_name") or directory.name,
+            spec=json.loads(spec_raw) if spec_raw else {},
+            sysinfo=store.sysinfo(),
+            noise_threshold=noise,
+            directory=directory,
+        )
+
+
+def write_report(results: StudyResults, path: str | Path) -> Path:
+    """Draw the plots beside ``path`` (``<stem>-speedup.png``, ``<stem>-runs.png``) and
+    write the self-contained HTML report to ``path``; returns ``path``."""
+    from tunelab.errors import TunelabError
+    from tunelab.report.html import write_html_report
+    from tunelab.report.plots import fom_by_point_chart, speedup_bar_chart
+    from tunelab.report.table import table_rows
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TunelabError(f"cannot create {path.parent}: {exc.strerror}") from exc
+    notes = list(results.notes)
+    best_result: BestResult | None = None
+    if len(results.runs):
+        try:
+            best_result = results.best_result()
+        except StatsError as exc:
+            notes.append(f"No best point: {exc}.")
+    images: list[Path] = []
+    if results.comparisons:
+        images.append(
+            speedup_bar_chart(
+                results.comparisons,
+                path.with_name(f"{path.stem}-speedup.png"),
+                f"{results.name}: speedup over the baseline",
+                objective=results.objective,
+            )
+        )
+    if len(results.runs):
+        order = [row.point for row in table_rows(results.comparisons or results.summaries,
+                                                  results.objective)]  # fmt: skip
+        images.append(
+            fom_by_point_chart(
+                results.runs,
+                results.objective.fom,
+                path.with_name(f"{path.stem}-runs.png"),
+                order=order,
+                baseline=results.baseline,
+            )
+        )
+    return write_html_report(
+        path,
+        title=f"tunelab: {results.name}",
+        study_spec=results.spec,
+        sysinfo=results.sysinfo,
+        summaries=results.summaries,
+        comparisons=results.comparisons,
+        best=best_result,
+        images=images,
+        runs=results.runs,
+        objective=results.objective,
+        notes=notes,
+    )

@@ -1,0 +1,334 @@
+"""Ranked result tables: a data step (:func:`table_rows`) and a rich renderer.
+
+The rows are plain strings so that the terminal table (:func:`summary_table`) and the HTML
+report render exactly the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tunelab.stats import (
+    BestResult,
+    PointComparison,
+    PointSummary,
+    Verdict,
+    verdict_label,
+)
+
+if TYPE_CHECKING:
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from tunelab.report.summary import StudyResults
+    from tunelab.workloads.base import Objective
+
+__all__ = [
+    "TableRow",
+    "best_lines",
+    "best_panel",
+    "fmt_number",
+    "fmt_ratio",
+    "point_label",
+    "summary_table",
+    "table_rows",
+]
+
+COMPACT_WIDTH = 110
+"""Console width below which :func:`summary_table` leaves out the median and min columns."""
+
+VERDICT_STYLES = {
+    Verdict.BETTER: "bold green",
+    Verdict.WORSE: "bold red",
+    Verdict.INDISTINGUISHABLE: "yellow",
+    Verdict.INSUFFICIENT: "dim",
+}
+
+
+class TableRow(NamedTuple):
+    """One ranked line of a result table, every cell already formatted.
+
+    ``speedup``, ``p_value`` and ``verdict`` are empty strings when the rows were built
+    from summaries only; ``verdict_kind`` is the raw :class:`Verdict` value (or
+    ``"baseline"``) for colouring.
+    """
+
+    rank: int
+    point: str
+    label: str
+    n: str
+    mean_std: str
+    median: str
+    min: str
+    speedup: str
+    p_value: str
+    verdict: str
+    verdict_kind: str
+    failed: str
+
+
+def fmt_number(value: float, digits: int = 4) -> str:
+    """``digits`` significant digits; an en dash for NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}g}"
+
+
+def fmt_ratio(value: float) -> str:
+    """A ratio with three decimals (so an interval's side reads 1.004, not 1); dash for NaN."""
+    if value is None or math.isnan(value):
+        return "–"
+    return f"{value:.3f}"
+
+
+def point_label(params: dict[str, Any]) -> str:
+    """``{"np": 4, "env": "am"}`` -> ``np=4 env=am`` (the point's own key order)."""
+    if not params:
+        return "(default)"
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _p_text(p: float) -> str:
+    if math.isnan(p):
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _failed_text(summary: PointSummary) -> str:
+    if not summary.failed:
+        return ""
+    return ", ".join(f"{count} {status}" for status, count in summary.failed.items())
+
+
+def _mean_std(summary: PointSummary) -> str:
+    if summary.n == 0:
+        return "–"
+    if math.isnan(summary.std):
+        return fmt_number(summary.mean)
+    return f"{fmt_number(summary.mean)} ± {fmt_number(summary.std, 2)}"
+
+
+def table_rows(
+    items: Sequence[PointComparison] | Sequence[PointSummary], objective: Objective
+) -> list[TableRow]:
+    """Rows of the ranked table, best first.
+
+    ``items`` are either :func:`tunelab.stats.compare_to_baseline` results (kept in their
+    rank) or :func:`tunelab.stats.summarize` results (ranked here by mean, points without
+    values last).
+    """
+    rows: list[TableRow] = []
+    if items and isinstance(items[0], PointSummary):
+        summaries = [s for s in items if isinstance(s, PointSummary)]
+        sign = 1.0 if objective.direction == "minimize" else -1.0
+        ranked = sorted(summaries, key=lambda s: (s.n == 0, sign * s.mean if s.n else 0.0, s.point))
+        for rank, s in enumerate(ranked, start=1):
+            rows.append(
+                TableRow(
+                    rank,
+                    s.point,
+                    point_label(s.params),
+                    str(s.n),
+                    _mean_std(s),
+                    fmt_number(s.median),
+                    fmt_number(s.min),
+                    "",
+                    "",
+                    "",
+                    "",
+                    _failed_text(s),
+                )  # fmt: skip
+            )
+        return rows
+    for pc in items:
+        if not isinstance(pc, PointComparison):
+            raise TypeError(f"expected PointComparison or PointSummary items, got {type(pc)}")
+        s, c = pc.summary, pc.comparison
+        if pc.is_baseline:
+            speedup, verdict, kind = "1 (baseline)", "baseline", "baseline"
+            p = ""
+        else:
+            speedup = fmt_ratio(c.speedup) + ("×" if not math.isnan(c.speedup) else "")
+            if not math.isnan(c.ci_low):
+                speedup += f" [{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
+            verdict = verdict_label(c.verdict, objective.fom, objective.direction)
+            kind = c.verdict.value
+            p = _p_text(c.p_value)
+        rows.append(
+            TableRow(
+                pc.rank,
+                s.point,
+                point_label(s.params),
+                str(s.n),
+                _mean_std(s),
+                fmt_number(s.median),
+                fmt_number(s.min),
+                speedup,
+                p,
+                verdict,
+                kind,
+                _failed_text(s),
+            )  # fmt: skip
+        )
+    return rows
+
+
+def summary_table(
+    items: StudyResults | Sequence[PointComparison] | Sequence[PointSummary],
+    objective: Objective | None = None,
+    *,
+    title: str | None = None,
+    width: int | None = None,
+) -> Table:
+    """A rich table of the ranked points: n, mean ± std, median, min, speedup [CI], p,
+    verdict (these three only for comparisons) and runs that were not ok (a column only
+    when some were).
+
+    ``items`` is a :class:`~tunelab.report.summary.StudyResults` (its comparisons, else its
+    summaries, its objective, and its notes as caption) or a sequence of comparisons or
+    summaries with ``objective``. Pass the console's ``width``: below
+    :data:`COMPACT_WIDTH` columns the median and min columns are left out (the caption
+    says so) so the rest stays readable.
+    """
+    from tunelab.report.summary import StudyResults
+
+    caption = None
+    if isinstance(items, StudyResults):
+        objective = objective or items.objective
+        caption = "\n".join(items.notes) or None
+        items = items.comparisons or items.summaries
+    if objective is None:
+        raise TypeError("summary_table needs an objective with a sequence of results")
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = table_rows(items, objective)
+    compared = bool(items) and not isinstance(items[0], PointSummary)
+    fom = objective.fom.removeprefix("fom.")
+    if title is None:
+        title = f"{fom} ({objective.direction})"
+        if compared:
+            conf = _confidence(items)
+            title += (
+                f" against the baseline: speedup > 1 is better [{conf:.0%} CI], p: Mann–Whitney U"
+            )
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    compact = compared and width is not None and width < COMPACT_WIDTH
+    any_failed = any(row.failed for row in rows)
+    if compact:
+        table.caption = "\n".join(
+            filter(None, [caption, "(median and min left out: wider terminal or HTML report)"])
+        )
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("point", overflow="fold", min_width=6)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("mean ± sd", justify="right", min_width=8)
+    if not compact:
+        table.add_column("median", justify="right", no_wrap=True)
+        table.add_column("min", justify="right", no_wrap=True)
+    if compared:
+        table.add_column("speedup [CI]", justify="right", min_width=8)
+        table.add_column("p", justify="right", no_wrap=True)
+        table.add_column("verdict", overflow="fold", min_width=8)
+    if any_failed:
+        table.add_column("not ok", style="red")
+    for row in rows:
+        cells = [str(row.rank), row.label, row.n, row.mean_std]
+        if not compact:
+            cells += [row.median, row.min]
+        texts = [Text(c) for c in cells]
+        if compared:
+            # the interval on its own line keeps the table narrow
+            speedup = row.speedup.replace(" [", "\n[", 1).replace(" (", "\n(", 1)
+            texts += [
+                Text(speedup),
+                Text(row.p_value),
+                Text(row.verdict, style=_verdict_style(row.verdict_kind)),
+            ]
+        if any_failed:
+            texts.append(Text(row.failed))
+        table.add_row(*texts)
+    return table
+
+
+def _verdict_style(kind: str) -> str:
+    if kind == "baseline":
+        return "bold"
+    try:
+        return VERDICT_STYLES[Verdict(kind)]
+    except ValueError:
+        return ""
+
+
+def _confidence(items: Sequence[Any]) -> float:
+    for pc in items:
+        if isinstance(pc, PointComparison):
+            return pc.comparison.confidence
+    return 0.95
+
+
+def best_lines(result: BestResult) -> list[str]:
+    """Plain sentences on the best point and how sure we are (terminal and HTML)."""
+    b, fom = result.best, result.fom
+    lines = [
+        f"Best point: {point_label(b.params)} — mean {fom} {fmt_number(b.mean)}"
+        + (f" ± {fmt_number(b.std, 2)}" if not math.isnan(b.std) else "")
+        + f" (n={b.n}, {result.direction})."
+    ]
+    if result.runner_up is None or result.comparison is None:
+        lines.append("It is the only point with successful runs: nothing to compare it with.")
+        return lines
+    r, c = result.runner_up, result.comparison
+    lines.append(f"Runner-up: {point_label(r.params)} — mean {fmt_number(r.mean)} (n={r.n}).")
+    verdict = verdict_label(c.verdict, fom, result.direction)
+    if c.verdict is Verdict.INSUFFICIENT:
+        lines.append(
+            f"Best vs runner-up: {fmt_ratio(c.speedup)}× — insufficient data "
+            "(fewer than 2 successful runs on one side)."
+        )
+        return lines
+    lines.append(
+        f"Best vs runner-up: {fmt_ratio(c.speedup)}× [{fmt_ratio(c.ci_low)}, "
+        f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {_p_text(c.p_value)} "
+        f"(Mann–Whitney U): {verdict}."
+    )
+    if c.verdict is Verdict.BETTER:
+        lines.append(f"The best point beats the runner-up ({verdict}, beyond the noise threshold).")
+    else:
+        lines.append("The best point cannot be told apart from the runner-up: pick either.")
+    p = result.p_beats_runner_up
+    if p is not None:
+        lines.append(
+            f"Its mean is the better one in {p:.1%} of bootstrap resamples (an optimistic "
+            "share: the best was chosen for having the best mean)."
+        )
+    return lines
+
+
+def best_panel(result: BestResult, objective: Objective | None = None) -> Panel:
+    """A rich panel with :func:`best_lines`, bordered by the verdict's colour.
+
+    ``objective`` is accepted for symmetry with :func:`summary_table`; the result
+    already names its figure of merit and direction."""
+    del objective
+    from rich.panel import Panel
+    from rich.text import Text
+
+    c = result.comparison
+    style = VERDICT_STYLES.get(c.verdict, "") if c is not None else "green"
+    return Panel(
+        Text("\n".join(best_lines(result))),
+        title=f"best {result.fom} ({result.direction})",
+        border_style=style or "white",
+        expand=False,
+    )

@@ -1,0 +1,71 @@
+"""The HTML report is one self-contained, escaped file."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from tunelab.report import table_rows, write_html_report
+from tunelab.stats import best, compare_to_baseline, summarize
+from tunelab.workloads.base import Objective
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _report(
+    runs: pd.DataFrame, objective: Objective, tmp_path: Path, baseline: str, injected: str
+) -> tuple[str, list]:
+    from tunelab.report import speedup_bar_chart
+
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=500)
+    image = speedup_bar_chart(comparisons, tmp_path / "speedup.png", objective=objective)
+    path = write_html_report(
+        tmp_path / "report.html",
+        title=f"study {injected}",
+        study_spec={"workload": {"name": "command", "argv": ["echo", injected]}},
+        sysinfo={"cpu": "Test CPU", "packages": {"numpy": "2.4"}},
+        summaries=summarize(runs, "wall_s"),
+        comparisons=comparisons,
+        best=best(runs, "wall_s", "minimize", n_resamples=500),
+        images=[image],
+        runs=runs,
+        objective=objective,
+    )
+    return path.read_text(encoding="utf-8"), comparisons
+
+
+def test_html_is_self_contained(
+    runs: pd.DataFrame, objective: Objective, tmp_path: Path, baseline: str, injected: str
+) -> None:
+    html, _ = _report(runs, objective, tmp_path, baseline, injected)
+    assert "http" not in html.lower()
+    assert "<link" not in html and "@import" not in html
+    sources = re.findall(r'src="([^"]*)"', html)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+    png = base64.b64decode(sources[0].removeprefix("data:image/png;base64,"))
+    assert png[:8] == PNG_MAGIC and png == (tmp_path / "speedup.png").read_bytes()
+
+
+def test_html_holds_table_values_failures_and_snapshot(
+    runs: pd.DataFrame, objective: Objective, tmp_path: Path, baseline: str, injected: str
+) -> None:
+    html, comparisons = _report(runs, objective, tmp_path, baseline, injected)
+    for row in table_rows(comparisons, objective):
+        for cell in (row.n, row.mean_std, row.median, row.speedup, row.verdict):
+            assert f">{cell}<" in html
+    assert html.index('id="verdict"') < html.index('id="table"') < html.index('id="plots"')
+    assert "Best point: env=am np=2" in html
+    assert "Runs that were not ok (4)" in html
+    assert "failed: rank 1 said &lt;boom&gt; &amp; died" in html
+    assert "Test CPU" in html and "numpy" in html
+
+
+def test_html_escapes_injected_values(
+    runs: pd.DataFrame, objective: Objective, tmp_path: Path, baseline: str, injected: str
+) -> None:
+    html, _ = _report(runs, objective, tmp_path, baseline, injected)
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html

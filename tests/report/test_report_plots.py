@@ -1,0 +1,73 @@
+"""Plots: the data steps, and real PNG files from the renderers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tunelab.report import fom_by_point, fom_by_point_chart, speedup_bar_chart, speedup_bars
+from tunelab.stats import StatsError, Verdict, compare_to_baseline
+from tunelab.workloads.base import Objective
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 5_000  # a drawn chart, not an empty canvas
+    width = int.from_bytes(data[16:20], "big")
+    height = int.from_bytes(data[20:24], "big")
+    assert width >= 600 and height >= 150
+
+
+def test_speedup_bars_skip_baseline_and_points_without_values(
+    runs: pd.DataFrame, baseline: str
+) -> None:
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=500)
+    bars = speedup_bars(comparisons)
+    labels = [b.label for b in bars]
+    assert "env=baseline np=2" not in labels and "env=broken np=2" not in labels
+    assert len(bars) == 4 and bars[0].verdict is Verdict.BETTER
+    assert all(b.ci_low <= b.speedup <= b.ci_high for b in bars)
+
+
+def test_fom_by_point_groups_ok_values_and_counts_the_rest(runs: pd.DataFrame) -> None:
+    groups = {g.label: g for g in fom_by_point(runs, "wall_s")}
+    assert groups["env=am np=2"].values.size == 6 and groups["env=am np=2"].n_not_ok == 1
+    assert groups["env=broken np=2"].values.size == 0
+    assert list(groups)[-1] == "env=broken np=2"  # no values: last
+    with pytest.raises(StatsError, match="gflops"):
+        fom_by_point(runs, "gflops")
+
+
+def test_charts_write_png_files(runs: pd.DataFrame, tmp_path: Path, baseline: str) -> None:
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=500)
+    bar = speedup_bar_chart(
+        comparisons, tmp_path / "speedup.png", "env sweep", objective=Objective("wall_s")
+    )
+    box = fom_by_point_chart(runs, "wall_s", tmp_path / "runs.png", baseline=baseline)
+    assert bar == tmp_path / "speedup.png" and box == tmp_path / "runs.png"
+    _assert_png(bar)
+    _assert_png(box)
+
+
+def test_speedup_chart_with_nothing_to_compare(tmp_path: Path) -> None:
+    _assert_png(speedup_bar_chart([], tmp_path / "empty.png"))
+
+
+def test_charts_cap_the_number_of_points_drawn(
+    runs: pd.DataFrame, baseline: str, tmp_path: Path
+) -> None:
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=200)
+    full = speedup_bar_chart(comparisons, tmp_path / "full.png")
+    capped = speedup_bar_chart(comparisons, tmp_path / "capped.png", max_bars=2)
+    tall = fom_by_point_chart(runs, "wall_s", tmp_path / "tall.png")
+    short = fom_by_point_chart(runs, "wall_s", tmp_path / "short.png", max_points=2)
+
+    def height(path: Path) -> int:
+        return int.from_bytes(path.read_bytes()[20:24], "big")
+
+    assert height(capped) < height(full) and height(short) < height(tall)

@@ -1,0 +1,145 @@
+"""StudyResults: computed once from the runs, shown by compare/best/report."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from tunelab.report import (
+    best_panel,
+    load_results,
+    results_from_frame,
+    summary_table,
+    write_report,
+)
+from tunelab.stats import StatsError, Verdict
+from tunelab.workloads.base import Objective
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _text(renderable: object) -> str:
+    console = Console(width=220, record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_results_compare_with_the_baseline(
+    runs: pd.DataFrame, objective: Objective, baseline: str
+) -> None:
+    results = results_from_frame(runs, objective, baseline, name="env sweep", n_resamples=500)
+    assert len(results.summaries) == 6 and len(results.comparisons) == 6
+    assert results.comparisons[0].summary.params["env"] == "am"
+    assert results.comparisons[0].comparison.verdict is Verdict.BETTER
+    assert results.notes == ()
+    assert results.best_result().best.params["env"] == "am"
+    text = _text(summary_table(results))
+    assert "speedup [CI]" in text and "faster" in text and "env=am np=2" in text
+
+
+def test_results_without_baseline_rank_by_mean_and_say_so(
+    runs: pd.DataFrame, objective: Objective
+) -> None:
+    results = results_from_frame(runs, objective, None, n_resamples=500)
+    assert results.comparisons == ()
+    text = _text(summary_table(results))
+    assert "speedup" not in text and "names no baseline" in text
+    rows = [line for line in text.splitlines() if re.match(r"^\s*\d+\s+env=", line)]
+    assert "env=am np=2" in rows[0]
+
+
+def test_report_files(
+    runs: pd.DataFrame, objective: Objective, baseline: str, tmp_path: Path
+) -> None:
+    results = results_from_frame(
+        runs, objective, baseline, name="sweep", spec={"name": "sweep"}, n_resamples=500
+    )
+    path = write_report(results, tmp_path / "deep" / "report.html")
+    assert path == tmp_path / "deep" / "report.html"
+    for png in ("report-speedup.png", "report-runs.png"):
+        assert (tmp_path / "deep" / png).read_bytes()[:8] == PNG_MAGIC
+    html = path.read_text(encoding="utf-8")
+    assert html.count('src="data:image/png;base64,') == 2
+    assert "tunelab: sweep" in html
+
+
+def test_every_run_failed(
+    objective: Objective,
+    baseline: str,
+    tmp_path: Path,
+    runs_factory: Callable[..., pd.DataFrame],
+) -> None:
+    runs = runs_factory({"baseline": (1.0, 0, ["failed"]), "b": (1.0, 0, ["timeout"])})
+    results = results_from_frame(runs, objective, baseline, n_resamples=200)
+    assert results.comparisons == () and "no successful run" in results.notes[0]
+    with pytest.raises(StatsError, match="no successful run"):
+        results.best_result()
+    html = write_report(results, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "No verdict" in html and "Runs that were not ok (2)" in html
+    assert "no successful run" in html
+
+
+def test_best_panel_accepts_the_objective(
+    runs: pd.DataFrame, objective: Objective, baseline: str
+) -> None:
+    results = results_from_frame(runs, objective, baseline, n_resamples=500)
+    assert "env=am np=2" in _text(best_panel(results.best_result(), results.objective))
+
+
+def test_load_results_from_a_real_store(
+    runs: pd.DataFrame, objective: Objective, baseline: str, tmp_path: Path
+) -> None:
+    store_mod = pytest.importorskip("tunelab.store", reason="the engine's store is on main")
+    import json
+
+    with store_mod.open_store(tmp_path, create=True) as store:
+        store.set_meta(
+            {
+                "study_name": "stored",
+                "objective": json.dumps(["wall_s", "minimize"]),
+                "baseline": baseline,
+                "noise_threshold": "0.02",
+                "spec": json.dumps({"name": "stored"}),
+            }
+        )
+        for row in runs.to_dict("records"):
+            value = row["fom.wall_s"]
+            store.record_run(
+                store_mod.RunRecord(
+                    point_key=row["point"],
+                    params={"env": row["env"], "np": row["np"]},
+                    repeat=row["repeat"],
+                    status=row["status"],
+                    reason=row["reason"],
+                    rc=row["rc"],
+                    wall_s=1.0 if pd.isna(value) else value,
+                    started_at=row["started_at"],
+                    ended_at=row["ended_at"],
+                    host=row["host"],
+                    command=["true"],
+                    env={},
+                    run_dir=str(tmp_path),
+                    foms={} if pd.isna(value) else {"wall_s": value},
+                )
+            )
+    results = load_results(tmp_path)
+    assert results.name == "stored" and results.baseline == baseline
+    assert results.objective == objective
+    assert [pc.summary.params["env"] for pc in results.comparisons][0] == "am"
+    assert results.comparisons[-1].summary.failed == {"failed": 2}
+
+
+def test_narrow_console_leaves_out_median_and_min(
+    runs: pd.DataFrame, objective: Objective, baseline: str
+) -> None:
+    results = results_from_frame(runs, objective, baseline, n_resamples=300)
+    wide = _text(summary_table(results))
+    narrow = _text(summary_table(results, width=80))
+    header = next(line for line in narrow.splitlines() if "mean ± sd" in line)
+    assert "median" in wide and "median" not in header and "min " not in header
+    assert "median and min left out" in narrow and "faster" in narrow
