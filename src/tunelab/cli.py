@@ -75,7 +75,7 @@ def run(
         except KeyboardInterrupt:
             progress.stop()
             err_console.print(f"tunelab: interrupted; finished runs are stored in {study_dir}. "
-                              "Run the same command again to resume.")
+                              "Run the same command again to resume.", soft_wrap=True)
             raise typer.Exit(130) from None
     counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
     console.print(f"{study.spec.name}: {outcome.ran} runs now, {outcome.previously_done} "
@@ -91,7 +91,7 @@ def _print_ranking(study_dir: Path) -> None:
 
     results = load_results(study_dir)
     if results.comparisons or results.summaries:
-        console.print(summary_table(results))
+        console.print(summary_table(results, width=console.width))
 
 
 @app.command()
@@ -149,7 +149,7 @@ def compare(directory: DirArg) -> None:
     from tunelab.report.summary import load_results
     from tunelab.report.table import summary_table
 
-    console.print(summary_table(load_results(directory)))
+    console.print(summary_table(load_results(directory), width=console.width))
 
 
 @app.command()
@@ -173,7 +173,7 @@ def report(
     from tunelab.report.table import summary_table
 
     results = load_results(directory)
-    console.print(summary_table(results))
+    console.print(summary_table(results, width=console.width))
     path = write_report(results, output or directory / "report.html")
     console.print(f"report: {path}")
 
@@ -237,7 +237,7 @@ def init(
 def main() -> None:
     """Console-script entry point: one-line errors, exit status 2 on bad input."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)  # returns a typer.Exit's code instead of raising it
     except TunelabError as exc:
         err_console.print(f"tunelab: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
@@ -253,6 +253,7 @@ def main() -> None:
             exc.show()
             sys.exit(2)
         raise
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ Hierarchy::
     ├── SpaceError          a parameter space with no valid point, or a point outside it
     ├── WorkloadError       unknown workload, bad workload option, missing executable
     │   └── ParseError      a run's output that holds no figure of merit (the run is failed)
+    │       └── RunReportedError  the output itself says the run failed (pw.x's "Error in …")
     ├── StoreError          a study directory that is busy, foreign or unreadable
     └── LaunchError         a command that cannot be started at all
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "LaunchError",
     "ParseError",
+    "RunReportedError",
     "SpaceError",
     "StoreError",
     "StudyError",
@@ -50,6 +52,13 @@ class ParseError(WorkloadError):
 
     Raised by ``Workload.parse``; the runner records the run as ``failed`` with this
     message as its reason, and the study goes on.
+    """
+
+
+class RunReportedError(ParseError):
+    """The program's own output says it failed (e.g. pw.x's ``Error in routine … (N): …``).
+
+    Its message becomes the run's failure reason, ahead of the last line of stderr.
     """
 
 

@@ -26,7 +26,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tunelab.errors import LaunchError, ParseError, StoreError, StudyError, WorkloadError
+from tunelab.errors import (
+    LaunchError,
+    ParseError,
+    RunReportedError,
+    StoreError,
+    StudyError,
+    WorkloadError,
+)
 from tunelab.execute.launchers import LocalLauncher
 from tunelab.search import make_strategy
 from tunelab.space import Point, Space
@@ -319,10 +326,12 @@ def _parse(study: Study, rc: int | None, stdout_path: Path, stderr_path: Path,
     stderr = stderr_path.read_text(errors="replace")
     try:
         foms = study.workload.parse(stdout, stderr, run_dir)
+    except RunReportedError as exc:
+        return "failed", (f"exit code {rc}: {exc}" if rc else str(exc)), {}
     except ParseError as exc:
         if rc == 0:
             return "failed", f"unparsable output: {exc}", {}
-        return "failed", f"exit code {rc}: {exc}", {}
+        foms = {}
     if rc != 0:
         tail = _tail(stderr_path) or _tail(stdout_path)
         return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
