@@ -163,8 +163,15 @@ def speedup_bar_chart(
                 capsize=3, zorder=3,
             )  # fmt: skip
             ax.set_yticks(y, [_short(b.label) for b in bars])
-            span = np.nanmax(np.abs(np.concatenate([speed, low, high]) - 1.0))
-            ax.set_xlim(1 - 1.15 * span - noise, 1 + 1.15 * span + noise)
+            values = np.concatenate([speed, low[has_ci], high[has_ci]])
+            lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+            if hi / lo > 4:  # ratios spanning orders of magnitude: a log axis, symmetric in 1
+                ax.set_xscale("log")
+                reach = max(hi, 1 / lo) ** 1.1
+                ax.set_xlim(1 / reach, reach)
+            else:
+                span = max(hi - 1.0, 1.0 - lo)
+                ax.set_xlim(max(1 - 1.15 * span - noise, 0.0), 1 + 1.15 * span + noise)
             seen: set[Verdict] = set()
             for b in bars:
                 if b.verdict in seen:
