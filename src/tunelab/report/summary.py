@@ -206,6 +206,7 @@ def write_report(results: StudyResults, path: str | Path) -> Path:
                 baseline=results.baseline,
             )
         )
+    images.extend(_workload_plots(results, path, best_result))
     return write_html_report(
         path,
         title=f"tunelab: {results.name}",
@@ -218,4 +219,26 @@ def write_report(results: StudyResults, path: str | Path) -> Path:
         runs=results.runs,
         objective=results.objective,
         notes=notes,
+    )
+
+
+def _workload_plots(
+    results: StudyResults, path: Path, best_result: BestResult | None
+) -> list[Path]:
+    """The study's workload's own plots (e.g. pw.x wall time vs np), written beside ``path``."""
+    from tunelab.errors import WorkloadError
+    from tunelab.workloads import get_workload
+
+    workload = results.spec.get("workload", {})
+    name = workload.get("name") if isinstance(workload, dict) else None
+    if not name or not len(results.runs):
+        return []
+    try:
+        cls = get_workload(str(name))
+    except WorkloadError:
+        return []
+    return cls.report_plots(
+        results.runs, path.parent, objective=results.objective,
+        best=best_result.best.point if best_result is not None else None,
+        baseline=results.baseline,
     )

@@ -24,9 +24,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Command", "Objective", "RunContext", "Workload", "WorkloadOptions"]
 
@@ -123,6 +126,18 @@ class Workload(ABC):
     def tool_versions(self) -> dict[str, list[str]]:
         """Commands whose first output line is stored in the machine snapshot."""
         return {}
+
+    @classmethod
+    def report_plots(
+        cls, runs: pd.DataFrame, out_dir: Path, *, objective: Objective,
+        best: str | None, baseline: str | None,
+    ) -> list[Path]:
+        """Workload-specific PNG plots for ``tunelab report`` (none by default).
+
+        ``runs`` is the store's runs table (``Store.runs_frame``); ``best`` and ``baseline``
+        are point keys. Return the paths written into ``out_dir``.
+        """
+        return []
 
     @abstractmethod
     def command(self, ctx: RunContext) -> Command:
