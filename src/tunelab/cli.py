@@ -61,9 +61,7 @@ def run(
     if dry_run:
         for line in describe_commands(study, study_dir):
             console.print(line, markup=False, soft_wrap=True)
-        n = len(study.points)
-        console.print(f"{n} points x {study.spec.repeats} repeats = "
-                      f"{n * study.spec.repeats} runs (dry run: nothing was run)")
+        console.print(f"{_plan_text(study)} (dry run: nothing was run)")
         return
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     from tunelab.report.progress import StudyProgress
@@ -132,9 +130,15 @@ def space(
         console.print(f"  {point.label()}", markup=False)
     if len(points) > show:
         console.print(f"  … and {len(points) - show} more")
-    runs = len(study.points) * study.spec.repeats
-    console.print(f"{len(study.points)} points will run x {study.spec.repeats} repeats = "
-                  f"{runs} runs")
+    console.print(f"will run {_plan_text(study)}")
+
+
+def _plan_text(study: Any) -> str:
+    if study.adaptive:
+        return (f"up to {study.spec.samples} points chosen by {study.spec.strategy} x "
+                f"{study.spec.repeats} repeats = up to {study.planned_runs} runs")
+    return (f"{len(study.points)} points x {study.spec.repeats} repeats = "
+            f"{study.planned_runs} runs")
 
 
 def _load(study_file: Path) -> Any:

@@ -72,7 +72,7 @@ class _Objective(BaseModel):
 
 class _Search(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    strategy: Literal["grid", "random"] = "grid"
+    strategy: Literal["grid", "random", "optuna"] = "grid"
     seed: int = 0
     samples: int | None = Field(default=None, ge=1)
 
@@ -128,7 +128,7 @@ class StudySpec(BaseModel):
     timeout_s: float
     objective_fom: str | None
     objective_direction: Literal["minimize", "maximize"] | None
-    strategy: Literal["grid", "random"]
+    strategy: Literal["grid", "random", "optuna"]
     seed: int
     samples: int | None
     noise_threshold: float
@@ -283,8 +283,9 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
     except ValueError as exc:
         raise lines.error(("timeout",), f"'timeout' {exc}") from None
 
-    if raw.search.strategy == "random" and raw.search.samples is None:
-        raise lines.error(("search",), "search strategy 'random' needs 'samples: N'")
+    if raw.search.strategy != "grid" and raw.search.samples is None:
+        raise lines.error(("search",),
+                          f"search strategy {raw.search.strategy!r} needs 'samples: N'")
 
     baseline = None
     if raw.baseline is not None:

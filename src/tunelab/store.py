@@ -185,6 +185,15 @@ class Store:
         )
         return {(k, int(rep)) for k, rep in rows}
 
+    def objective_mean(self, point_key: str, fom: str) -> float | None:
+        """Mean of ``fom`` over a point's ok runs, or None if it has none."""
+        row = self._conn.execute(
+            "SELECT AVG(f.value) FROM foms f JOIN runs r ON r.id = f.run_id "
+            "JOIN points p ON p.id = r.point_id "
+            "WHERE p.key = ? AND f.name = ? AND r.status = 'ok'", (point_key, fom)
+        ).fetchone()
+        return float(row[0]) if row and row[0] is not None else None
+
     def status_counts(self) -> dict[str, int]:
         """Number of runs per status."""
         rows = self._conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status")

@@ -279,6 +279,7 @@ def test_space_command_reports_exclusions(write_study):
                                                   extra="constraints: ['x % 2 == 0']\n")))
     assert res.returncode == 0, res.stderr
     assert "4 valid points of 8 combinations" in res.stdout
+    assert "will run 4 points x 2 repeats = 8 runs" in res.stdout
     assert "excluded      4 by x % 2 == 0" in res.stdout
 
 
@@ -294,3 +295,23 @@ def test_init_writes_a_study_that_loads(tmp_path):
 def test_workloads_lists_command():
     res = tunelab("workloads")
     assert res.returncode == 0 and "command" in res.stdout
+
+
+def test_optuna_search_runs_valid_distinct_points_and_resumes(write_study, tmp_path):
+    text = study_text("[ok]", "{type: int, min: 1, max: 40}", repeats=1, extra="""\
+constraints: ['x % 3 != 0']
+baseline: {mode: ok, x: 20}
+search: {strategy: optuna, samples: 12, seed: 3}
+objective: {fom: value, direction: minimize}
+""")
+    path = write_study(text)
+    study = prepare_study(load_study(path))
+    assert study.adaptive and study.points == [Point({"mode": "ok", "x": 20})]
+    outcome = run_study(study, tmp_path / "d")
+    assert outcome.counts == {"ok": 12} and outcome.planned == 12
+    rows = runs(tmp_path / "d")
+    xs = [json.loads(r["key"])["x"] for r in rows]
+    assert xs[0] == 20 and len(set(xs)) == 12 and all(x % 3 for x in xs)
+    # resuming proposes the same points again, so nothing new runs
+    again = run_study(prepare_study(load_study(path)), tmp_path / "d")
+    assert again.ran == 0 and len(runs(tmp_path / "d")) == 12

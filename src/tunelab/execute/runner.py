@@ -35,7 +35,7 @@ from tunelab.errors import (
     WorkloadError,
 )
 from tunelab.execute.launchers import LocalLauncher
-from tunelab.search import make_strategy
+from tunelab.search import Strategy, make_strategy
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
 from tunelab.store import RunRecord, Store, StudyLock, open_store
@@ -57,6 +57,19 @@ class Study:
     objective: Objective
     points: list[Point]
     baseline: Point | None
+    adaptive: bool = False
+
+    @property
+    def planned_runs(self) -> int:
+        """How many runs the study makes in all (an upper bound for adaptive searches)."""
+        n_points = self.spec.samples or 0 if self.adaptive else len(self.points)
+        return n_points * self.spec.repeats
+
+    def new_strategy(self) -> Strategy:
+        """A fresh strategy (adaptive searches replay their history from the store)."""
+        return make_strategy(self.spec.strategy, self.space, seed=self.spec.seed,
+                             samples=self.spec.samples, direction=self.objective.direction,
+                             first=self.baseline)
 
     def context(self, point: Point, run_dir: Path, study_dir: Path) -> RunContext:
         """The run context of ``point`` (values, env set, directories)."""
@@ -125,13 +138,6 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
         if isinstance(exc, StudyError | WorkloadError):
             raise
         raise StudyError(f"{spec.where('constraints')}: {exc}") from None
-    strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples)
-    points: list[Point] = []
-    while not strategy.done:
-        batch = strategy.ask(1024)
-        if not batch:
-            break
-        points.extend(batch)
     baseline = None
     if spec.baseline is not None:
         baseline = Point(spec.baseline)
@@ -139,16 +145,24 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
         if reason is not None:
             raise StudyError(f"{spec.where('baseline')}: the baseline is not a valid point: "
                              f"{reason}")
-        if baseline not in points:
-            points.insert(0, baseline)
     objective = workload.objective
     if spec.objective_fom is not None:
         objective = Objective(spec.objective_fom, spec.objective_direction or "minimize")
+    strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
+                             direction=objective.direction, first=baseline)
+    points: list[Point] = []
+    if strategy.adaptive:  # proposals depend on results: only the baseline is known now
+        points = [baseline] if baseline is not None else []
+    else:
+        while not strategy.done and (batch := strategy.ask(1024)):
+            points.extend(batch)
+        if baseline is not None and baseline not in points:
+            points.insert(0, baseline)
     if repeats is not None:
         if repeats < 1:
             raise StudyError(f"--repeats must be at least 1, got {repeats}")
         spec = spec.model_copy(update={"repeats": repeats})
-    return Study(spec, workload, space, objective, points, baseline)
+    return Study(spec, workload, space, objective, points, baseline, strategy.adaptive)
 
 
 def _parse_rule(expr: str, workload: Workload) -> Any:
@@ -253,25 +267,43 @@ def run_study(
             "objective": json.dumps([study.objective.fom, study.objective.direction]),
             "baseline": study.baseline.key if study.baseline is not None else "",
             "noise_threshold": str(study.spec.noise_threshold),
-            "planned_runs": str(len(plan)),
+            "planned_runs": str(study.planned_runs),
             "repeats": str(study.spec.repeats),
             "workload": study.workload.name,
             **({"created_at": _now()} if store.get_meta("created_at") is None else {}),
         })
         done = store.completed()
+        total = study.planned_runs
         todo = [(p, r) for p, r in plan if (p.key, r) not in done]
-        previously = len(plan) - len(todo)
+        previously = total - len(todo) if not study.adaptive else len(done)
         sys_id = store.add_sysinfo(_now(), snapshot(study.workload.tool_versions()))
         if on_start is not None:
-            on_start(previously, len(plan))
+            on_start(previously, total)
         host = socket.gethostname()
-        for i, (point, repeat) in enumerate(todo):
+        finished = previously
+
+        def run_one(point: Point, repeat: int) -> None:
+            nonlocal finished
             record = _execute(study, store, study_dir, point, repeat, launcher, host, sys_id)
             store.record_run(record)
+            finished += 1
             if on_event is not None:
-                on_event(RunEvent(point, repeat, record.status, record.reason,
-                                  previously + i + 1, len(plan)))
-        return StudyOutcome(study_dir, len(plan), previously, len(todo), store.status_counts())
+                on_event(RunEvent(point, repeat, record.status, record.reason, finished,
+                                  total))
+
+        if not study.adaptive:
+            for point, repeat in todo:
+                run_one(point, repeat)
+        else:
+            strategy = study.new_strategy()
+            while not strategy.done and (batch := strategy.ask(1)):
+                point = batch[0]
+                for repeat in range(study.spec.repeats):
+                    if (point.key, repeat) not in done:
+                        run_one(point, repeat)
+                strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
+        return StudyOutcome(study_dir, total, previously, finished - previously,
+                            store.status_counts())
 
 
 def _now() -> str:

@@ -20,6 +20,8 @@ class Strategy(ABC):
     """Proposes points to run; learns from their results (or ignores them)."""
 
     name: str
+    adaptive: bool = False
+    """True when proposals depend on results: points are then run one at a time."""
 
     @abstractmethod
     def ask(self, n: int) -> list[Point]:
