@@ -8,7 +8,7 @@ proposals repeat exactly, which is what lets an interrupted study resume.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, cast
 
 from tunelab.search.base import Strategy
 from tunelab.space import Point, Space
@@ -33,7 +33,7 @@ class OptunaSearch(Strategy):
         self._space = space
         self._trials = trials
         self._study = optuna.create_study(
-            direction=direction, sampler=optuna.samplers.TPESampler(seed=seed))
+            direction=cast(Literal["minimize", "maximize"], direction), sampler=optuna.samplers.TPESampler(seed=seed))
         if first is not None:
             self._study.enqueue_trial(dict(first))
         self._pending: dict[Point, Any] = {}
@@ -46,8 +46,11 @@ class OptunaSearch(Strategy):
         fruitless = 0
         while len(out) < n and not self.done:
             trial = self._study.ask()
-            point = Point({a.name: trial.suggest_categorical(a.name, list(a.values))
-                           for a in self._space.axes})
+            values: dict[str, Any] = {
+                a.name: trial.suggest_categorical(a.name, list(a.values))
+                for a in self._space.axes
+            }
+            point = Point(values)
             if point in self._seen or point in self._pending or not self._space.contains(point):
                 value = self._seen.get(point)
                 if value is None:
