@@ -33,7 +33,9 @@ class OptunaSearch(Strategy):
         self._space = space
         self._trials = trials
         self._study = optuna.create_study(
-            direction=cast(Literal["minimize", "maximize"], direction), sampler=optuna.samplers.TPESampler(seed=seed))
+            direction=cast(Literal["minimize", "maximize"], direction),
+            sampler=optuna.samplers.TPESampler(seed=seed),
+        )
         if first is not None:
             self._study.enqueue_trial(dict(first))
         self._pending: dict[Point, Any] = {}
