@@ -36,10 +36,12 @@ def _key(point: str | dict[str, Any]) -> str:
 
 
 def _metric(runs: pd.DataFrame, metric: str | None) -> str:
-    for name in (metric, "fom.pwscf_wall_s", "fom.wall_s"):
-        if name and name in runs.columns and runs[name].notna().any():
+    """The FOM column to plot: ``metric`` if given, else pw.x's wall time, else ``wall_s``."""
+    names = (metric,) if metric else ("fom.pwscf_wall_s", "fom.wall_s")
+    for name in names:
+        if name in runs.columns and runs[name].notna().any():
             return name
-    raise ValueError(f"the runs table has no values for {metric or 'fom.pwscf_wall_s'}")
+    raise ValueError(f"the runs table has no values for {' or '.join(names)}")
 
 
 def _ok(runs: pd.DataFrame) -> pd.DataFrame:
@@ -167,14 +169,14 @@ def plot_qe_study(runs: pd.DataFrame, out_dir: Path, *, best: str | None = None,
     pairs = [(p, n) for p, n in ((baseline, "baseline"), (best, "best")) if p is not None]
     if pairs and "fom.pwscf_wall_s" in runs.columns:
         timers = timer_table(runs, [p for p, _ in pairs], [n for _, n in pairs])
-        fig, ax = plt.subplots(figsize=(5, 4))
+        fig, ax = plt.subplots(figsize=(6.5, 4))
         bottom = [0.0] * len(timers)
         for col in timers.columns:
             ax.bar(timers.index, timers[col], bottom=bottom, label=col)
             bottom = [b + v for b, v in zip(bottom, timers[col], strict=True)]
         ax.set_ylabel("wall seconds (pw.x timers, mean)")
         ax.set_title("Where pw.x spends its time")
-        ax.legend(fontsize="small", loc="upper right")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.tight_layout()
         path = out_dir / "qe_timers.png"
         fig.savefig(path, dpi=100)

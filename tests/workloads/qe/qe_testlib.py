@@ -1,4 +1,4 @@
-"""Shared fixtures of the qe workload tests."""
+"""Shared helpers of the qe workload tests (imported by name: tests/ has no packages)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,3 @@ needs_pw = pytest.mark.skipif(
     reason="pw.x (quantum-espresso) and mpirun (openmpi-bin) are needed",
 )
 
-
-@pytest.fixture
-def data() -> Path:
-    """The directory of stored pw.x outputs."""
-    return DATA
