@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from qe_testlib import EXAMPLES, needs_pw
 
 from tunelab.errors import WorkloadError
 from tunelab.workloads.qe.pwinput import (
@@ -14,8 +15,6 @@ from tunelab.workloads.qe.pwinput import (
     rewrite_control,
     stage_input,
 )
-
-from qe_testlib import EXAMPLES, needs_pw
 
 SI = EXAMPLES / "qe" / "si.in"
 

@@ -48,7 +48,8 @@ def _study_points(study_file: Path, cores: int, nk: int) -> list[dict[str, Any]]
     study = yaml.safe_load(study_file.read_text())
     opts = QEOptions(**study["workload"]["options"])
     params = {k: _expand(v) for k, v in study["parameters"].items()}
-    points = [dict(zip(params, combo, strict=True)) for combo in itertools.product(*params.values())]
+    combos = itertools.product(*params.values())
+    points = [dict(zip(params, combo, strict=True)) for combo in combos]
     rules = pw_rules(opts.oversubscribe)
     return [p for p in points if _valid(p, rules, {"cores": cores, "nk": nk})]
 
