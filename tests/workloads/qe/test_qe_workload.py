@@ -209,3 +209,17 @@ def test_command_does_not_second_guess_an_explicit_point(tmp_path: Path) -> None
     # built as asked so that pw.x's own error can be recorded when a user forces it.
     argv = list(_si().command(_ctx(tmp_path, {"np": 2, "npool": 3})).argv)
     assert argv[argv.index("-npool") + 1] == "3"
+
+
+@pytest.mark.slow
+@needs_pw
+def test_ceo2_example_generates_its_ce_pseudopotential(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TUNELAB_PSEUDO_DIR", str(tmp_path))
+    wl = QEWorkload(QEOptions(input="qe/ceo2.in"), EXAMPLES / "qe-ceo2.yaml")
+    wl.check()  # generates Ce.pbe-spdn4fc-kjpaw_tunelab.UPF on demand
+    assert (tmp_path / "Ce.pbe-spdn4fc-kjpaw_tunelab.UPF").is_file()
+    # pw.x reads both pseudopotentials before it counts k-points: 8 proves the generated
+    # (re-wrapped) Ce file is readable by pw.x 6.7; 64 would mean the count failed.
+    assert wl.constants() == {"nk": 8}
