@@ -82,6 +82,8 @@ def test_options_defaults_and_validation() -> None:
         QEOptions(input="si.in", npools=2)  # unknown option
     with pytest.raises(ValidationError):
         QEOptions()  # input is required
+    from_dict = QEWorkload({"input": "qe/si.in", "mpi_args": ["-x", "A"]}, None)
+    assert from_dict.opts.mpi_args == ("-x", "A")
 
 
 def test_objective_invariants_and_rules() -> None:

@@ -93,8 +93,11 @@ class QEWorkload(Workload):
     description = "Quantum ESPRESSO pw.x: MPI ranks, pools, ndiag, task groups, OpenMP threads"
     Options = QEOptions
 
-    def __init__(self, options: WorkloadOptions, study_file: Path | None = None) -> None:
-        if not isinstance(options, QEOptions):
+    def __init__(self, options: WorkloadOptions | Mapping[str, Any],
+                 study_file: Path | None = None) -> None:
+        if isinstance(options, Mapping):
+            options = QEOptions.model_validate(dict(options))
+        elif not isinstance(options, QEOptions):
             options = QEOptions.model_validate(options.model_dump())
         super().__init__(options, study_file)
         self.opts: QEOptions = options
