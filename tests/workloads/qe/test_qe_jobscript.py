@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from qe_testlib import DATA, EXAMPLES
 
 from tunelab.errors import WorkloadError
 from tunelab.workloads.qe import QEOptions, QEWorkload
@@ -17,6 +16,9 @@ from tunelab.workloads.qe.jobscript import (
     render_job_script,
     suggest_walltime,
 )
+
+DATA = Path(__file__).parent / "data"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 EXPECTED = DATA / "jobscripts"
 

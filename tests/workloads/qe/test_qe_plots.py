@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from qe_testlib import DATA
 
 from tunelab.workloads.qe.parser import parse_pw_output
 from tunelab.workloads.qe.plots import ndiag_table, plot_qe_study, scaling_table, timer_table
+
+DATA = Path(__file__).parent / "data"
 
 FIXTURES = {
     (1, 1, 1): "si_np1.out",

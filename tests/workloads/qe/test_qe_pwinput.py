@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from qe_testlib import EXAMPLES, needs_pw
 
 from tunelab.errors import WorkloadError
 from tunelab.workloads.qe.pwinput import (
@@ -14,6 +13,12 @@ from tunelab.workloads.qe.pwinput import (
     read_pw_input,
     rewrite_control,
     stage_input,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+needs_pw = pytest.mark.skipif(
+    shutil.which("pw.x") is None or shutil.which("mpirun") is None,
+    reason="pw.x (quantum-espresso) and mpirun (openmpi-bin) are needed",
 )
 
 SI = EXAMPLES / "qe" / "si.in"

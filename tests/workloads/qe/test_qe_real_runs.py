@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from qe_testlib import EXAMPLES, needs_pw
 
 from tunelab.errors import ParseError
 from tunelab.workloads.base import RunContext
 from tunelab.workloads.qe import QEOptions, QEWorkload
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+needs_pw = pytest.mark.skipif(
+    shutil.which("pw.x") is None or shutil.which("mpirun") is None,
+    reason="pw.x (quantum-espresso) and mpirun (openmpi-bin) are needed",
+)
 
 pytestmark = [pytest.mark.slow, needs_pw]
 

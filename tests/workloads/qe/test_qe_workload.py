@@ -6,18 +6,24 @@ import ast
 import itertools
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from pydantic import ValidationError
-from qe_testlib import EXAMPLES, needs_pw
 
 from tunelab.errors import WorkloadError
 from tunelab.workloads import get_workload
 from tunelab.workloads.base import RunContext
 from tunelab.workloads.qe import QEOptions, QEWorkload, pw_rules
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+needs_pw = pytest.mark.skipif(
+    shutil.which("pw.x") is None or shutil.which("mpirun") is None,
+    reason="pw.x (quantum-espresso) and mpirun (openmpi-bin) are needed",
+)
 
 FUNCS = {"is_square": lambda n: n >= 0 and math.isqrt(n) ** 2 == n, "min": min, "max": max}
 
