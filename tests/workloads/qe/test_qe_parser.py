@@ -176,9 +176,9 @@ def test_qe7_total_time_line_formats(line: str, cpu: float, wall: float) -> None
 
 def test_qe7_error_excerpt() -> None:
     with pytest.raises(ParseError) as err:
-        parse_pw_output(_read("qe71_lsda_error_excerpt.out"))
+        parse_pw_output(_read("qe71_error_excerpt.out"))
     assert str(err.value) == (
-        "pw.x stopped with Error in routine divide_et_impera (1): some nodes have no k-points"
+        "pw.x stopped with Error in routine cdiaghg (12): S matrix not positive definite"
     )
 
 

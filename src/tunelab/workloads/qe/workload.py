@@ -74,7 +74,8 @@ def pw_rules(oversubscribe: bool = False) -> list[tuple[str, str]]:
             "diagonalisation, the same run as ndiag=1",
         ),
         ("(np // npool) % ntg == 0", "pw.x needs -ntg task groups to divide the ranks per pool"),
-        ("npool <= nk", "pw.x cannot use more pools than k-points (nk) of the input"),
+        ("npool <= nk", "pools beyond the number of k-points (nk) of the input get no "
+         "k-points: their ranks sit idle"),
     ]
     if not oversubscribe:
         rules += [
