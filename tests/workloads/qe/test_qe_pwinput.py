@@ -1,0 +1,155 @@
+"""Reading pw.x inputs and staging a private copy per run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tunelab.errors import WorkloadError
+from tunelab.workloads.qe.pwinput import (
+    count_kpoints_with_pw,
+    read_pw_input,
+    rewrite_control,
+    stage_input,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+needs_pw = pytest.mark.skipif(
+    shutil.which("pw.x") is None or shutil.which("mpirun") is None,
+    reason="pw.x (quantum-espresso) and mpirun (openmpi-bin) are needed",
+)
+
+SI = EXAMPLES / "qe" / "si.in"
+
+
+def _write(tmp_path: Path, text: str, name: str = "x.in") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+BASE = """\
+&control
+  calculation='scf', pseudo_dir = "{pd}" ! a comment, with = signs
+  outdir='./scratch', prefix='t'
+/
+&system
+  ibrav=2, celldm(1)=10.2, nat=2, ntyp=1, ecutwfc=20 {extra}
+/
+&electrons
+/
+ATOMIC_SPECIES
+ Si 28.086 Si.pz-vbc.UPF
+ATOMIC_POSITIONS {{alat}}
+ Si 0.00 0.00 0.00
+ Si 0.25 0.25 0.25
+{kcard}
+"""
+
+
+@pytest.mark.parametrize(
+    ("kcard", "mode", "count"),
+    [
+        ("K_POINTS {automatic}\n 4 4 4 1 1 1", "automatic", 64),
+        ("K_POINTS automatic\n 2 3 1 0 0 0", "automatic", 6),
+        ("K_POINTS gamma", "gamma", 1),
+        ("", "gamma", 1),
+        ("K_POINTS tpiba\n 3\n 0 0 0 1\n 0.5 0.5 0.5 2\n 1 0 0 3", "tpiba", 3),
+        ("K_POINTS\n 2\n 0 0 0 1\n 0.5 0.5 0.5 1", "tpiba", 2),
+        ("K_POINTS crystal\n 2\n 0 0 0 1\n 0.5 0.5 0.5 1", "crystal", 2),
+        ("K_POINTS crystal_b\n 3\n 0 0 0 20\n 0.5 0 0 10\n 0.5 0.5 0 1", "crystal_b", 31),
+    ],
+)
+def test_kpoints_from_automatic_grids_and_explicit_lists(
+    tmp_path: Path, kcard: str, mode: str, count: int
+) -> None:
+    path = _write(tmp_path, BASE.format(pd="/usr/share/espresso/pseudo", extra="", kcard=kcard))
+    inp = read_pw_input(path)
+    assert inp.kpoints.mode == mode
+    assert inp.kpoints.count == count
+    assert inp.nk_bound == count
+
+
+def test_spin_polarised_input_doubles_the_kpoints(tmp_path: Path) -> None:
+    text = BASE.format(pd="/p", extra=", nspin=2", kcard="K_POINTS gamma")
+    inp = read_pw_input(_write(tmp_path, text))
+    assert inp.nspin == 2
+    assert inp.nk_bound == 2
+
+
+def test_species_and_pseudo_dir(tmp_path: Path) -> None:
+    text = BASE.format(pd="pp", extra="", kcard="K_POINTS gamma")
+    inp = read_pw_input(_write(tmp_path, text))
+    assert [(s.label, s.mass, s.pseudo) for s in inp.species] == [
+        ("Si", 28.086, "Si.pz-vbc.UPF")
+    ]
+    assert inp.pseudo_dir == tmp_path / "pp"  # relative to the input's directory
+    assert inp.missing_pseudos() == [tmp_path / "pp" / "Si.pz-vbc.UPF"]
+    override = read_pw_input(tmp_path / "x.in", pseudo_dir=Path("/elsewhere"))
+    assert override.pseudo_dir == Path("/elsewhere")
+
+
+def test_fallback_directory_supplies_missing_pseudopotentials(tmp_path: Path) -> None:
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "Si.pz-vbc.UPF").write_text("<UPF/>")
+    text = BASE.format(pd="/nonexistent", extra="", kcard="K_POINTS gamma")
+    inp = read_pw_input(_write(tmp_path, text), fallback_dirs=[tmp_path / "gen"])
+    assert inp.pseudo_paths() == [tmp_path / "gen" / "Si.pz-vbc.UPF"]
+    assert inp.missing_pseudos() == []
+
+
+def test_missing_and_foreign_inputs_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="does not exist"):
+        read_pw_input(tmp_path / "nope.in")
+    with pytest.raises(WorkloadError, match="is not a pw.x input"):
+        read_pw_input(_write(tmp_path, "name: study\nparameters: {}\n", "study.yaml"))
+    bad_k = BASE.format(pd="/p", extra="", kcard="K_POINTS automatic\n 4 4")
+    with pytest.raises(WorkloadError, match="K_POINTS automatic"):
+        read_pw_input(_write(tmp_path, bad_k))
+
+
+def test_rewrite_control_replaces_paths_and_keeps_the_rest() -> None:
+    text = BASE.format(pd="/p", extra="", kcard="K_POINTS gamma")
+    out = rewrite_control(text, "/run/pseudo/", "/run/out/")
+    assert "'/run/pseudo/'" in out and "'/run/out/'" in out
+    assert "/p\"" not in out and "./scratch" not in out
+    assert "prefix='t'" in out and "calculation='scf'" in out
+    assert out.count("pseudo_dir") == 1 and out.count("outdir") == 1
+    bare = rewrite_control("&system\n nat=1\n/\n", "/a/", "/b/")
+    assert bare.startswith("&CONTROL\n")
+
+
+def test_stage_input_gives_each_run_its_own_pseudo_and_outdir(tmp_path: Path) -> None:
+    inp = read_pw_input(SI)
+    runs = [tmp_path / "r1", tmp_path / "r2"]
+    for run in runs:
+        run.mkdir()
+        staged = stage_input(inp, run)
+        assert staged == run / "pw.in"
+        assert (run / "pseudo" / "Si.pz-vbc.UPF").is_file()
+        again = read_pw_input(staged)
+        assert again.pseudo_dir == (run / "pseudo").resolve()
+        assert again.namelists["control"]["outdir"] == str((run / "out").resolve()) + "/"
+        assert again.species == inp.species
+        assert again.kpoints == inp.kpoints
+
+
+def test_stage_input_refuses_a_missing_pseudopotential(tmp_path: Path) -> None:
+    text = BASE.format(pd=str(tmp_path), extra="", kcard="K_POINTS gamma")
+    inp = read_pw_input(_write(tmp_path, text))
+    with pytest.raises(WorkloadError, match="Si.pz-vbc.UPF"):
+        stage_input(inp, tmp_path / "run")
+
+
+@needs_pw
+def test_pw_counts_the_irreducible_kpoints() -> None:
+    inp = read_pw_input(SI)
+    assert inp.nk_bound == 64
+    assert count_kpoints_with_pw(inp) == 10  # 4x4x4 shifted fcc grid, 48 symmetries
+
+
+def test_count_without_pw_is_none(tmp_path: Path) -> None:
+    assert shutil.which("no-such-pw.x") is None
+    assert count_kpoints_with_pw(read_pw_input(SI), pw="no-such-pw.x") is None
