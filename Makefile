@@ -7,7 +7,7 @@ setup:
 	bash scripts/setup.sh
 
 demo: setup
-	$(VENV)/tunelab run examples/demo.yaml --dir runs/demo
+	$(VENV)/tunelab run examples/qe-si.yaml --dir runs/demo
 	$(VENV)/tunelab report runs/demo
 
 test: setup

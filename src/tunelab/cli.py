@@ -183,6 +183,41 @@ def report(
 
 
 @app.command()
+def script(
+    directory: DirArg,
+    scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="pbs or slurm.")],
+    walltime: Annotated[str | None, typer.Option(help="e.g. 10m, 2h (default: 3x the "
+                                                 "measured median, at least 10 min).")] = None,
+    mem: Annotated[str | None, typer.Option(help="Memory request, e.g. 190GB.")] = None,
+    project: Annotated[str | None, typer.Option(help="Project/account to charge.")] = None,
+    queue: Annotated[str | None, typer.Option(help="Queue or partition.")] = None,
+    job_name: Annotated[str | None, typer.Option(help="Job name.")] = None,
+    module: Annotated[list[str] | None, typer.Option(help="`module load` this (repeatable).")]
+    = None,
+    directive: Annotated[list[str] | None, typer.Option(help="Extra scheduler directive "
+                                                        "(repeatable).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the script "
+                                                "here instead of printing it.")] = None,
+) -> None:
+    """Render a batch job script (PBS or Slurm) for the study's best configuration."""
+    from tunelab.report.batch import best_job_script
+    from tunelab.spec import parse_duration
+
+    try:
+        walltime_s = parse_duration(walltime) if walltime is not None else None
+    except ValueError as exc:
+        raise TunelabError(f"--walltime {exc}") from None
+    text = best_job_script(directory, scheduler=scheduler, walltime_s=walltime_s, mem=mem,
+                           project=project, queue=queue, job_name=job_name,
+                           modules=module, directives=directive)
+    if output is None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True, end="")
+    else:
+        output.write_text(text)
+        console.print(f"job script written to {output}")
+
+
+@app.command()
 def export(
     directory: DirArg,
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or json.")] = "csv",

@@ -139,6 +139,18 @@ class Workload(ABC):
         """
         return []
 
+    def job_script(self, values: Mapping[str, Any], *, scheduler: str, env: Mapping[str, str],
+                   measured_s: float, **resources: Any) -> str:
+        """A batch job script (``pbs`` or ``slurm``) running the point ``values``.
+
+        ``measured_s`` is the point's measured median run time (to size the walltime);
+        ``resources`` are scheduler requests (walltime_s, mem, project, queue, job_name,
+        modules, directives). Workloads that cannot write job scripts keep this default.
+        """
+        from tunelab.errors import WorkloadError
+
+        raise WorkloadError(f"workload {self.name!r} cannot write batch job scripts")
+
     @abstractmethod
     def command(self, ctx: RunContext) -> Command:
         """Build the command for the point in ``ctx.values``."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tunelab.errors import ParseError
+from tunelab.errors import ParseError, RunReportedError
 
 __all__ = ["parse_duration", "parse_pw_output", "pw_error"]
 
@@ -168,7 +168,7 @@ def parse_pw_output(stdout: str, run_dir: Path | None = None) -> dict[str, float
     """
     err = pw_error(stdout, run_dir)
     if err is not None:
-        raise ParseError(f"pw.x stopped with Error in routine {err}")
+        raise RunReportedError(f"pw.x stopped with Error in routine {err}")
     total = None
     for m in _TIMER.finditer(stdout):
         if m.group("name").upper() == "PWSCF":
@@ -179,7 +179,7 @@ def parse_pw_output(stdout: str, run_dir: Path | None = None) -> dict[str, float
         raise ParseError("pw.x output ends before the final 'PWSCF : … WALL' line")
     not_conv = _NOT_CONVERGED.search(stdout)
     if not_conv:
-        raise ParseError(
+        raise RunReportedError(
             f"pw.x SCF did not converge after {not_conv.group(1)} iterations; "
             "its timings and energy are not comparable"
         )

@@ -9,11 +9,14 @@ import shutil
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
 from tunelab.errors import WorkloadError
+
+if TYPE_CHECKING:
+    import pandas as pd
 from tunelab.execute.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
 from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
 from tunelab.workloads.qe.parser import parse_pw_output
@@ -207,6 +210,34 @@ class QEWorkload(Workload):
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """Figures of merit of a pw.x run (see :mod:`tunelab.workloads.qe.parser`)."""
         return parse_pw_output(stdout, run_dir)
+
+    def job_script(self, values: Mapping[str, Any], *, scheduler: str, env: Mapping[str, str],
+                   measured_s: float, **resources: Any) -> str:
+        """PBS or Slurm script in the style of the seed's (see :mod:`.jobscript`)."""
+        from tunelab.workloads.qe.jobscript import (
+            JobResources,
+            render_for_workload,
+            suggest_walltime,
+        )
+
+        requests = {k: v for k, v in resources.items() if v not in (None, (), [])}
+        requests.setdefault("walltime_s", suggest_walltime(measured_s))
+        for key in ("modules", "directives"):
+            if key in requests:
+                requests[key] = tuple(requests[key])
+        return render_for_workload(self, values, scheduler=scheduler,
+                                   resources=JobResources(**requests), env=env)
+
+    @classmethod
+    def report_plots(
+        cls, runs: pd.DataFrame, out_dir: Path, *, objective: Objective,
+        best: str | None, baseline: str | None,
+    ) -> list[Path]:
+        """Wall time vs np (a line per npool), vs ndiag, and routine timers best vs baseline."""
+        from tunelab.workloads.qe.plots import plot_qe_study
+
+        return plot_qe_study(runs, out_dir, best=best, baseline=baseline,
+                             metric=f"fom.{objective.fom}")
 
 
 def pw_flags(values: Mapping[str, Any]) -> list[str]:

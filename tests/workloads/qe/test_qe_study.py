@@ -1,0 +1,36 @@
+"""The qe workload through the whole engine: study, store, report plots, job script."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.conftest import tunelab
+
+EXAMPLE = Path(__file__).parents[3] / "examples" / "qe-si.yaml"
+
+
+@pytest.mark.slow
+def test_si_study_runs_reports_and_writes_a_job_script(tmp_path):
+    d = tmp_path / "study"
+    res = tunelab("run", EXAMPLE, "--dir", d, "--repeats", "2", "-q")
+    assert res.returncode == 0, res.stderr
+    assert "14 runs now" in res.stdout and "(14 ok)" in res.stdout
+    assert "baseline" in res.stdout
+    rep = tunelab("report", d)
+    assert rep.returncode == 0, rep.stderr
+    for png in ("qe_wall_vs_np.png", "qe_timers.png", "report-speedup.png"):
+        data = (d / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+    html = (d / "report.html").read_text()
+    assert "pwscf_wall_s" in html and "data:image/png;base64," in html
+    script = tunelab("script", d, "--scheduler", "pbs", "--project", "jx00")
+    assert script.returncode == 0, script.stderr
+    lines = script.stdout.splitlines()
+    assert lines[0] == "#!/bin/bash" and "#PBS -P jx00" in lines
+    launch = [ln for ln in lines if "pw.x" in ln]
+    assert len(launch) == 1 and launch[0].startswith("mpirun -np ") and "-inp si.in" in launch[0]
+    best = tunelab("best", d)
+    assert best.returncode == 0
+    np_best = launch[0].split()[2]
+    assert f"np={np_best}" in best.stdout.replace("\n", " ")
