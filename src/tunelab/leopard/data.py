@@ -35,6 +35,7 @@ __all__ = [
     "Manifest",
     "WindowBatch",
     "build_inputs",
+    "fasta_sizes",
     "load_chromosomes",
     "load_manifest",
     "read_intervals",
@@ -134,6 +135,11 @@ def open_fasta(path: Path) -> Any:
     except Exception as exc:  # pyfaidx raises several types for malformed files
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LeopardError(f"{path}: malformed FASTA ({msg})") from exc
+
+
+def fasta_sizes(fa: Any) -> dict[str, int]:
+    """Chromosome name -> length of an open FASTA, in file order (from its index)."""
+    return {name: int(rec.rlen) for name, rec in fa.faidx.index.items()}
 
 
 def read_sequence(fa: Any, path: Path, chrom: str) -> np.ndarray:
@@ -348,7 +354,7 @@ def load_chromosomes(manifest: Manifest, chroms: Sequence[str],
                      need_avg: bool = False) -> ChromosomeSet:
     """Load ``chroms`` of a data set into memory, checking names, lengths and values."""
     fa = open_fasta(manifest.fasta)
-    sizes = {k: len(fa[k]) for k in fa.keys()}
+    sizes = fasta_sizes(fa)
     for c in chroms:
         if c not in sizes:
             have = ", ".join(list(sizes)[:8])
