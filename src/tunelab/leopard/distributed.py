@@ -150,8 +150,22 @@ def _global_batch_norm_cls() -> type:
     where ``torch.nn.SyncBatchNorm`` refuses to run)."""
     import torch
     import torch.distributed as dist
-    import torch.distributed.nn.functional as dist_fn
     from torch import nn
+
+    class _AllReduceSum(torch.autograd.Function):
+        """Sum over workers; the gradient of a sum is the sum of the gradients."""
+
+        @staticmethod
+        def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            y = x.clone()
+            dist.all_reduce(y, op=dist.ReduceOp.SUM)
+            return y
+
+        @staticmethod
+        def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            g = g.clone()
+            dist.all_reduce(g, op=dist.ReduceOp.SUM)
+            return g
 
     class GlobalBatchNorm1d(nn.BatchNorm1d):
         """Batch statistics summed over workers with an autograd-aware ``all_reduce``."""
@@ -163,7 +177,7 @@ def _global_batch_norm_cls() -> type:
             xd = x.double()
             local = torch.cat([xd.sum(dim=(0, 2)), (xd * xd).sum(dim=(0, 2)),
                                xd.new_tensor([x.shape[0] * x.shape[2]])])
-            total = dist_fn.all_reduce(local)
+            total = _AllReduceSum.apply(local)
             n = total[-1]
             mean = total[:c] / n
             var = (total[c:2 * c] / n - mean * mean).clamp_min(0.0)
