@@ -53,10 +53,11 @@ def _run(argv: list[str], out: Path) -> dict:
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(windows: Path, tmp_path: Path) -> None:
     """Tolerance: per-epoch losses and final metrics agree to 1e-3 relative, and the median
-    weight differs by < 1e-4 while training moved it by more. The first epoch agrees to
+    weight differs by under a fifth of how far training moved it. The first epoch agrees to
     ~1e-6; afterwards float32 sums taken in another order, magnified by Adam for weights
     whose gradient is ~0 (its first steps are +-lr whatever the gradient's size), leave
-    ~2e-4 — the same gap as between two single-process runs with 1 and 2 threads."""
+    ~2e-4 in losses and ~5e-4 in weights (training moves them ~5e-3) — the same gaps as
+    between two single-process runs with 1 and 2 threads."""
     common = ["-m", "tunelab.leopard", "train", "--data", str(windows), "--epochs", "2",
               "--steps-per-epoch", "3", "--lr", "0.002", "--sync-bn", "--threads", "1",
               "--no-progress"]
@@ -81,7 +82,7 @@ def test_two_process_ddp_matches_one_process(windows: Path, tmp_path: Path) -> N
         ("weight", "bias"))])
     moved = torch.cat([(a[k] - init).abs().flatten() for k, init in
                        _initial_weights().items()])
-    assert diff.median() < 1e-4 < moved.median()
+    assert diff.median() < 0.2 * moved.median()
 
 
 def _initial_weights() -> dict[str, torch.Tensor]:
