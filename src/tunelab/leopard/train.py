@@ -229,7 +229,7 @@ class _Log:
     def __init__(self, ctx: D.DistContext, progress: bool | None) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True, soft_wrap=True)
         self.main = ctx.is_main
         self.progress = ctx.is_main and (self.console.is_terminal if progress is None
                                          else progress)
