@@ -116,3 +116,26 @@ def test_eval_windows_tile(windows: Path) -> None:
     val = load_windows(windows / "val.npz")
     assert len(val) == 16 and len(set(val.start.tolist())) == 16
     assert all(s % 512 == 0 for s in val.start.tolist())
+
+
+def test_labels_as_bigwig_with_masked_bases(synth: Path, tmp_path: Path) -> None:
+    """ChIP-seq labels given as a bigWig of 1 / 0 / -1 load like the narrowPeak + BED pair."""
+    import shutil
+
+    d = tmp_path / "d"
+    shutil.copytree(synth.parent, d)
+    m = load_manifest(d)
+    names = ["chr1", "chr2", "chr3", "chr4"]
+    ref = load_chromosomes(m, names)
+    bw = pyBigWig.open(str(d / "labels.bw"), "w")
+    bw.addHeader([(c, 16_000) for c in names])
+    for c, off in zip(names, ref.offsets, strict=True):
+        bw.addEntries(c, 0, values=ref.label[off:off + 16_000].astype(np.float64), span=1,
+                      step=1)
+    bw.close()
+    man = json.loads((d / "leopard.json").read_text())
+    man["labels"] = "labels.bw"
+    del man["ambiguous"]
+    (d / "leopard.json").write_text(json.dumps(man))
+    got = load_chromosomes(load_manifest(d), names)
+    assert (got.label == ref.label).all() and (got.label == -1).any()

@@ -31,16 +31,18 @@ def _model(channels: int = 5) -> LeopardUNet:
 
 
 def _reference(model: LeopardUNet, seq: np.ndarray, dnase: np.ndarray, window: int,
-               edge: int) -> np.ndarray:
+               edge: int, avg: np.ndarray | None = None) -> np.ndarray:
     """One window at a time, one base at a time."""
     n = len(seq)
     starts = sorted(set(range(0, n - window + 1, window // 2)) | {n - window})
     total, count = np.zeros(n), np.zeros(n)
     for s in starts:
         b = WindowBatch(seq=seq[None, s:s + window], dnase=dnase[None, s:s + window],
-                        label=np.zeros((1, window), np.int8))
+                        label=np.zeros((1, window), np.int8),
+                        dnase_avg=None if avg is None else avg[None, s:s + window])
+        x = build_inputs(b, 5 if avg is None else 6)
         with torch.no_grad():
-            p = torch.sigmoid(model(torch.from_numpy(build_inputs(b, 5)))).numpy()[0]
+            p = torch.sigmoid(model(torch.from_numpy(x))).numpy()[0]
         for j in range(window):
             keep = edge <= j < window - edge or (s == 0 and j < edge) or (
                 s == n - window and j >= window - edge)
@@ -60,6 +62,18 @@ def test_tiled_prediction_matches_window_by_window(n: int, edge: int) -> None:
     got = predict_chromosome(model, seq, dnase, None, 256, batch_size=3, edge=edge)
     assert got.shape == (n,)
     assert np.allclose(got, _reference(model, seq, dnase, 256, edge), atol=1e-5)
+
+
+def test_six_channel_prediction_uses_the_average_track() -> None:
+    rng = np.random.default_rng(6)
+    seq = rng.integers(0, 5, 700).astype(np.uint8)
+    dnase = rng.gamma(1.0, 1.0, 700).astype(np.float32)
+    avg = rng.gamma(1.0, 1.0, 700).astype(np.float32)
+    model = _model(6)
+    got = predict_chromosome(model, seq, dnase, avg, 256, batch_size=4, edge=16)
+    assert np.allclose(got, _reference(model, seq, dnase, 256, 16, avg), atol=1e-5)
+    with pytest.raises(LeopardError, match="dnase_avg"):
+        predict_chromosome(model, seq, dnase, None, 256)
 
 
 def test_short_chromosome_and_bad_edge() -> None:

@@ -156,13 +156,13 @@ def _global_batch_norm_cls() -> type:
         """Sum over workers; the gradient of a sum is the sum of the gradients."""
 
         @staticmethod
-        def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
             y = x.clone()
             dist.all_reduce(y, op=dist.ReduceOp.SUM)
             return y
 
         @staticmethod
-        def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:
             g = g.clone()
             dist.all_reduce(g, op=dist.ReduceOp.SUM)
             return g

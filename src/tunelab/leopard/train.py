@@ -274,7 +274,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
         torch.manual_seed(cfg.seed)
-        model = LeopardUNet(arch)
+        model: torch.nn.Module = LeopardUNet(arch)
         counts = count_parameters(model)
         for mod in model.modules():
             if isinstance(mod, torch.nn.BatchNorm1d):

@@ -54,7 +54,7 @@ def save_windows(path: Path, arrays: WindowArrays) -> None:
     extra = {} if b.dnase_avg is None else {"dnase_avg": b.dnase_avg}
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, seq=b.seq, dnase=b.dnase, label=b.label, chrom=arrays.chrom,
-             start=arrays.start, **extra)
+             start=arrays.start, **extra)  # type: ignore[arg-type]
     tmp.replace(path)
 
 
