@@ -76,4 +76,4 @@ def test_short_training_learns_the_synthetic_genome(tmp_path: Path) -> None:
     foms = train(TrainConfig(data=data, out=tmp_path / "o", window=1024, batch_size=8,
                              lr=1e-3, bn_momentum=0.1, epochs=3, steps_per_epoch=12,
                              max_eval_windows=32, progress=False))
-    assert foms["test_pr_auc"] > 3 * foms["test_positive_fraction"], foms
+    assert foms["test_pr_auc"] > 5 * foms["test_positive_fraction"], foms
