@@ -28,6 +28,16 @@ app = typer.Typer(
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
+def _mount_subcommands() -> None:
+    """Workload programs with CLIs of their own (their heavy imports happen on use only)."""
+    from tunelab.leopard.cli import app as leopard_app
+
+    app.add_typer(leopard_app, name="leopard",
+                  help="Leopard DNA U-Net: synthetic data, training, prediction.")
+
+
+_mount_subcommands()
+
 StudyArg = Annotated[Path, typer.Argument(help="Study file (YAML).", show_default=False)]
 DirArg = Annotated[Path, typer.Argument(help="Study directory (holds tunelab.db).",
                                         show_default=False)]

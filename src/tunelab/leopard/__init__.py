@@ -1,0 +1,21 @@
+"""Leopard: a 1-D U-Net that predicts transcription-factor binding at single-nucleotide
+resolution from DNA sequence and chromatin accessibility (DNase-seq).
+
+Modules (torch is imported lazily by each, never here):
+
+* :mod:`~tunelab.leopard.model` — the U-Net (475,969 parameters for 5 input channels);
+* :mod:`~tunelab.leopard.data` — FASTA / bigWig / narrowPeak loaders, chromosome splits,
+  length-proportional window sampling, DNase scale augmentation, label masks;
+* :mod:`~tunelab.leopard.synthetic` — a synthetic genome written as real files;
+* :mod:`~tunelab.leopard.windows` — pre-extracted ``.npz`` window arrays;
+* :mod:`~tunelab.leopard.metrics` — PR-AUC (1001 thresholds), Dice, binary IoU, masked;
+* :mod:`~tunelab.leopard.train` / :mod:`~tunelab.leopard.distributed` — (DDP) training;
+* :mod:`~tunelab.leopard.predict` — whole-chromosome prediction to bigWig / bedGraph;
+* :mod:`~tunelab.leopard.cli` — ``tunelab leopard synth | extract | train | predict``.
+"""
+
+from __future__ import annotations
+
+from tunelab.leopard.errors import LeopardError
+
+__all__ = ["LeopardError"]

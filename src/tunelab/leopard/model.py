@@ -1,0 +1,151 @@
+"""The Leopard U-Net in PyTorch.
+
+Layout is PyTorch's ``(batch, channels, length)``; the original Keras model took
+``(batch, length, channels)``. With the defaults (15 stem filters, depth 5, kernel 7, growth
+1.5) and 5 input channels the model has 474,017 trainable parameters plus 1,952 BatchNorm
+running statistics (``running_mean`` and ``running_var``, buffers in PyTorch, "non-trainable
+parameters" in Keras): 475,969 in all, the figure of the seed.
+
+Each convolution is ``Conv1d(k, padding="same") -> ReLU -> BatchNorm``, the original's order.
+BatchNorm uses Keras' settings: momentum 0.99 in Keras terms (0.01 in PyTorch's), eps 1e-3.
+The network returns logits; apply ``torch.sigmoid`` for probabilities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from tunelab.leopard.errors import LeopardError
+
+__all__ = ["Architecture", "LeopardUNet", "count_parameters"]
+
+BN_MOMENTUM = 0.01  # PyTorch convention; Keras momentum 0.99
+BN_EPS = 1e-3
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The hyper-parameters that fix the shape of the network (stored in checkpoints)."""
+
+    in_channels: int = 5
+    base_filters: int = 15
+    depth: int = 5
+    kernel_size: int = 7
+    growth: float = 1.5
+
+    def __post_init__(self) -> None:
+        if self.in_channels < 1:
+            raise LeopardError(f"in_channels must be at least 1, got {self.in_channels}")
+        if self.depth < 1:
+            raise LeopardError(f"depth must be at least 1, got {self.depth}")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise LeopardError(f"kernel_size must be odd and positive, got {self.kernel_size}")
+        if self.base_filters < 1 or self.growth <= 1.0:
+            raise LeopardError("base_filters must be >= 1 and growth > 1")
+
+    @property
+    def multiple(self) -> int:
+        """Window lengths must be a multiple of this (2 ** depth; 32 by default)."""
+        return 2**self.depth
+
+    def encoder_filters(self) -> list[int]:
+        """Filters of the stem and each encoder level: 15, 22, 33, 49, 73, 109 by default."""
+        f = [self.base_filters]
+        for _ in range(self.depth):
+            f.append(int(f[-1] * self.growth))
+        return f
+
+    def decoder_filters(self) -> list[int]:
+        """Filters of each decoder level: 72, 48, 32, 21, 14 by default."""
+        d = [int(self.encoder_filters()[-1] / self.growth)]
+        for _ in range(self.depth - 1):
+            d.append(int(d[-1] / self.growth))
+        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form, for checkpoints and JSON."""
+        return asdict(self)
+
+
+def _conv_block(cin: int, cout: int, k: int) -> nn.Sequential:
+    """Two ``Conv1d -> ReLU -> BatchNorm`` units."""
+    layers: list[nn.Module] = []
+    for c in (cin, cout):
+        layers += [
+            nn.Conv1d(c, cout, k, padding=k // 2),
+            nn.ReLU(inplace=True),
+            nn.BatchNorm1d(cout, eps=BN_EPS, momentum=BN_MOMENTUM),
+        ]
+    return nn.Sequential(*layers)
+
+
+class LeopardUNet(nn.Module):
+    """Leopard's 1-D U-Net: stem, ``depth`` max-pool encoder levels, ``depth`` transposed-
+    convolution decoder levels with skip connections, a 1x1 convolution to one logit per base.
+
+    Input ``(N, C, L)`` with ``L`` a multiple of ``2 ** depth``; output logits ``(N, L)``.
+    """
+
+    def __init__(self, arch: Architecture | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self.arch = arch if arch is not None else Architecture(**kwargs)
+        a = self.arch
+        enc = a.encoder_filters()
+        dec = a.decoder_filters()
+        self.stem = _conv_block(a.in_channels, enc[0], a.kernel_size)
+        self.pool = nn.MaxPool1d(2)
+        self.down = nn.ModuleList(
+            _conv_block(enc[i], enc[i + 1], a.kernel_size) for i in range(a.depth)
+        )
+        self.up = nn.ModuleList()
+        self.merge = nn.ModuleList()
+        cin = enc[-1]
+        for j, cout in enumerate(dec):
+            skip = enc[a.depth - 1 - j]
+            self.up.append(nn.ConvTranspose1d(cin, cout, 2, stride=2))
+            self.merge.append(_conv_block(cout + skip, cout, a.kernel_size))
+            cin = cout
+        self.head = nn.Conv1d(cin, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(N, L)`` for input ``(N, C, L)``."""
+        if x.dim() != 3 or x.shape[1] != self.arch.in_channels:
+            raise LeopardError(
+                f"model input must be (batch, {self.arch.in_channels}, length), "
+                f"got {tuple(x.shape)}"
+            )
+        if x.shape[2] % self.arch.multiple:
+            raise LeopardError(
+                f"window length {x.shape[2]} is not divisible by {self.arch.multiple}"
+            )
+        h = self.stem(x)
+        skips = [h]
+        for block in self.down:
+            h = block(self.pool(h))
+            skips.append(h)
+        skips.pop()
+        for up, merge in zip(self.up, self.merge, strict=True):
+            h = merge(torch.cat([up(h), skips.pop()], dim=1))
+        return self.head(h).squeeze(1)
+
+
+def count_parameters(model: nn.Module) -> dict[str, int]:
+    """Parameter counts in Keras' sense.
+
+    ``trainable``: elements of parameters with ``requires_grad``; ``non_trainable``: the
+    other parameters plus the BatchNorm ``running_mean`` / ``running_var`` buffers (not
+    ``num_batches_tracked``, which Keras does not have); ``total``: their sum.
+    """
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    stats = sum(
+        b.numel()
+        for name, b in model.named_buffers()
+        if name.endswith(("running_mean", "running_var"))
+    )
+    return {"trainable": trainable, "non_trainable": frozen + stats,
+            "total": trainable + frozen + stats}

@@ -1,0 +1,67 @@
+"""The U-Net: exact parameter count, shapes, gradients, configuration."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tunelab.leopard.errors import LeopardError
+from tunelab.leopard.model import Architecture, LeopardUNet, count_parameters
+
+
+def test_parameter_count_matches_the_seed() -> None:
+    """Counting rule (Keras'): trainable = parameters with requires_grad (conv/transposed-
+    conv weights and biases, BatchNorm gamma/beta); non-trainable = BatchNorm running_mean
+    and running_var buffers (num_batches_tracked is PyTorch-only and not counted)."""
+    model = LeopardUNet(Architecture(in_channels=5))
+    counts = count_parameters(model)
+    assert counts["trainable"] == 474_017
+    assert counts["non_trainable"] == 1_952
+    assert counts["total"] == 475_969
+    # the rule spelled out independently of count_parameters
+    params = sum(p.numel() for p in model.parameters())
+    stats = sum(m.running_mean.numel() + m.running_var.numel()
+                for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d))
+    assert (params, stats) == (474_017, 1_952)
+
+
+def test_filters_follow_int_truncation() -> None:
+    arch = Architecture()
+    assert arch.encoder_filters() == [15, 22, 33, 49, 73, 109]
+    assert arch.decoder_filters() == [72, 48, 32, 21, 14]
+
+
+def test_batchnorm_uses_keras_settings() -> None:
+    bns = [m for m in LeopardUNet().modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    assert len(bns) == 2 * (1 + 5 + 5)
+    assert all(m.momentum == pytest.approx(0.01) and m.eps == pytest.approx(1e-3)
+               for m in bns)
+
+
+@pytest.mark.parametrize("channels", [5, 6])
+def test_forward_backward_shapes(channels: int) -> None:
+    torch.manual_seed(0)
+    model = LeopardUNet(in_channels=channels)
+    x = torch.randn(2, channels, 1024, requires_grad=True)
+    logits = model(x)
+    assert logits.shape == (2, 1024)
+    logits.sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
+    assert all(p.grad is not None and torch.isfinite(p.grad).all()
+               for p in model.parameters())
+
+
+def test_configurable_shape() -> None:
+    model = LeopardUNet(in_channels=5, base_filters=8, depth=3, kernel_size=5)
+    assert model(torch.randn(1, 5, 64)).shape == (1, 64)
+    assert model.arch.multiple == 8
+
+
+def test_length_not_divisible_by_32_is_refused() -> None:
+    with pytest.raises(LeopardError, match="not divisible by 32"):
+        LeopardUNet()(torch.randn(1, 5, 1000))
+
+
+def test_wrong_channel_count_is_refused() -> None:
+    with pytest.raises(LeopardError, match=r"\(batch, 5, length\)"):
+        LeopardUNet()(torch.randn(1, 6, 1024))
