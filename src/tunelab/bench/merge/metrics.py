@@ -145,11 +145,7 @@ def iteration_stats(records: Sequence[WorkerIteration], chunk_size: int) -> Iter
     if len(iters) != 1:
         raise ValueError(f"records of several iterations: {sorted(iters)}")
     bws = [worker_bandwidth(r.bytes_sent, r.exchange_s) for r in records]
-    bws_lr = [
-        (worker_bandwidth(r.bytes_sent_left, r.exchange_left_s)
-         + worker_bandwidth(r.bytes_sent_right, r.exchange_right_s)) / 2
-        for r in records
-    ]
+    bws_lr = [_seed_slide_bandwidth(r) for r in records]
     wall = max(r.wall_s for r in records)
     return IterationStats(
         iteration=records[0].iteration,
@@ -164,6 +160,15 @@ def iteration_stats(records: Sequence[WorkerIteration], chunk_size: int) -> Iter
         bytes_sent=sum(r.bytes_sent for r in records),
         merged_rows=sum(r.merged_rows for r in records),
     )
+
+
+def _seed_slide_bandwidth(r: WorkerIteration) -> float:
+    """The slides' variant: the mean of the left-phase and right-phase bandwidths (a transport
+    that cannot tell the phases apart, Dask, reports the combined bandwidth)."""
+    if r.exchange_right_s == 0 and r.bytes_sent_right == 0:
+        return worker_bandwidth(r.bytes_sent_left, r.exchange_left_s)
+    return (worker_bandwidth(r.bytes_sent_left, r.exchange_left_s)
+            + worker_bandwidth(r.bytes_sent_right, r.exchange_right_s)) / 2
 
 
 def per_iteration(records: Sequence[WorkerIteration], chunk_size: int) -> list[IterationStats]:

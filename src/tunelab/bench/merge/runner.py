@@ -20,12 +20,12 @@ from tunelab.bench.merge.comm import Comm, VerificationError
 from tunelab.bench.merge.config import MergeConfig
 from tunelab.bench.merge.metrics import WorkerIteration
 
-__all__ = ["reference_merge", "run_worker"]
+__all__ = ["compare_with_reference", "reference_merge", "run_worker"]
 
 
-def reference_merge(cfg: MergeConfig, rank: int) -> Any:
+def reference_merge(cfg: MergeConfig, rank: int | None) -> Any:
     """The rows worker ``rank`` must hold: a single-process pandas merge of every chunk,
-    restricted to the keys hashed to ``rank``, sorted by key."""
+    restricted to the keys hashed to ``rank`` (all of them for None), sorted by key."""
     import pandas as pd
 
     lefts = [data.left_chunk(r, cfg.workers, cfg.chunk_size, cfg.seed) for r in range(cfg.workers)]
@@ -36,11 +36,14 @@ def reference_merge(cfg: MergeConfig, rank: int) -> Any:
     right = pd.DataFrame({"key": np.concatenate([k for k, _ in rights]),
                           "payload": np.concatenate([p for _, p in rights])})
     merged = left.merge(right, on="key", how="inner", suffixes=("_left", "_right"))
-    mine = merged[data.partition_ids(merged["key"].to_numpy(), cfg.workers) == rank]
+    mine = merged
+    if rank is not None:
+        mine = merged[data.partition_ids(merged["key"].to_numpy(), cfg.workers) == rank]
     return mine.sort_values("key", kind="stable").reset_index(drop=True)
 
 
-def _compare(got: Any, want: Any) -> str | None:
+def compare_with_reference(got: Any, want: Any) -> str | None:
+    """None when ``got`` holds exactly the reference rows, else what differs."""
     got = got.sort_values("key", kind="stable").reset_index(drop=True)
     if len(got) != len(want):
         return f"{len(got)} merged rows, the pandas reference has {len(want)}"
@@ -94,7 +97,7 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
         rows = backend.num_rows(merged)
         problem = None
         if reference is not None:
-            problem = _compare(backend.to_pandas(merged), reference)
+            problem = compare_with_reference(backend.to_pandas(merged), reference)
         verdicts = comm.allgather((rows, problem))
         total = sum(r for r, _ in verdicts)
         bad = [(w, p) for w, (_, p) in enumerate(verdicts) if p]

@@ -106,15 +106,14 @@ class TcpComm(Comm):
                                            return_when=asyncio.FIRST_EXCEPTION)
         failure: WorkerFailure | None = None
         for task in done:
-            exc = task.exception()
-            if exc is None:
+            exc = task.exception()  # retrieve every one, so asyncio logs none
+            if exc is None or failure is not None:
                 continue
             if isinstance(exc, WorkerFailure):
                 failure = exc
             else:
                 failure = self.failure(tasks[task], f"lost the connection to {{peer}} "
                                                     f"({type(exc).__name__}: {exc})")
-            break
         if failure is None and pending:
             peer = min(tasks[t] for t in pending)
             failure = self.failure(peer, f"timed out after {self.timeout:g} s waiting for {{peer}}")
