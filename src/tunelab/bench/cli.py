@@ -62,8 +62,10 @@ def merge(
     scheduler_file: Annotated[str | None, typer.Option(
         help="dask: scheduler file of an existing cluster.")] = None,
     dask_shuffle: Annotated[str, typer.Option(help="dask: tasks | p2p.")] = "tasks",
+    records: Annotated[str | None, typer.Option(
+        help="Also write every worker's per-iteration measurements to this JSON file.")] = None,
     inject_fault: Annotated[str | None, typer.Option(
-        hidden=True, help="Testing: rank=R,phase=P,iteration=I,action=kill|hang.")] = None,
+        hidden=True, help="Testing: rank=R,phase=P,iteration=I,action=kill|hang|corrupt.")] = None,
     worker_config: Annotated[str | None, typer.Option(hidden=True)] = None,
     status_dir: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
@@ -83,7 +85,7 @@ def merge(
                 mpirun=mpirun, hostfile=hostfile, mpi_args=tuple(mpi_arg or ()), host=host,
                 address_dir=address_dir, protocol=protocol, scheduler=scheduler,
                 scheduler_file=scheduler_file, dask_shuffle=dask_shuffle,
-                fault=parse_fault(inject_fault),
+                records=records, fault=parse_fault(inject_fault),
             ).validate()
         under_mpirun = cfg.transport == "mpi" and "OMPI_COMM_WORLD_SIZE" in os.environ
         if worker_config is not None or rank is not None or under_mpirun:

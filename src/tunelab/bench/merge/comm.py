@@ -106,13 +106,18 @@ class Comm(ABC):
         if self._status is not None:
             self._status.write(phase, self.iteration)
         f = self._fault
-        if f is not None and f.rank == self.rank and f.phase == phase and (
-            f.iteration == self.iteration or phase in ("start", "connect", "generate")
-        ):
+        if f is not None and f.action != "corrupt" and f.rank == self.rank and f.phase == phase \
+                and (f.iteration == self.iteration or phase in ("start", "connect", "generate")):
             if f.action == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             while True:  # "hang": stop answering until killed
                 time.sleep(3600)
+
+    def corrupts(self, phase: str) -> bool:
+        """Whether an injected ``corrupt`` fault applies to this worker, phase and iteration."""
+        f = self._fault
+        return (f is not None and f.action == "corrupt" and f.rank == self.rank
+                and f.phase == phase and f.iteration == self.iteration)
 
     def failure(self, peer: int | None, what: str) -> WorkerFailure:
         """A :class:`WorkerFailure` naming this worker, ``peer``, the phase and iteration."""

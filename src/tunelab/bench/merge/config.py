@@ -45,8 +45,9 @@ PHASES = (
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault to inject for tests: worker ``rank`` dies (``kill``) or stops answering
-    (``hang``) on entering ``phase`` of timed-or-warmup iteration ``iteration``."""
+    """A fault to inject for tests: worker ``rank`` dies (``kill``), stops answering
+    (``hang``) or, in phase ``merge``, drops a merged row (``corrupt``) on entering ``phase``
+    of iteration ``iteration`` (counted from 0, warm-up iterations included)."""
 
     rank: int
     phase: str
@@ -78,8 +79,9 @@ def parse_fault(text: str | None) -> Fault | None:
         raise WorkloadError(f"--inject-fault: bad value in {text!r} ({exc})") from exc
     if fault.phase not in PHASES:
         raise WorkloadError(f"--inject-fault: unknown phase {fault.phase!r}; one of {PHASES}")
-    if fault.action not in ("kill", "hang"):
-        raise WorkloadError(f"--inject-fault: action must be kill or hang, got {fault.action!r}")
+    if fault.action not in ("kill", "hang", "corrupt"):
+        raise WorkloadError(f"--inject-fault: action must be kill, hang or corrupt, "
+                            f"got {fault.action!r}")
     return fault
 
 
@@ -111,6 +113,7 @@ class MergeConfig:
     scheduler: str | None = None
     scheduler_file: str | None = None
     dask_shuffle: str = "tasks"
+    records: str | None = None
     # testing
     fault: Fault | None = field(default=None)
 

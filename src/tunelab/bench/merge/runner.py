@@ -93,6 +93,8 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
         comm.enter("merge", it)
         merged = backend.merge(backend.from_blocks(lblocks), backend.from_blocks(rblocks))
         wall = time.perf_counter() - t0
+        if comm.corrupts("merge"):  # fault injection: lose one row, verification must see it
+            merged = merged.iloc[1:]
         comm.enter("verify", it)
         rows = backend.num_rows(merged)
         problem = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +59,9 @@ def verification_text(cfg: MergeConfig, rows: int) -> str:
 def emit_report(cfg: MergeConfig, records: Sequence[WorkerIteration], extra_desc: str = "",
                 **extra: Any) -> None:
     """Print the table and the JSON line for all workers' records."""
+    if cfg.records:
+        with open(cfg.records, "w") as fh:
+            json.dump([r.to_dict() for r in records], fh)
     stats = per_iteration(records, cfg.chunk_size)
     summary = summarize(stats, cfg.workers, cfg.chunk_size)
     print(report.render_table(cfg, stats, summary, verification_text(cfg, summary.merged_rows),
