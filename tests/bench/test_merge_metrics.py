@@ -143,7 +143,8 @@ def test_bad_options_are_one_line_errors(kwargs: dict[str, object], needle: str)
 
 def test_fault_parsing_and_config_round_trip() -> None:
     fault = parse_fault("rank=1,phase=exchange-right,iteration=2,action=hang")
-    assert fault is not None and (fault.rank, fault.phase, fault.iteration) == (1, "exchange-right", 2)
+    assert fault is not None
+    assert (fault.rank, fault.phase, fault.iteration) == (1, "exchange-right", 2)
     cfg = MergeConfig(workers=3, fault=fault, mpi_args=("-x", "UCX_TLS")).validate()
     assert MergeConfig.from_dict(cfg.to_dict()) == cfg
     for bad in ("rank=x", "rank=0,phase=nowhere", "rank=0,action=explode", "nonsense"):

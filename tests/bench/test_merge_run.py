@@ -15,7 +15,7 @@ import pytest
 from tunelab.bench.merge import data
 from tunelab.bench.merge.metrics import WorkerIteration, per_iteration, summarize
 
-from .conftest import run_bench, result_line
+from .merge_helpers import result_line, run_bench
 
 pytestmark = pytest.mark.slow
 
