@@ -59,6 +59,8 @@ def test_point_parameters_override_options(tmp_path: Path) -> None:
     assert argv[argv.index("--workers") + 1] == "3"
     assert "--mpi-arg=-x" in argv and "--mpi-arg=UCX_TLS" in argv
     assert cmd.cwd == tmp_path and dict(cmd.env) == {}
+    hosts = workload(hostfile="hosts.txt").command(ctx(tmp_path, {}))
+    assert hosts.argv[hosts.argv.index("--hostfile") + 1] == str(tmp_path / "hosts.txt")
 
 
 def test_invalid_point_is_a_one_line_error(tmp_path: Path) -> None:

@@ -132,6 +132,9 @@ class MergeWorkload(Workload):
 
     def command(self, ctx: RunContext) -> Command:
         settings = self.settings(ctx.values)
+        for key in ("hostfile", "scheduler_file"):  # relative to the study file's directory
+            if settings[key] and not Path(settings[key]).is_absolute():
+                settings[key] = str(ctx.study_dir / settings[key])
         argv = [self._python(), "-m", "tunelab.bench.merge"]
         for key, flag in _FLAGS.items():
             value = settings[key]

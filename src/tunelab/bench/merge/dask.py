@@ -43,7 +43,8 @@ def _right(rank: int, workers: int, chunk_size: int, frac: float, seed: int) -> 
 
 def _clear_logs(dask_worker: Any) -> None:
     dask_worker.transfer_outgoing_log.clear()
-    dask_worker.digests_total.clear() if hasattr(dask_worker.digests_total, "clear") else None
+    if hasattr(dask_worker.digests_total, "clear"):
+        dask_worker.digests_total.clear()
 
 
 def _sent(dask_worker: Any) -> tuple[float, float]:
