@@ -14,6 +14,8 @@ can rebuild any other worker's chunk from the seed (used by the full verificatio
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = [
@@ -76,7 +78,7 @@ def right_chunk(
     return key, payload
 
 
-def partition_ids(key, workers: int):  # type: ignore[no-untyped-def]
+def partition_ids(key: Any, workers: int) -> Any:
     """Destination worker of each key: a multiplicative (Fibonacci) hash modulo ``workers``.
 
     Works on numpy and cupy arrays alike (uint64 arithmetic wraps)."""

@@ -189,10 +189,10 @@ def _run_local(cfg: MergeConfig, status_dir: str, address_dir: str) -> int:
     kill_at: float | None = None
     try:
         while True:
-            codes = [p.poll() for p in procs]
-            if all(c is not None for c in codes):
+            polled = [p.poll() for p in procs]
+            if all(c is not None for c in polled):
                 break
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            failed = [(r, c) for r, c in enumerate(polled) if c not in (None, 0)]
             if failed and kill_at is None:
                 kill_at = time.monotonic() + cfg.timeout + 1.0
             if kill_at is not None and time.monotonic() > kill_at:
@@ -210,7 +210,7 @@ def _run_local(cfg: MergeConfig, status_dir: str, address_dir: str) -> int:
     for pump in pumps:
         pump.join()
     _report_unused(pumps)
-    codes = [p.returncode for p in procs]
+    codes: list[int] = [p.returncode for p in procs]
     if all(c == 0 for c in codes):
         return 0
     if all(c in (0, EXIT_VERIFY) for c in codes):

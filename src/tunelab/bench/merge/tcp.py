@@ -12,6 +12,7 @@ import contextlib
 import struct
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,8 @@ _STREAM_LIMIT = 1 << 22
 
 def as_bytes(arr: np.ndarray) -> memoryview:
     """A flat byte view of a C-contiguous array (no copy)."""
-    return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    return memoryview(flat)  # type: ignore[arg-type]
 
 
 class TcpComm(Comm):
@@ -100,7 +102,8 @@ class TcpComm(Comm):
                 raise self.failure(peer, f"got message {got_seq} from {{peer}}, expected {seq}")
             return np.frombuffer(await reader.readexactly(nbytes), dtype=np.uint8)
 
-        tasks = {asyncio.ensure_future(get(p)): p for p in self.peers}
+        tasks: dict[asyncio.Future[Any], int] = {
+            asyncio.ensure_future(get(p)): p for p in self.peers}
         tasks.update({asyncio.ensure_future(put(p, send[p])): p for p in self.peers})
         done, pending = await asyncio.wait(tasks, timeout=self.timeout,
                                            return_when=asyncio.FIRST_EXCEPTION)

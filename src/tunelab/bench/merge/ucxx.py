@@ -111,9 +111,10 @@ class UcxxComm(Comm):
                 await ep.recv(buf)
             return buf
 
-        gets = {asyncio.ensure_future(get(p)): p for p in self.peers}
-        puts = {asyncio.ensure_future(put(p, send[p])): p for p in self.peers}
-        tasks = {**gets, **puts}
+        gets: dict[asyncio.Future[Any], int] = {
+            asyncio.ensure_future(get(p)): p for p in self.peers}
+        tasks: dict[asyncio.Future[Any], int] = dict(gets)
+        tasks.update({asyncio.ensure_future(put(p, send[p])): p for p in self.peers})
         done, pending = await asyncio.wait(tasks, timeout=self.timeout,
                                            return_when=asyncio.FIRST_EXCEPTION)
         failure: WorkerFailure | None = None
