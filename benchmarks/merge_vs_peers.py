@@ -188,7 +188,8 @@ def main() -> None:
     n, c = args.workers, args.chunk_size
     part = 16 * c // n  # bytes of one partition message (int64 key + payload per row)
     print(f"merge_vs_peers: {n} workers, {c} rows per chunk, {args.iterations} timed "
-          f"iterations, partition message ~{part / MiB:.2f} MiB, {os.cpu_count()} cores")
+          f"iterations, partition message ~{part / MiB:.2f} MiB, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.2f}")
 
     rows: list[tuple[str, float | None, float | None]] = []
     plan = [("tunelab tcp", "tcp", [], None),
@@ -219,6 +220,8 @@ def main() -> None:
         return "—" if v is None else f"{v / MiB:10.1f}"
 
     bound = max((v for v in (perf, pp_ob1, pp_ucx) if v), default=None)
+    print(f"  load average at the end {os.getloadavg()[0]:.2f} (other work on the machine "
+          "skews every figure: compare rows of one run only)")
     print()
     print(f"{'run':<24} {'throughput MiB/s':>17} {'bandwidth MiB/s':>16} {'bw / link bound':>16}")
     print("-" * 76)

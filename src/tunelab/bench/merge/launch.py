@@ -40,7 +40,7 @@ UCX_PML_ENV = {"OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_devices": "any"}
 
 _MPI_DEATH = re.compile(r"rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _WAITED = re.compile(r"timed out after \S+ s waiting for worker (\d+)")
-_UCX_UNUSED = re.compile(r"unused env variable: (UCX_\w+)")
+_UCX_UNUSED = re.compile(r"unused env variables?: (UCX_[\w,]+)")
 
 
 class _Pump:
@@ -67,7 +67,7 @@ class _Pump:
                 self.deaths.append((int(m.group(1)), int(m.group(4))))
             m = _UCX_UNUSED.search(line)
             if m:
-                self.unused.add(m.group(1))
+                self.unused.update(n for n in m.group(1).split(",") if n)
         self._target.flush()
 
     def join(self) -> None:
@@ -77,8 +77,9 @@ class _Pump:
 def _report_unused(pumps: list[_Pump]) -> None:
     unused = sorted(set().union(*(p.unused for p in pumps)))
     if unused:
-        print(f"merge: warning: UCX does not know {', '.join(unused)} (misspelt or not for "
-              "this UCX version); these variables had no effect", file=sys.stderr)
+        print(f"merge: warning: UCX did not use {', '.join(unused)} (misspelt, unknown to this "
+              "UCX version, or for a transport not present here); they had no effect",
+              file=sys.stderr)
 
 
 def uses_ucx(cfg: MergeConfig) -> bool:
