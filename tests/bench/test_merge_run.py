@@ -210,6 +210,15 @@ def test_wrong_result_is_an_error_not_a_number(verify: str) -> None:
     assert "merge: verification failed" in proc.stderr
 
 
+@needs_mpi
+def test_wrong_result_under_mpi_is_an_error() -> None:
+    proc = run_bench("-t", "mpi", "-n", "2", "-c", "1000", "-i", "1",
+                     "--inject-fault", "rank=1,phase=merge,iteration=0,action=corrupt")
+    assert proc.returncode == 3
+    res = result_line(proc.stdout)
+    assert res["verified"] is False and "worker 1" in res["error"]
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["-c", "0"], "--chunk-size must be a positive number of rows, got 0"),
     (["-n", "1"], "--workers must be at least 2"),
