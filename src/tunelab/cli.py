@@ -30,8 +30,11 @@ err_console = Console(stderr=True, highlight=False)
 
 def _mount_subcommands() -> None:
     """Workload programs with CLIs of their own (their heavy imports happen on use only)."""
+    from tunelab.bench.cli import app as bench_app
     from tunelab.leopard.cli import app as leopard_app
 
+    app.add_typer(bench_app, name="bench",
+                  help="Benchmark programs tunelab owns (the all-to-all merge).")
     app.add_typer(leopard_app, name="leopard",
                   help="Leopard DNA U-Net: synthetic data, training, prediction.")
 

@@ -1,0 +1,157 @@
+"""What a transport provides to the worker loop: an all-to-all exchange with timeouts.
+
+A :class:`Comm` is one worker's view of the group. Its single primitive, :meth:`Comm.exchange`,
+sends one contiguous array to every other worker and returns the raw bytes received from each;
+every receive has a deadline (``timeout`` seconds), and a peer that does not answer or whose
+connection breaks raises :class:`WorkerFailure` naming the peer, the phase and the iteration.
+``allgather`` and ``barrier`` are built on ``exchange``, so they have the same guarantee.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tunelab.bench.merge.config import Fault
+from tunelab.errors import TunelabError
+
+__all__ = ["Comm", "StatusBoard", "VerificationError", "WorkerFailure", "read_status"]
+
+
+class WorkerFailure(TunelabError):
+    """A worker could not complete a phase: a peer died, hung or broke the connection."""
+
+    def __init__(self, message: str, *, rank: int | None = None, peer: int | None = None,
+                 phase: str | None = None, iteration: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.peer = peer
+        self.phase = phase
+        self.iteration = iteration
+
+
+class VerificationError(TunelabError):
+    """The merged result is wrong: the run reports no numbers."""
+
+
+_STATUS_WIDTH = 96
+
+
+class StatusBoard:
+    """A tiny per-worker file holding ``pid phase iteration``, rewritten at every phase change.
+
+    The launcher reads it when a worker dies, to say in which phase it was. Writing is one
+    ``pwrite`` of a fixed-width record (a few microseconds), outside the timed sections.
+    """
+
+    def __init__(self, directory: str | None, rank: int) -> None:
+        self._fd: int | None = None
+        if directory:
+            path = Path(directory) / f"rank-{rank}.status"
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def write(self, phase: str, iteration: int) -> None:
+        """Record the phase the worker enters."""
+        if self._fd is None:
+            return
+        text = f"{os.getpid()} {phase} {iteration}".ljust(_STATUS_WIDTH)[:_STATUS_WIDTH]
+        os.pwrite(self._fd, text.encode() + b"\n", 0)
+
+    def close(self) -> None:
+        """Close the file (it stays on disk)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def read_status(directory: str | Path, rank: int) -> tuple[int, str, int] | None:
+    """``(pid, phase, iteration)`` last written by worker ``rank``, or None."""
+    try:
+        text = (Path(directory) / f"rank-{rank}.status").read_text().split()
+        return int(text[0]), text[1], int(text[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class Comm(ABC):
+    """One worker's endpoint of an all-to-all group (see the module docstring)."""
+
+    rank: int
+    size: int
+
+    def __init__(self, rank: int, size: int, timeout: float,
+                 status_dir: str | None = None, fault: Fault | None = None) -> None:
+        self.rank = rank
+        self.size = size
+        self.timeout = timeout
+        self.phase = "start"
+        self.iteration = -1
+        self._status: StatusBoard | None = StatusBoard(status_dir, rank) if status_dir else None
+        self._fault = fault
+
+    # -- phases -------------------------------------------------------------------------
+    def enter(self, phase: str, iteration: int | None = None) -> None:
+        """Mark the start of ``phase`` (for failure reports and fault injection)."""
+        self.phase = phase
+        if iteration is not None:
+            self.iteration = iteration
+        if self._status is not None:
+            self._status.write(phase, self.iteration)
+        f = self._fault
+        if f is not None and f.action != "corrupt" and f.rank == self.rank and f.phase == phase \
+                and (f.iteration == self.iteration or phase in ("start", "connect", "generate")):
+            if f.action == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            while True:  # "hang": stop answering until killed
+                time.sleep(3600)
+
+    def corrupts(self, phase: str) -> bool:
+        """Whether an injected ``corrupt`` fault applies to this worker, phase and iteration."""
+        f = self._fault
+        return (f is not None and f.action == "corrupt" and f.rank == self.rank
+                and f.phase == phase and f.iteration == self.iteration)
+
+    def failure(self, peer: int | None, what: str) -> WorkerFailure:
+        """A :class:`WorkerFailure` naming this worker, ``peer``, the phase and iteration."""
+        where = f"in phase {self.phase}"
+        if self.iteration >= 0:
+            where += f" of iteration {self.iteration}"
+        who = f"worker {peer}" if peer is not None else "the other workers"
+        msg = f"worker {self.rank}: {what.format(peer=who)} {where}"
+        return WorkerFailure(msg, rank=self.rank, peer=peer, phase=self.phase,
+                             iteration=self.iteration)
+
+    @property
+    def peers(self) -> list[int]:
+        """Every other rank, in rank order."""
+        return [p for p in range(self.size) if p != self.rank]
+
+    # -- primitives ---------------------------------------------------------------------
+    @abstractmethod
+    def exchange(self, send: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Send ``send[p]`` (C-contiguous) to every peer ``p``; return the bytes (``uint8``)
+        received from each peer. Raises :class:`WorkerFailure` on timeout or broken link."""
+
+    def allgather(self, obj: Any) -> list[Any]:
+        """Every worker's ``obj``, in rank order (pickled over :meth:`exchange`)."""
+        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        got = self.exchange({p: payload for p in self.peers})
+        return [obj if p == self.rank else pickle.loads(got[p].tobytes())
+                for p in range(self.size)]
+
+    def barrier(self) -> None:
+        """Wait until every worker reached this point."""
+        self.allgather(None)
+
+    def close(self) -> None:
+        """Release connections."""
+        if self._status is not None:
+            self._status.close()

@@ -1,0 +1,119 @@
+"""The worker loop shared by the mpi, tcp and ucxx transports.
+
+Each iteration: barrier; partition the left chunk into N bins and exchange them; the same for
+the right chunk; concatenate what arrived (plus the bin kept locally) and inner-merge on
+``key``. Then, outside the timed section, verify: the global merged row count must equal the
+number of matching keys, and for small sizes every worker's rows must equal those of a
+single-process pandas merge. A wrong result raises :class:`VerificationError`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from tunelab.bench.merge import data
+from tunelab.bench.merge.backend import Backend
+from tunelab.bench.merge.comm import Comm, VerificationError
+from tunelab.bench.merge.config import MergeConfig
+from tunelab.bench.merge.metrics import WorkerIteration
+
+__all__ = ["compare_with_reference", "reference_merge", "run_worker"]
+
+
+def reference_merge(cfg: MergeConfig, rank: int | None) -> Any:
+    """The rows worker ``rank`` must hold: a single-process pandas merge of every chunk,
+    restricted to the keys hashed to ``rank`` (all of them for None), sorted by key."""
+    import pandas as pd
+
+    lefts = [data.left_chunk(r, cfg.workers, cfg.chunk_size, cfg.seed) for r in range(cfg.workers)]
+    rights = [data.right_chunk(r, cfg.workers, cfg.chunk_size, cfg.frac_match, cfg.seed)
+              for r in range(cfg.workers)]
+    left = pd.DataFrame({"key": np.concatenate([k for k, _ in lefts]),
+                         "payload": np.concatenate([p for _, p in lefts])})
+    right = pd.DataFrame({"key": np.concatenate([k for k, _ in rights]),
+                          "payload": np.concatenate([p for _, p in rights])})
+    merged = left.merge(right, on="key", how="inner", suffixes=("_left", "_right"))
+    mine = merged
+    if rank is not None:
+        mine = merged[data.partition_ids(merged["key"].to_numpy(), cfg.workers) == rank]
+    return mine.sort_values("key", kind="stable").reset_index(drop=True)
+
+
+def compare_with_reference(got: Any, want: Any) -> str | None:
+    """None when ``got`` holds exactly the reference rows, else what differs."""
+    got = got.sort_values("key", kind="stable").reset_index(drop=True)
+    if len(got) != len(want):
+        return f"{len(got)} merged rows, the pandas reference has {len(want)}"
+    for col in ("key", "payload_left", "payload_right"):
+        bad = np.flatnonzero(got[col].to_numpy() != want[col].to_numpy())
+        if bad.size:
+            return f"column {col} differs from the pandas reference in {bad.size} rows"
+    return None
+
+
+def _exchange(comm: Comm, backend: Backend, df: Any, side: str,
+              it: int) -> tuple[list[Any], float, int, int]:
+    comm.enter(f"partition-{side}", it)
+    block, counts = backend.partition(df, comm.size)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    host = backend.to_host(block)
+    send = {p: host[offsets[p]:offsets[p + 1]] for p in comm.peers}
+    sent = sum(int(a.nbytes) for a in send.values())
+    comm.enter(f"exchange-{side}", it)
+    t = time.perf_counter()
+    got = comm.exchange(send)
+    elapsed = time.perf_counter() - t
+    own = block[offsets[comm.rank]:offsets[comm.rank + 1]]
+    blocks = [own if p == comm.rank else got[p].view(np.int64).reshape(-1, 2)
+              for p in range(comm.size)]
+    received = sum(int(g.nbytes) for g in got.values())
+    return blocks, elapsed, sent, received
+
+
+def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIteration]:
+    """Run every iteration on this worker; return all workers' records (on every worker)."""
+    rank, n = comm.rank, cfg.workers
+    if comm.size != n:
+        raise VerificationError(f"the transport has {comm.size} workers, --workers is {n}")
+    comm.enter("generate", -1)
+    left = backend.frame(*data.left_chunk(rank, n, cfg.chunk_size, cfg.seed))
+    right = backend.frame(*data.right_chunk(rank, n, cfg.chunk_size, cfg.frac_match, cfg.seed))
+    expected = data.expected_matches(n, cfg.chunk_size, cfg.frac_match)
+    reference = reference_merge(cfg, rank) if cfg.full_verify else None
+    records: list[WorkerIteration] = []
+    for it in range(cfg.total_iterations):
+        comm.enter("barrier", it)
+        comm.barrier()
+        t0 = time.perf_counter()
+        lblocks, t_left, sent_left, recv_left = _exchange(comm, backend, left, "left", it)
+        rblocks, t_right, sent_right, recv_right = _exchange(comm, backend, right, "right", it)
+        comm.enter("merge", it)
+        merged = backend.merge(backend.from_blocks(lblocks), backend.from_blocks(rblocks))
+        wall = time.perf_counter() - t0
+        if comm.corrupts("merge"):  # fault injection: lose one row, verification must see it
+            merged = merged.iloc[1:]
+        comm.enter("verify", it)
+        rows = backend.num_rows(merged)
+        problem = None
+        if reference is not None:
+            problem = compare_with_reference(backend.to_pandas(merged), reference)
+        verdicts = comm.allgather((rows, problem))
+        total = sum(r for r, _ in verdicts)
+        bad = [(w, p) for w, (_, p) in enumerate(verdicts) if p]
+        if bad:
+            w, p = bad[0]
+            raise VerificationError(f"iteration {it}: worker {w}: {p}")
+        if total != expected:
+            raise VerificationError(f"iteration {it}: the merge has {total} rows in all, "
+                                    f"expected {expected} matching keys")
+        records.append(WorkerIteration(
+            rank=rank, iteration=it - cfg.warmup, warmup=it < cfg.warmup, wall_s=wall,
+            exchange_left_s=t_left, exchange_right_s=t_right, bytes_sent_left=sent_left,
+            bytes_sent_right=sent_right, bytes_recv=recv_left + recv_right, merged_rows=rows))
+    comm.enter("gather", cfg.total_iterations - 1)
+    gathered = comm.allgather(records)
+    comm.enter("done")
+    return [rec for worker in gathered for rec in worker]

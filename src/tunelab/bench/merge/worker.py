@@ -1,0 +1,98 @@
+"""One worker process of the mpi, tcp or ucxx transport, and the shared report printing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tunelab.bench.merge import report
+from tunelab.bench.merge.backend import get_backend
+from tunelab.bench.merge.comm import Comm, VerificationError, WorkerFailure
+from tunelab.bench.merge.config import MergeConfig
+from tunelab.bench.merge.metrics import WorkerIteration, per_iteration, summarize
+from tunelab.errors import WorkloadError
+
+__all__ = ["EXIT_FAILURE", "EXIT_VERIFY", "emit_report", "make_comm", "verification_text",
+           "worker_main"]
+
+EXIT_VERIFY = 3
+EXIT_FAILURE = 4
+
+
+def make_comm(cfg: MergeConfig, rank: int | None, status_dir: str | None,
+              address_dir: str | None) -> Comm:
+    """The transport endpoint of this worker."""
+    if cfg.transport == "mpi":
+        from tunelab.bench.merge.mpi import MpiComm
+
+        return MpiComm(cfg.timeout, status_dir=status_dir, fault=cfg.fault)
+    if rank is None or address_dir is None:
+        raise WorkloadError(f"--transport {cfg.transport}: a worker started by hand needs "
+                            "--rank and --address-dir (a directory all workers can read)")
+    if not 0 <= rank < cfg.workers:
+        raise WorkloadError(f"--rank {rank} is not a worker of --workers {cfg.workers}")
+    if cfg.transport == "tcp":
+        from tunelab.bench.merge.tcp import TcpComm
+
+        return TcpComm(rank, cfg.workers, cfg.timeout, address_dir, cfg.host,
+                       status_dir=status_dir, fault=cfg.fault)
+    if cfg.transport == "ucxx":
+        from tunelab.bench.merge.ucxx import UcxxComm
+
+        return UcxxComm(rank, cfg.workers, cfg.timeout, address_dir, cfg.host,
+                        status_dir=status_dir, fault=cfg.fault)
+    raise WorkloadError(f"--transport {cfg.transport} has no worker processes")
+
+
+def verification_text(cfg: MergeConfig, rows: int) -> str:
+    """How the result was checked, for the table."""
+    text = f"passed every iteration: {rows} merged rows = matching keys"
+    if cfg.full_verify:
+        text += "; rows equal a single-process pandas merge"
+    else:
+        text += f" (row count only: {cfg.workers}x{cfg.chunk_size} rows > --verify-limit)"
+    return text
+
+
+def emit_report(cfg: MergeConfig, records: Sequence[WorkerIteration], extra_desc: str = "",
+                **extra: Any) -> None:
+    """Print the table and the JSON line for all workers' records."""
+    if cfg.records:
+        with open(cfg.records, "w") as fh:
+            json.dump([r.to_dict() for r in records], fh)
+    stats = per_iteration(records, cfg.chunk_size)
+    summary = summarize(stats, cfg.workers, cfg.chunk_size)
+    print(report.render_table(cfg, stats, summary, verification_text(cfg, summary.merged_rows),
+                              extra_desc))
+    print(report.fom_line(cfg, summary, **extra), flush=True)
+
+
+def worker_main(cfg: MergeConfig, rank: int | None, status_dir: str | None,
+                address_dir: str | None) -> int:
+    """Run one worker; rank 0 prints the report. Returns the process exit status."""
+    from tunelab.bench.merge.runner import run_worker
+
+    backend = get_backend(cfg.backend)
+    comm: Comm | None = None
+    try:
+        comm = make_comm(cfg, rank, status_dir, address_dir)
+        records = run_worker(comm, cfg, backend)
+        if comm.rank == 0:
+            emit_report(cfg, records)
+        return 0
+    except VerificationError as exc:
+        if comm is None or comm.rank == 0:
+            print(report.failure_line(cfg, str(exc)), flush=True)
+            print(f"merge: verification failed: {exc}", file=sys.stderr, flush=True)
+        return EXIT_VERIFY
+    except WorkerFailure as exc:
+        print(f"merge: {exc}", file=sys.stderr, flush=True)
+        abort = getattr(comm, "abort", None)
+        if abort is not None:
+            abort(EXIT_FAILURE)
+        return EXIT_FAILURE
+    finally:
+        if comm is not None:
+            comm.close()

@@ -1,0 +1,173 @@
+"""The ``merge`` workload: tunelab's all-to-all dataframe-merge benchmark as a study workload.
+
+Each run is ``python -m tunelab.bench.merge …`` (which itself starts ``mpirun`` for the
+``mpi`` transport, N processes for ``tcp``/``ucxx``, or a Dask cluster). Any option can be
+overridden per point by a parameter of the same name (``transport``, ``chunk_size``,
+``workers``, ``mpi_pml``, …). A study's ``env`` sets (``UCX_*`` variables) reach the workers
+through the environment: the engine merges them into the run's environment and Open MPI
+forwards the launching environment to its local ranks. The figures of merit are read from the
+benchmark's final JSON line; a run whose merge was wrong reports no numbers and fails.
+See docs/workloads/merge.md.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from tunelab.errors import ParseError, WorkloadError
+from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+
+__all__ = ["FOMS", "MergeOptions", "MergeWorkload"]
+
+#: Figures of merit read from the benchmark's JSON line (bytes, bytes/s, seconds, rows).
+FOMS = (
+    "throughput", "throughput_std", "bandwidth", "bandwidth_std", "bandwidth_min",
+    "bandwidth_median", "bandwidth_max", "bandwidth_lr", "wall_iter_s", "wall_iter_s_std",
+    "exchange_s", "bytes_sent", "merged_rows", "data_processed",
+)
+
+
+class MergeOptions(WorkloadOptions):
+    """Fixed options of the merge workload (``workload.options`` in a study file)."""
+
+    transport: Literal["mpi", "tcp", "dask", "ucxx"] = "mpi"
+    workers: int = Field(2, ge=2)
+    chunk_size: int = Field(100_000, gt=0)
+    iterations: int = Field(5, ge=1)
+    warmup: int = Field(1, ge=0)
+    frac_match: float = Field(0.3, ge=0.0, le=1.0)
+    seed: int = 42
+    backend: Literal["pandas", "cudf"] = "pandas"
+    mpi_pml: Literal["ob1", "ucx"] = "ucx"
+    mpirun: str = "mpirun"
+    hostfile: str | None = None
+    mpi_args: list[str] = Field(default_factory=list)
+    protocol: Literal["tcp", "ucxx"] = "tcp"
+    dask_shuffle: Literal["tasks", "p2p"] = "tasks"
+    scheduler_file: str | None = None
+    timeout: float = Field(60.0, gt=0)
+    verify: Literal["auto", "full", "count"] = "auto"
+    python: str | None = Field(
+        None, description="Python interpreter that runs the benchmark (default: tunelab's own; "
+                          "name a virtual environment with UCXX for transport ucxx)")
+
+
+_FLAGS = {
+    "transport": "--transport", "workers": "--workers", "chunk_size": "--chunk-size",
+    "iterations": "--iterations", "warmup": "--warmup", "frac_match": "--frac-match",
+    "seed": "--seed", "backend": "--backend", "mpi_pml": "--mpi-pml", "mpirun": "--mpirun",
+    "hostfile": "--hostfile", "protocol": "--protocol", "dask_shuffle": "--dask-shuffle",
+    "scheduler_file": "--scheduler-file", "timeout": "--timeout", "verify": "--verify",
+}
+
+
+class MergeWorkload(Workload):
+    """All-to-all dataframe merge over MPI/UCX, UCXX, TCP or Dask (``tunelab bench merge``)."""
+
+    name: ClassVar[str] = "merge"
+    description: ClassVar[str] = ("all-to-all dataframe-merge communication benchmark "
+                                  "(mpi/ucx, ucxx, tcp, dask)")
+    Options: ClassVar[type[WorkloadOptions]] = MergeOptions
+
+    @property
+    def objective(self) -> Objective:
+        return Objective("throughput", "maximize")
+
+    def default_space(self) -> dict[str, Any]:
+        return {"transport": ["mpi", "tcp"]}
+
+    def rules(self) -> list[tuple[str, str]]:
+        return [
+            ("workers >= 2", "an all-to-all exchange needs at least two workers"),
+            ("chunk_size > 0", "a chunk needs at least one row"),
+        ]
+
+    def tool_versions(self) -> dict[str, list[str]]:
+        return {"mpirun": [self._opts.mpirun, "--version"], "ucx_info": ["ucx_info", "-v"]}
+
+    @property
+    def _opts(self) -> MergeOptions:
+        assert isinstance(self.options, MergeOptions)
+        return self.options
+
+    def _python(self) -> str:
+        return self._opts.python or sys.executable
+
+    def check(self) -> None:
+        opts = self._opts
+        if opts.transport == "mpi":
+            from tunelab.execute.mpi import MPI_PACKAGE_HINT, require_executable
+
+            require_executable(opts.mpirun, MPI_PACKAGE_HINT)
+        module = {"mpi": "mpi4py", "ucxx": "ucxx", "dask": "distributed"}.get(opts.transport)
+        if module is not None:
+            probe = subprocess.run([self._python(), "-c", f"import {module}"],
+                                   capture_output=True, text=True, timeout=120)
+            if probe.returncode != 0:
+                extra = "ucx" if module == "ucxx" else "merge"
+                raise WorkloadError(
+                    f"merge workload: transport {opts.transport!r} needs the Python package "
+                    f"{module!r} in {self._python()}; install it with "
+                    f"pip install 'tunelab[{extra}]'")
+
+    def settings(self, values: dict[str, Any] | Any) -> dict[str, Any]:
+        """The options with the point's same-named parameters applied."""
+        settings = self._opts.model_dump()
+        for key, value in dict(values).items():
+            if key in settings and key != "python":
+                settings[key] = value
+        try:
+            MergeOptions(**settings)
+        except ValueError as exc:
+            first = str(exc).splitlines()
+            raise WorkloadError(f"merge workload: invalid point {dict(values)}: "
+                                f"{' '.join(first[:3])}") from None
+        return settings
+
+    def command(self, ctx: RunContext) -> Command:
+        settings = self.settings(ctx.values)
+        for key in ("hostfile", "scheduler_file"):  # relative to the study file's directory
+            if settings[key] and not Path(settings[key]).is_absolute():
+                settings[key] = str(ctx.study_dir / settings[key])
+        argv = [self._python(), "-m", "tunelab.bench.merge"]
+        for key, flag in _FLAGS.items():
+            value = settings[key]
+            if value is not None:
+                argv += [flag, str(value)]
+        for arg in settings["mpi_args"]:
+            argv.append(f"--mpi-arg={arg}")
+        return Command(tuple(argv), {}, ctx.run_dir)
+
+    def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
+        record = None
+        for line in reversed(stdout.splitlines()):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                candidate = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(candidate, dict) and candidate.get("benchmark") == "merge":
+                record = candidate
+                break
+        if record is None:
+            errors = [ln for ln in stderr.splitlines() if ln.startswith("merge:")]
+            hint = f" ({errors[-1]})" if errors else ""
+            raise ParseError(f"no merge result line in the output{hint}")
+        if not record.get("verified", False):
+            raise ParseError(f"merge verification failed: {record.get('error', 'no reason')}")
+        foms: dict[str, float] = {}
+        for name in FOMS:
+            value = record.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                foms[name] = float(value)
+        if "throughput" not in foms:
+            raise ParseError("the merge result line has no throughput")
+        return foms

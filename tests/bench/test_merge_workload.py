@@ -1,0 +1,143 @@
+"""The ``merge`` workload (command + parser) and the ``tunelab bench merge`` typer app."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tunelab.bench.cli import app
+from tunelab.errors import ParseError, WorkloadError
+from tunelab.workloads import get_workload
+from tunelab.workloads.base import RunContext
+from tunelab.workloads.merge import MergeOptions, MergeWorkload
+
+from .merge_helpers import SRC
+
+
+def ctx(tmp_path: Path, values: dict, env: dict | None = None) -> RunContext:
+    return RunContext(values=values, env=env or {}, run_dir=tmp_path, study_dir=tmp_path,
+                      study_file=None, cores=2)
+
+
+def workload(**options: object) -> MergeWorkload:
+    return MergeWorkload(MergeOptions(**options))  # type: ignore[arg-type]
+
+
+def run_like_engine(cmd, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """What the engine does: argv list, the run's env merged into the environment, cwd."""
+    full = {**os.environ, "PYTHONPATH": str(SRC), **cmd.env, **env}
+    return subprocess.run(list(cmd.argv), cwd=cmd.cwd, env=full, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_registered_with_throughput_objective() -> None:
+    cls = get_workload("merge")
+    assert cls is MergeWorkload
+    w = workload()
+    assert (w.objective.fom, w.objective.direction) == ("throughput", "maximize")
+    assert ("workers >= 2", "an all-to-all exchange needs at least two workers") in w.rules()
+    with pytest.raises(ValueError):
+        MergeOptions(bogus=1)  # type: ignore[call-arg]
+
+
+def test_point_parameters_override_options(tmp_path: Path) -> None:
+    w = workload(transport="mpi", chunk_size=1000, workers=2, mpi_args=["-x", "UCX_TLS"])
+    cmd = w.command(ctx(tmp_path, {"transport": "tcp", "chunk_size": 500, "workers": 3,
+                                   "unrelated": 7}))
+    argv = list(cmd.argv)
+    assert argv[:3] == [sys.executable, "-m", "tunelab.bench.merge"]
+    assert argv[argv.index("--transport") + 1] == "tcp"
+    assert argv[argv.index("--chunk-size") + 1] == "500"
+    assert argv[argv.index("--workers") + 1] == "3"
+    assert "--mpi-arg=-x" in argv and "--mpi-arg=UCX_TLS" in argv
+    assert cmd.cwd == tmp_path and dict(cmd.env) == {}
+    hosts = workload(hostfile="hosts.txt").command(ctx(tmp_path, {}))
+    assert hosts.argv[hosts.argv.index("--hostfile") + 1] == str(tmp_path / "hosts.txt")
+
+
+def test_invalid_point_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="invalid point") as err:
+        workload().command(ctx(tmp_path, {"chunk_size": 0}))
+    assert "\n" not in str(err.value)
+    with pytest.raises(WorkloadError):
+        workload().command(ctx(tmp_path, {"transport": "pigeon"}))
+
+
+def test_check_reports_missing_programs() -> None:
+    with pytest.raises(WorkloadError, match="not installed or not on PATH"):
+        workload(transport="mpi", mpirun="/nonexistent/mpirun").check()
+    if subprocess.run([sys.executable, "-c", "import ucxx"], capture_output=True).returncode:
+        with pytest.raises(WorkloadError, match=r"tunelab\[ucx\]"):
+            workload(transport="ucxx").check()
+    workload(transport="tcp").check()
+
+
+@pytest.mark.slow
+def test_engine_style_run_and_parse(tmp_path: Path) -> None:
+    w = workload(transport="tcp", workers=2, chunk_size=1000, iterations=2, warmup=1)
+    cmd = w.command(ctx(tmp_path, {"chunk_size": 800}))
+    proc = run_like_engine(cmd, {})
+    assert proc.returncode == 0, proc.stderr
+    foms = w.parse(proc.stdout, proc.stderr, tmp_path)
+    assert foms["throughput"] > 0 and foms["bandwidth"] > 0
+    assert foms["merged_rows"] == 2 * 240
+    assert foms["data_processed"] == 32 * 800
+    assert set(foms) >= {"throughput_std", "bandwidth_min", "bandwidth_max", "wall_iter_s"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun (openmpi-bin)")
+def test_env_set_reaches_mpi_ranks_over_ucx(tmp_path: Path) -> None:
+    """A study's env set (UCX_*) reaches UCX inside every rank: a bad UCX_TLS makes the UCX
+    PML fail, a good one runs."""
+    w = workload(transport="mpi", mpi_pml="ucx", workers=2, chunk_size=500, iterations=1,
+                 timeout=20)
+    cmd = w.command(ctx(tmp_path, {}))
+    good = run_like_engine(cmd, {"UCX_TLS": "tcp,self", "UCX_RNDV_SCHEME": "am"})
+    assert good.returncode == 0, good.stderr
+    assert w.parse(good.stdout, good.stderr, tmp_path)["throughput"] > 0
+    bad = run_like_engine(cmd, {"UCX_TLS": "cma"})  # no active-message transport: no UCX
+    assert bad.returncode != 0
+    with pytest.raises(ParseError):
+        w.parse(bad.stdout, bad.stderr, tmp_path)
+
+
+def test_parse_errors() -> None:
+    w = workload()
+    with pytest.raises(ParseError, match=r"no merge result line.*worker 1 .*died"):
+        w.parse("table only\n", "merge: worker 1 (pid 3) died: killed by SIGKILL\n", Path())
+    failed = json.dumps({"benchmark": "merge", "verified": False, "error": "iteration 0: bad"})
+    with pytest.raises(ParseError, match="verification failed: iteration 0: bad"):
+        w.parse(f"x\n{failed}\n", "", Path())
+    ok = json.dumps({"benchmark": "merge", "verified": True, "throughput": 5, "bandwidth": 2.5,
+                     "workers": 2, "transport": "tcp"})
+    foms = w.parse(f'{ok}\n{{"other": 1}}\nnot json {{\n', "", Path())
+    assert foms == {"throughput": 5.0, "bandwidth": 2.5}
+    with pytest.raises(ParseError, match="no throughput"):
+        w.parse(json.dumps({"benchmark": "merge", "verified": True}), "", Path())
+
+
+def test_typer_app_mounts_as_bench_merge() -> None:
+    main = typer.Typer()
+    main.add_typer(app, name="bench")
+    runner = CliRunner()
+    res = runner.invoke(main, ["bench", "merge", "--help"])
+    assert res.exit_code == 0 and "--chunk-size" in res.output and "--transport" in res.output
+    assert "--inject-fault" not in res.output
+    bad = runner.invoke(main, ["bench", "merge", "--chunk-size", "0"])
+    assert bad.exit_code == 2
+
+
+@pytest.mark.slow
+def test_typer_app_runs_the_benchmark() -> None:
+    res = CliRunner().invoke(app, ["merge", "-n", "2", "-c", "300", "-i", "1"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1])["verified"] is True
