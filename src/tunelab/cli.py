@@ -298,13 +298,12 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("tunelab: interrupted")
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2)
-        raise
+    except typer.exceptions.TyperException as exc:  # usage errors (unknown option, …)
+        show = getattr(exc, "show", None)
+        if show is None:
+            raise
+        show()
+        sys.exit(int(getattr(exc, "exit_code", 2)))
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

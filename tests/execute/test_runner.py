@@ -315,3 +315,11 @@ objective: {fom: value, direction: minimize}
     # resuming proposes the same points again, so nothing new runs
     again = run_study(prepare_study(load_study(path)), tmp_path / "d")
     assert again.ran == 0 and len(runs(tmp_path / "d")) == 12
+
+
+def test_usage_errors_exit_2_without_a_traceback(tmp_path):
+    res = tunelab("compare", tmp_path, "--no-such-option")
+    assert res.returncode == 2 and "No such option: --no-such-option" in res.stderr
+    assert "Traceback" not in res.stderr
+    missing = tunelab("status", tmp_path / "nothing")
+    assert missing.returncode == 2 and "not a tunelab study directory" in missing.stderr
