@@ -129,6 +129,28 @@ class Comm(ABC):
         return WorkerFailure(msg, rank=self.rank, peer=peer, phase=self.phase,
                              iteration=self.iteration)
 
+    def raise_first_failure(self, tasks: Mapping[Any, int], done: set[Any],
+                            pending: set[Any]) -> None:
+        """After ``asyncio.wait`` on per-peer tasks: raise the first worker failure, or a
+        timeout naming the lowest peer still pending (cancelling what is left)."""
+        failure: WorkerFailure | None = None
+        for task in done:
+            exc = task.exception()  # retrieve every one, so asyncio logs none
+            if exc is None or failure is not None:
+                continue
+            if isinstance(exc, WorkerFailure):
+                failure = exc
+            else:
+                failure = self.failure(tasks[task], f"lost the connection to {{peer}} "
+                                                    f"({type(exc).__name__}: {exc})")
+        if failure is None and pending:
+            peer = min(tasks[t] for t in pending)
+            failure = self.failure(peer, f"timed out after {self.timeout:g} s waiting for {{peer}}")
+        if failure is not None:
+            for task in pending:
+                task.cancel()
+            raise failure
+
     @property
     def peers(self) -> list[int]:
         """Every other rank, in rank order."""

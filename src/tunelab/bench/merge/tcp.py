@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tunelab.bench.merge import rendezvous
-from tunelab.bench.merge.comm import Comm, WorkerFailure
+from tunelab.bench.merge.comm import Comm
 
 __all__ = ["TcpComm"]
 
@@ -107,23 +107,7 @@ class TcpComm(Comm):
         tasks.update({asyncio.ensure_future(put(p, send[p])): p for p in self.peers})
         done, pending = await asyncio.wait(tasks, timeout=self.timeout,
                                            return_when=asyncio.FIRST_EXCEPTION)
-        failure: WorkerFailure | None = None
-        for task in done:
-            exc = task.exception()  # retrieve every one, so asyncio logs none
-            if exc is None or failure is not None:
-                continue
-            if isinstance(exc, WorkerFailure):
-                failure = exc
-            else:
-                failure = self.failure(tasks[task], f"lost the connection to {{peer}} "
-                                                    f"({type(exc).__name__}: {exc})")
-        if failure is None and pending:
-            peer = min(tasks[t] for t in pending)
-            failure = self.failure(peer, f"timed out after {self.timeout:g} s waiting for {{peer}}")
-        if failure is not None:
-            for task in pending:
-                task.cancel()
-            raise failure
+        self.raise_first_failure(tasks, done, pending)
         return {tasks[t]: t.result() for t in done if t.result() is not None}
 
     def close(self) -> None:

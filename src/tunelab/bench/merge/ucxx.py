@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tunelab.bench.merge import rendezvous
-from tunelab.bench.merge.comm import Comm, WorkerFailure
+from tunelab.bench.merge.comm import Comm
 from tunelab.errors import WorkloadError
 
 __all__ = ["UcxxComm", "import_ucxx"]
@@ -117,19 +117,7 @@ class UcxxComm(Comm):
         tasks.update({asyncio.ensure_future(put(p, send[p])): p for p in self.peers})
         done, pending = await asyncio.wait(tasks, timeout=self.timeout,
                                            return_when=asyncio.FIRST_EXCEPTION)
-        failure: WorkerFailure | None = None
-        for task in done:
-            exc = task.exception()  # retrieve every one, so asyncio logs none
-            if exc is not None and failure is None:
-                failure = self.failure(tasks[task], f"lost the connection to {{peer}} "
-                                                    f"({type(exc).__name__}: {exc})")
-        if failure is None and pending:
-            peer = min(tasks[t] for t in pending)
-            failure = self.failure(peer, f"timed out after {self.timeout:g} s waiting for {{peer}}")
-        if failure is not None:
-            for task in pending:
-                task.cancel()
-            raise failure
+        self.raise_first_failure(tasks, done, pending)
         return {p: t.result() for t, p in gets.items()}
 
     def close(self) -> None:
