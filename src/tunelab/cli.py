@@ -137,8 +137,13 @@ def space(
     summary, points = study.space.summarize()
     console.print(f"{summary.valid} valid points of {summary.total} combinations "
                   f"({', '.join(study.space.names) or 'no parameters'})")
+    why = {c.label: c.why for c in study.space.constraints if c.why}
+    origin = {c.label: c.origin for c in study.space.constraints}
     for label, n in sorted(summary.excluded.items(), key=lambda kv: -kv[1]):
-        console.print(f"  excluded {n:>6} by {label}", markup=False)
+        source = f" [{origin[label]}]" if origin.get(label, "study") != "study" else ""
+        reason = f": {why[label]}" if label in why else ""
+        console.print(f"  excluded {n:>6} by {label}{source}{reason}", markup=False,
+                      soft_wrap=True)
     for point in points[:show]:
         console.print(f"  {point.label()}", markup=False)
     if len(points) > show:
@@ -228,6 +233,26 @@ def script(
     else:
         output.write_text(text)
         console.print(f"job script written to {output}")
+
+
+@app.command()
+def combine(
+    directory: DirArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Study file to write.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write the follow-up study: env sets that were better than the baseline, combined."""
+    from tunelab.report.combine import combine_better_options
+    from tunelab.report.summary import load_results
+
+    if output.exists() and not force:
+        raise TunelabError(f"{output} exists; pass --force to overwrite it")
+    combination = combine_better_options(load_results(directory))
+    output.write_text(combination.study_yaml)
+    console.print(f"better than the baseline: {', '.join(combination.winners)}", markup=False)
+    for name, verdict in combination.left_out:
+        console.print(f"left out: {name} ({verdict})", markup=False)
+    console.print(f"wrote {output}; run it with: tunelab run {output}", markup=False)
 
 
 @app.command()

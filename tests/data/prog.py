@@ -24,6 +24,10 @@ elif mode == "garbage":
 elif mode == "slow":
     time.sleep(float(os.environ.get("SLOW_S", "0.4")))
     print(f"value={x}")
+elif mode == "options":  # each of OPT_A / OPT_B set to "fast" saves 0.15 s
+    saved = sum(0.15 for v in ("OPT_A", "OPT_B") if os.environ.get(v) == "fast")
+    time.sleep(0.4 - saved)
+    print(f"value={x}")
 elif mode == "env":
     print(f"value={len(os.environ.get('TUNELAB_TEST_VAR', ''))}")
 else:

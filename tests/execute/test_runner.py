@@ -323,3 +323,30 @@ def test_usage_errors_exit_2_without_a_traceback(tmp_path):
     assert "Traceback" not in res.stderr
     missing = tunelab("status", tmp_path / "nothing")
     assert missing.returncode == 2 and "not a tunelab study directory" in missing.stderr
+
+
+def test_combine_writes_the_follow_up_study_of_the_better_options(write_study, tmp_path):
+    path = write_study(study_text("[options]", "[1]", repeats=4, foms="{}", extra="""\
+env:
+  baseline: {OPT_A: slow, OPT_B: slow}
+  a: {OPT_A: fast}
+  b: {OPT_B: fast}
+  useless: {OPT_C: fast}
+baseline: {mode: options, x: 1, env: baseline}
+objective: {fom: wall_s}
+"""))
+    d = tmp_path / "d"
+    assert tunelab("run", path, "--dir", d, "-q").returncode == 0
+    out = tmp_path / "combined.yaml"
+    res = tunelab("combine", d, "-o", out)
+    assert res.returncode == 0, res.stderr
+    assert "better than the baseline: a, b" in res.stdout.replace("b, a", "a, b")
+    assert "left out: useless (indistinguishable)" in res.stdout
+    spec = load_study(out)
+    assert spec.name == "t-combined"
+    assert spec.env_sets["combined"] == {"OPT_A": "fast", "OPT_B": "fast"}
+    assert set(spec.env_sets) == {"baseline", "a", "b", "combined"}
+    assert tunelab("run", out, "--dir", tmp_path / "d2", "-q", "--repeats", "2").returncode == 0
+    frame = open_store(tmp_path / "d2").runs_frame()
+    means = frame.groupby("env")["wall_s"].mean()
+    assert means["combined"] < means["a"] < means["baseline"]
