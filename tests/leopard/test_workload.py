@@ -45,6 +45,18 @@ def test_single_process_command(synth: Path, tmp_path: Path) -> None:
     assert cmd.env["OMP_NUM_THREADS"] == "2" and cmd.cwd == tmp_path / "run"
 
 
+def test_repeats_train_with_different_seeds(synth: Path, tmp_path: Path) -> None:
+    import dataclasses
+
+    w = LeopardWorkload(LeopardOptions(data=str(synth.parent), window=512, seed=7))
+    ctx = _ctx(tmp_path, batch_size=8)
+    seeds = []
+    for repeat in (0, 1, 2):
+        argv = list(w.command(dataclasses.replace(ctx, repeat=repeat)).argv)
+        seeds.append(argv[argv.index("--seed") + 1])
+    assert seeds == ["7", "8", "9"]
+
+
 def test_nproc_launches_torchrun(synth: Path, tmp_path: Path) -> None:
     w = LeopardWorkload(LeopardOptions(data=str(synth.parent)))
     argv = list(w.command(_ctx(tmp_path, batch_size=8, lr=0.01, nproc=2,

@@ -71,7 +71,8 @@ class Study:
                              samples=self.spec.samples, direction=self.objective.direction,
                              first=self.baseline)
 
-    def context(self, point: Point, run_dir: Path, study_dir: Path) -> RunContext:
+    def context(self, point: Point, run_dir: Path, study_dir: Path,
+                repeat: int = 0) -> RunContext:
         """The run context of ``point`` (values, env set, directories)."""
         env_set = {}
         if self.spec.env_sets is not None:
@@ -83,6 +84,7 @@ class Study:
             study_dir=study_dir,
             study_file=self.spec.path,
             cores=os.cpu_count() or 1,
+            repeat=repeat,
         )
 
 
@@ -317,7 +319,7 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
-    ctx = study.context(point, run_dir, study_dir)
+    ctx = study.context(point, run_dir, study_dir, repeat)
     started = _now()
     argv: list[str] = []
     env_extra: dict[str, str] = dict(ctx.env)

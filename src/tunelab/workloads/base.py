@@ -63,7 +63,8 @@ class RunContext:
 
     ``values`` holds the point's parameters plus the study's derived values; ``env`` the
     chosen environment-variable set; ``run_dir`` is private to this run (scratch files, the
-    command's working directory by default); ``study_file`` locates relative input paths.
+    command's working directory by default); ``study_file`` locates relative input paths;
+    ``repeat`` is the repeat index (0-based), e.g. to vary a training seed between repeats.
     """
 
     values: Mapping[str, Any]
@@ -72,6 +73,7 @@ class RunContext:
     study_dir: Path
     study_file: Path | None
     cores: int
+    repeat: int = 0
 
 
 class WorkloadOptions(BaseModel):

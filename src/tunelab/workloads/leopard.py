@@ -183,7 +183,8 @@ class LeopardWorkload(Workload):
                  "--bn-momentum", repr(float(v["bn_momentum"])),
                  "--augment-scale", repr(float(v["augment_scale"])),
                  "--max-eval-windows", str(int(self.opts.max_eval_windows)),
-                 "--seed", str(int(v["seed"])),
+                 # repeats differ by seed: they measure seed-to-seed variation
+                 "--seed", str(int(v["seed"]) + ctx.repeat),
                  "--sync-bn" if _truthy(v["sync_bn"]) else "--no-sync-bn",
                  "--device", self.opts.device,
                  "--threads", str(threads), "--no-progress"]
