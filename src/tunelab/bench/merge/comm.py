@@ -129,6 +129,20 @@ class Comm(ABC):
         return WorkerFailure(msg, rank=self.rank, peer=peer, phase=self.phase,
                              iteration=self.iteration)
 
+    async def peer_address(self, address_dir: Any, peer: int,
+                           deadline: float) -> dict[str, Any]:
+        """The address ``peer`` published in the rendezvous directory, waiting until
+        ``deadline`` (monotonic seconds); a failure naming the peer if it never appears."""
+        import asyncio
+
+        from tunelab.bench.merge import rendezvous
+
+        info = await asyncio.to_thread(rendezvous.wait_for, address_dir, peer, deadline)
+        if info is None:
+            raise self.failure(peer, f"found no address of {{peer}} in {address_dir} "
+                                     f"after {self.timeout:g} s")
+        return dict(info)
+
     def raise_first_failure(self, tasks: Mapping[Any, int], done: set[Any],
                             pending: set[Any]) -> None:
         """After ``asyncio.wait`` on per-peer tasks: raise the first worker failure, or a

@@ -61,10 +61,7 @@ class TcpComm(Comm):
         rendezvous.publish(address_dir, self.rank, {"host": host, "port": port})
         deadline = time.monotonic() + self.timeout
         for peer in range(self.rank):
-            info = await asyncio.to_thread(rendezvous.wait_for, address_dir, peer, deadline)
-            if info is None:
-                raise self.failure(peer, f"found no address of {{peer}} in {address_dir} "
-                                         f"after {self.timeout:g} s")
+            info = await self.peer_address(address_dir, peer, deadline)
             try:
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_connection(info["host"], info["port"], limit=_STREAM_LIMIT),

@@ -71,10 +71,7 @@ class UcxxComm(Comm):
         rendezvous.publish(address_dir, self.rank, {"host": host, "port": self._listener.port})
         deadline = time.monotonic() + self.timeout
         for peer in range(self.rank):
-            info = await asyncio.to_thread(rendezvous.wait_for, address_dir, peer, deadline)
-            if info is None:
-                raise self.failure(peer, f"found no address of {{peer}} in {address_dir} "
-                                         f"after {self.timeout:g} s")
+            info = await self.peer_address(address_dir, peer, deadline)
             try:
                 ep = await asyncio.wait_for(
                     ucxx.create_endpoint(info["host"], info["port"]),
