@@ -119,6 +119,9 @@ def test_rewrite_control_replaces_paths_and_keeps_the_rest() -> None:
     assert out.count("pseudo_dir") == 1 and out.count("outdir") == 1
     bare = rewrite_control("&system\n nat=1\n/\n", "/a/", "/b/")
     assert bare.startswith("&CONTROL\n")
+    inline = rewrite_control("&control outdir='x', prefix='p'\n pseudo_dir='y'\n/\n", "/a/", "/b/")
+    assert inline.count("outdir") == 1 and inline.count("pseudo_dir") == 1
+    assert "prefix='p'" in inline and "'x'" not in inline and "'y'" not in inline
 
 
 def test_stage_input_gives_each_run_its_own_pseudo_and_outdir(tmp_path: Path) -> None:

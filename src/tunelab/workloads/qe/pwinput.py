@@ -250,7 +250,7 @@ def read_pw_input(
 
 
 _CONTROL_KEYS = re.compile(
-    r"\b(?:pseudo_dir|outdir|wfcdir)\s*=\s*(?:'(?:[^']|'')*'|\"[^\"]*\"|[^,\s/]+)\s*,?",
+    r"\b(?:pseudo_dir|outdir|wfcdir)\s*=\s*(?:'(?:[^']|'')*'|\"[^\"]*\"|[^,\s/]+)[ \t]*,?[ \t]*",
     re.IGNORECASE,
 )
 
@@ -259,12 +259,15 @@ def rewrite_control(text: str, pseudo_dir: str, outdir: str) -> str:
     """The input text with ``pseudo_dir`` and ``outdir`` set (and ``wfcdir`` dropped) in
     &CONTROL, which is added when the input has none."""
     settings = f"  pseudo_dir = '{pseudo_dir}'\n  outdir = '{outdir}'\n"
-    m = re.search(r"^[ \t]*&control\b[^\n]*\n(.*?)^[ \t]*/[ \t]*$", text,
+    m = re.search(r"^[ \t]*&control\b(.*?)^[ \t]*/[ \t]*$", text,
                   re.IGNORECASE | re.MULTILINE | re.DOTALL)
     if m is None:
         return f"&CONTROL\n{settings}/\n{text}"
-    body = _CONTROL_KEYS.sub("", m.group(1))
-    return text[: m.start(1)] + settings + body + text[m.end(1):]
+    body = _CONTROL_KEYS.sub("", m.group(1))  # includes the rest of the &CONTROL line
+    first, _, rest = body.partition("\n")
+    first = f"\n{first.strip()}\n" if first.strip() else "\n"
+    rest = "".join(line for line in rest.splitlines(keepends=True) if line.strip())
+    return text[: m.start(1)] + first + settings + rest + text[m.end(1):]
 
 
 def stage_input(inp: PwInput, run_dir: Path, name: str = STAGED_INPUT) -> Path:
