@@ -6,7 +6,6 @@ Exit codes: 0 success; 1 the study finished but some runs failed; 2 bad input (a
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from pathlib import Path
@@ -108,6 +107,7 @@ def _print_ranking(study_dir: Path) -> None:
 @app.command()
 def status(directory: DirArg) -> None:
     """Show how far a study is and its latest failures."""
+    from tunelab.space import Point
     from tunelab.store import open_store
 
     with open_store(directory) as store:
@@ -118,11 +118,8 @@ def status(directory: DirArg) -> None:
         detail = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs yet"
         console.print(f"study {name!r} in {directory}: {done}/{planned} runs done ({detail})")
         for key, rep, st, reason in store.failures(limit=10):
-            console.print(f"  {st:8s} {_label(key)} repeat {rep}: {reason}", markup=False)
-
-
-def _label(key: str) -> str:
-    return " ".join(f"{k}={v}" for k, v in json.loads(key).items())
+            console.print(f"  {st:8s} {Point.from_key(key).label()} repeat {rep}: {reason}",
+                          markup=False)
 
 
 @app.command()

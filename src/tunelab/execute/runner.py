@@ -62,7 +62,7 @@ class Study:
     @property
     def planned_runs(self) -> int:
         """How many runs the study makes in all (an upper bound for adaptive searches)."""
-        n_points = self.spec.samples or 0 if self.adaptive else len(self.points)
+        n_points = (self.spec.samples or 0) if self.adaptive else len(self.points)
         return n_points * self.spec.repeats
 
     def new_strategy(self) -> Strategy:
@@ -276,8 +276,8 @@ def run_study(
         })
         done = store.completed()
         total = study.planned_runs
-        todo = [(p, r) for p, r in plan if (p.key, r) not in done]
-        previously = total - len(todo) if not study.adaptive else len(done)
+        todo = [] if study.adaptive else [(p, r) for p, r in plan if (p.key, r) not in done]
+        previously = len(done) if study.adaptive else total - len(todo)
         sys_id = store.add_sysinfo(_now(), snapshot(study.workload.tool_versions()))
         if on_start is not None:
             on_start(previously, total)
