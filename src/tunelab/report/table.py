@@ -230,7 +230,8 @@ def summary_table(
             filter(None, [caption, "(median and min left out: wider terminal or HTML report)"])
         )
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("point", overflow="fold", min_width=6)
+    longest_token = max((len(t) for row in rows for t in row.label.split()), default=6)
+    table.add_column("point", overflow="fold", min_width=min(max(longest_token, 6), 24))
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("mean ± sd", justify="right", min_width=8)
     if not compact:
@@ -239,7 +240,7 @@ def summary_table(
     if compared:
         table.add_column("speedup [CI]", justify="right", min_width=8)
         table.add_column("p", justify="right", no_wrap=True)
-        table.add_column("verdict", overflow="fold", min_width=8)
+        table.add_column("verdict", no_wrap=True)
     if any_failed:
         table.add_column("not ok", style="red")
     for row in rows:
