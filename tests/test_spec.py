@@ -83,6 +83,8 @@ def test_malformed_yaml_gives_the_line(write_study):
         ("env: {a: {UCX_TLS: on}}\n", r"quote values such as"),
         ("parameters: {np: [1]}\nbaseline: {nq: 1}\n", r"baseline names 'nq'"),
         ("search: {strategy: random}\n", r"'random' needs 'samples: N'"),
+        ("constraints: [5]\n", r":5: 'constraints.0': input should be a valid string, got 5$"),
+        ("objective: {direction: up}\n", r"missing required field 'objective.fom'"),
     ],
 )
 def test_bad_fields_are_one_line_errors_with_location(write_study, body, message):

@@ -244,7 +244,7 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
     try:
         raw = _StudyFile.model_validate(data)
     except ValidationError as exc:
-        raise _pydantic_error(exc, lines) from None
+        raise _pydantic_error(exc, lines, data) from None
 
     parameters = tuple(
         _parse_parameter(name, value, lines) for name, value in raw.parameters.items()
@@ -423,9 +423,25 @@ def _parse_env(
     return sets
 
 
-def _pydantic_error(exc: ValidationError, lines: _Lines) -> StudyError:
+def _data_path(loc: tuple[Any, ...], data: Any, missing: bool) -> tuple[Any, ...]:
+    """``loc`` without pydantic's union-member tags (``str``, ``_Constraint``): the parts
+    that index into the study file's data, plus the field's name when it is missing."""
+    path: list[Any] = []
+    node = data
+    for i, part in enumerate(loc):
+        indexes = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node))
+        if indexes:
+            node = node[part]
+            path.append(part)
+        elif missing and i == len(loc) - 1:
+            path.append(part)
+    return tuple(path)
+
+
+def _pydantic_error(exc: ValidationError, lines: _Lines, data: Any) -> StudyError:
     err = exc.errors()[0]
-    loc = tuple(err["loc"])
+    loc = _data_path(tuple(err["loc"]), data, err["type"] == "missing")
     field = ".".join(str(p) for p in loc) or "study"
     if err["type"] == "extra_forbidden":
         parent = loc[:-1]
