@@ -18,7 +18,7 @@ if ((${#missing[@]})); then
     echo "setup: installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get install -y -qq "${missing[@]}" >/dev/null
   else
     echo "setup: not root, so these Debian packages were not installed: ${missing[*]}" >&2
     echo "setup: install them with: sudo apt-get install -y ${missing[*]}" >&2
