@@ -17,8 +17,9 @@ if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq "${missing[@]}" >/dev/null
+    # wait for another apt/dpkg (a second checkout's set-up) instead of failing at once
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
   else
     echo "setup: not root, so these Debian packages were not installed: ${missing[*]}" >&2
     echo "setup: install them with: sudo apt-get install -y ${missing[*]}" >&2
