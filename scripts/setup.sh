@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the workloads run for real: pw.x and its pseudopotentials, Open MPI with
 # UCX, and the compilers mpi4py needs.
-APT_PACKAGES=(quantum-espresso quantum-espresso-data openmpi-bin libopenmpi-dev ucx-utils)
+# chromium: the HTML report is checked in a headless browser at desktop and phone widths.
+APT_PACKAGES=(quantum-espresso quantum-espresso-data openmpi-bin libopenmpi-dev ucx-utils chromium)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

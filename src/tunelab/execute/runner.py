@@ -72,7 +72,7 @@ class Study:
                              first=self.baseline)
 
     def context(self, point: Point, run_dir: Path, study_dir: Path,
-                repeat: int = 0) -> RunContext:
+                repeat: int = 0, *, dry_run: bool = False) -> RunContext:
         """The run context of ``point`` (values, env set, directories)."""
         env_set = {}
         if self.spec.env_sets is not None:
@@ -85,12 +85,16 @@ class Study:
             study_file=self.spec.path,
             cores=os.cpu_count() or 1,
             repeat=repeat,
+            dry_run=dry_run,
         )
 
 
 @dataclass
 class RunEvent:
-    """Progress report after each run (for progress bars)."""
+    """Progress report after each run (for progress displays).
+
+    ``value`` is the run's value of the objective ``fom`` (None when it has none).
+    """
 
     point: Point
     repeat: int
@@ -98,6 +102,9 @@ class RunEvent:
     reason: str | None
     done: int
     total: int
+    wall_s: float = 0.0
+    fom: str = "wall_s"
+    value: float | None = None
 
 
 @dataclass
@@ -210,19 +217,37 @@ def point_dir_name(point: Point) -> str:
 
 
 def describe_commands(study: Study, study_dir: Path) -> list[str]:
-    """One line per point: the command it would run, for ``--dry-run``."""
+    """One line per point: the command it would run, for ``--dry-run``.
+
+    Workloads build the commands with ``dry_run=True`` in a scratch directory that is
+    removed afterwards; the lines show the run directories a real run would use.
+    """
     lines = []
     with tempfile.TemporaryDirectory(prefix="tunelab-dry-") as tmp:
         for point in study.points:
-            run_dir = Path(tmp) / point_dir_name(point)
-            run_dir.mkdir()
-            ctx = study.context(point, run_dir, study_dir)
+            scratch = Path(tmp) / point_dir_name(point)
+            scratch.mkdir()
+            real = study_dir / "runs" / point_dir_name(point) / "r0"
+            ctx = study.context(point, scratch, study_dir, dry_run=True)
             cmd = study.workload.command(ctx)
             env = {**ctx.env, **cmd.env}
-            prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-            lines.append(f"[{point.label()}] {prefix + ' ' if prefix else ''}"
-                         f"{shlex.join(cmd.argv)}")
+            prefix = " ".join(f"{k}={shell_quote(v)}" for k, v in sorted(env.items()))
+            line = (f"[{point.label()}] {prefix + ' ' if prefix else ''}"
+                    f"{' '.join(shell_quote(a) for a in cmd.argv)}")
+            lines.append(line.replace(str(scratch), str(real)))
     return lines
+
+
+def shell_quote(arg: str) -> str:
+    """``arg`` quoted for a POSIX shell, on one line: an argument holding a line break or
+    another control character is written in bash's ``$'…'`` form."""
+    if not any(ord(c) < 32 or ord(c) == 127 for c in arg):
+        return shlex.quote(arg)
+    escaped = "".join(
+        {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c)
+        or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
+        for c in arg)
+    return f"$'{escaped}'"
 
 
 def _identity_check(store: Store, study: Study) -> None:
@@ -266,6 +291,7 @@ def run_study(
             "study_name": study.spec.name,
             "study_file": str(study.spec.path or ""),
             "spec": json.dumps(study.spec.raw, default=str),
+            "spec_yaml": _study_text(study.spec.path),
             "objective": json.dumps([study.objective.fom, study.objective.direction]),
             "baseline": study.baseline.key if study.baseline is not None else "",
             "noise_threshold": str(study.spec.noise_threshold),
@@ -290,8 +316,9 @@ def run_study(
             store.record_run(record)
             finished += 1
             if on_event is not None:
+                fom = study.objective.fom
                 on_event(RunEvent(point, repeat, record.status, record.reason, finished,
-                                  total))
+                                  total, record.wall_s, fom, record.foms.get(fom)))
 
         if not study.adaptive:
             for point, repeat in todo:
@@ -306,6 +333,16 @@ def run_study(
                 strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
         return StudyOutcome(study_dir, total, previously, finished - previously,
                             store.status_counts())
+
+
+def _study_text(path: Path | None) -> str:
+    """The study file as the user wrote it (shown by the HTML report); empty if unreadable."""
+    if path is None:
+        return ""
+    try:
+        return Path(path).read_text(errors="replace")[:200_000]
+    except OSError:
+        return ""
 
 
 def _now() -> str:

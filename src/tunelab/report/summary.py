@@ -29,6 +29,9 @@ from tunelab.workloads.base import Direction, Objective
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tunelab.crossstudy import StudyComparison
+    from tunelab.report.html import ImageSource
+
 __all__ = ["StudyResults", "load_results", "results_from_frame", "write_report"]
 
 
@@ -54,6 +57,8 @@ class StudyResults:
     n_resamples: int = DEFAULT_RESAMPLES
     seed: int = 0
     directory: Path | None = None
+    spec_yaml: str = ""
+    study_file: str = ""
 
     def best_result(self) -> BestResult:
         """The best point and its runner-up (raises :class:`StatsError` without a
@@ -82,6 +87,8 @@ def results_from_frame(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     directory: Path | None = None,
+    spec_yaml: str = "",
+    study_file: str = "",
 ) -> StudyResults:
     """Summaries of every point and, with a baseline, every point compared with it.
 
@@ -127,6 +134,8 @@ def results_from_frame(
         n_resamples=n_resamples,
         seed=seed,
         directory=directory,
+        spec_yaml=spec_yaml,
+        study_file=study_file,
     )
 
 
@@ -161,12 +170,16 @@ def load_results(directory: str | Path) -> StudyResults:
             sysinfo=store.sysinfo(),
             noise_threshold=noise,
             directory=directory,
+            spec_yaml=store.get_meta("spec_yaml") or "",
+            study_file=store.get_meta("study_file") or "",
         )
 
 
-def write_report(results: StudyResults, path: str | Path) -> Path:
+def write_report(results: StudyResults, path: str | Path, *,
+                 cross: StudyComparison | None = None) -> Path:
     """Draw the plots beside ``path`` (``<stem>-speedup.png``, ``<stem>-runs.png``) and
-    write the self-contained HTML report to ``path``; returns ``path``."""
+    write the self-contained HTML report to ``path``; returns ``path``. ``cross`` (this
+    study judged against another) adds a section."""
     from tunelab.errors import TunelabError
     from tunelab.report.html import write_html_report
     from tunelab.report.plots import fom_by_point_chart, speedup_bar_chart
@@ -184,33 +197,40 @@ def write_report(results: StudyResults, path: str | Path) -> Path:
             best_result = results.best_result()
         except StatsError as exc:
             notes.append(f"No best point: {exc}.")
-    images: list[Path] = []
+    fom = results.objective.fom.removeprefix("fom.")
+    images: list[ImageSource] = []
     if results.comparisons:
-        images.append(
-            speedup_bar_chart(
-                results.comparisons,
-                path.with_name(f"{path.stem}-speedup.png"),
-                f"{results.name}: speedup over the baseline",
-                objective=results.objective,
-            )
+        chart = speedup_bar_chart(
+            results.comparisons,
+            path.with_name(f"{path.stem}-speedup.png"),
+            f"{results.name}: speedup over the baseline",
+            objective=results.objective,
         )
+        images.append((chart, (
+            f"How much better each point's {fom} is than the baseline's (1× = the same), "
+            f"with its {results.confidence:.0%} confidence interval; the shaded band is the "
+            f"±{results.noise_threshold:.0%} noise threshold, inside which no difference is "
+            "claimed.")))
     if len(results.runs):
         order = [row.point for row in table_rows(results.comparisons or results.summaries,
                                                   results.objective)]  # fmt: skip
-        images.append(
-            fom_by_point_chart(
-                results.runs,
-                results.objective.fom,
-                path.with_name(f"{path.stem}-runs.png"),
-                order=order,
-                baseline=results.baseline,
-            )
+        chart = fom_by_point_chart(
+            results.runs,
+            results.objective.fom,
+            path.with_name(f"{path.stem}-runs.png"),
+            order=order,
+            baseline=results.baseline,
         )
+        images.append((chart, (
+            f"{fom} of every run, one row per point in the table's order: each dot is a run, "
+            "the box spans the middle half of a point's runs and its line is the median.")))
     images.extend(_workload_plots(results, path, best_result))
     return write_html_report(
         path,
         title=f"tunelab: {results.name}",
-        study_spec=results.spec,
+        study_spec=results.spec_yaml or results.spec,
+        study_file=results.study_file,
+        cross=cross,
         sysinfo=results.sysinfo,
         summaries=results.summaries,
         comparisons=results.comparisons,

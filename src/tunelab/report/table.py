@@ -31,6 +31,7 @@ __all__ = [
     "best_panel",
     "fmt_number",
     "fmt_ratio",
+    "p_text",
     "point_label",
     "summary_table",
     "table_rows",
@@ -90,7 +91,8 @@ def point_label(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
 
-def _p_text(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value for a table: three decimals, ``<0.001``, or a dash for NaN."""
     if math.isnan(p):
         return "–"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
@@ -155,7 +157,7 @@ def table_rows(
                 speedup += f" [{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
             verdict = verdict_label(c.verdict, objective.fom, objective.direction)
             kind = c.verdict.value
-            p = _p_text(c.p_value)
+            p = p_text(c.p_value)
         rows.append(
             TableRow(
                 pc.rank,
@@ -300,7 +302,7 @@ def best_lines(result: BestResult) -> list[str]:
         return lines
     lines.append(
         f"Best vs runner-up: {fmt_ratio(c.speedup)}× [{fmt_ratio(c.ci_low)}, "
-        f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {_p_text(c.p_value)} "
+        f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {p_text(c.p_value)} "
         f"(Mann–Whitney U): {verdict}."
     )
     if c.verdict is Verdict.BETTER:
