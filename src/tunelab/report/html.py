@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tunelab.crossstudy import StudyComparison
-
     from tunelab.workloads.base import Objective
 
 __all__ = ["FailedRun", "Image", "ImageSource", "failed_runs", "render_html_report",

@@ -23,7 +23,7 @@ import io
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 

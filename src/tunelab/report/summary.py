@@ -22,6 +22,7 @@ from tunelab.stats import (
     StatsError,
     best,
     compare_to_baseline,
+    fom_column,
     summarize,
 )
 from tunelab.workloads.base import Direction, Objective
@@ -96,8 +97,13 @@ def results_from_frame(
     (non-positive mean), becomes a note rather than an error; an unknown figure of merit
     raises :class:`StatsError`.
     """
-    summaries = tuple(summarize(runs, objective.fom)) if len(runs) else ()
     notes: list[str] = []
+    column = fom_column(objective.fom)
+    if len(runs) and column not in runs.columns:  # no run produced it: every run failed
+        runs = runs.assign(**{column: math.nan})
+        notes.append(f"No run produced the figure of merit "
+                     f"{column.removeprefix('fom.')!r}; the failed runs say why.")
+    summaries = tuple(summarize(runs, objective.fom)) if len(runs) else ()
     comparisons: tuple[PointComparison, ...] = ()
     if not len(runs):
         notes.append("No runs yet.")

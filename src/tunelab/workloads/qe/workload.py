@@ -169,8 +169,8 @@ class QEWorkload(Workload):
         return {"total_energy_ry": self.opts.energy_tolerance}
 
     def tool_versions(self) -> dict[str, list[str]]:
-        """The MPI launcher's version line."""
-        return {"mpirun": [self.opts.mpirun, "--version"]}
+        """The MPI launcher's version line and pw.x's banner (pw.x with no input)."""
+        return {"mpirun": [self.opts.mpirun, "--version"], "pw.x": [self.opts.pw]}
 
     def check(self) -> None:
         """Refuse to start without pw.x and the launcher, a pw.x input, or its
