@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,8 +16,12 @@ from tunelab.errors import TunelabError
 
 __all__ = ["app", "main_merge", "merge"]
 
+# plain help: the same on a terminal, in a pipe, at any width
+PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None,
+                    "context_settings": {"help_option_names": ["-h", "--help"]}}
+
 app = typer.Typer(help="Benchmark programs tunelab owns (run by hand or as study workloads).",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, **PLAIN_HELP)
 
 
 @app.callback()
@@ -104,6 +108,6 @@ def merge(
 
 def main_merge() -> None:
     """Entry point of ``python -m tunelab.bench.merge``."""
-    single = typer.Typer(add_completion=False)
+    single = typer.Typer(add_completion=False, **PLAIN_HELP)
     single.command()(merge)
     single()
