@@ -84,6 +84,7 @@ class PwInput:
     kpoints: KPoints
     pseudo_dir: Path
     fallback_dirs: tuple[Path, ...] = field(default=())
+    cards: dict[str, tuple[str, list[str]]] = field(default_factory=dict, repr=False)
 
     @property
     def nspin(self) -> int:
@@ -246,6 +247,7 @@ def read_pw_input(
         kpoints=_kpoints(path, cards),
         pseudo_dir=Path(pseudo_dir),
         fallback_dirs=tuple(Path(d) for d in fallback_dirs),
+        cards=cards,
     )
 
 
