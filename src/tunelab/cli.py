@@ -68,7 +68,7 @@ def run(
     from tunelab.spec import load_study
 
     spec = load_study(study_file)
-    study = prepare_study(spec, repeats=repeats)
+    study = prepare_study(spec, repeats=repeats, dry_run=dry_run)
     study_dir = directory or _default_dir(spec.name)
     if dry_run:
         for line in describe_commands(study, study_dir):
@@ -88,6 +88,9 @@ def run(
                               "Run the same command again to resume.", soft_wrap=True)
             raise typer.Exit(130) from None
     counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
+    if outcome.stopped is not None:
+        console.print(f"{study.spec.name}: stopped early: {outcome.stopped}", markup=False,
+                      soft_wrap=True)
     console.print(f"{study.spec.name}: {outcome.ran} runs now, {outcome.previously_done} "
                   f"done before, {outcome.planned} planned ({counts}). Results: {study_dir}")
     _print_ranking(study_dir)
@@ -130,7 +133,7 @@ def space(
     """Count the valid points of a study's space and what each constraint excluded."""
     from tunelab.execute.runner import prepare_study
 
-    study = prepare_study(_load(study_file))
+    study = prepare_study(_load(study_file), dry_run=True)
     summary, points = study.space.summarize()
     console.print(f"{summary.valid} valid points of {summary.total} combinations "
                   f"({', '.join(study.space.names) or 'no parameters'})")
@@ -141,6 +144,8 @@ def space(
         reason = f": {why[label]}" if label in why else ""
         console.print(f"  excluded {n:>6} by {label}{source}{reason}", markup=False,
                       soft_wrap=True)
+    for fact in study.workload.facts():
+        console.print(f"{study.workload.name}: {fact}", markup=False, soft_wrap=True)
     for point in points[:show]:
         console.print(f"  {point.label()}", markup=False)
     if len(points) > show:
@@ -178,7 +183,7 @@ def best(directory: DirArg) -> None:
     from tunelab.report.table import best_panel
 
     results = load_results(directory)
-    console.print(best_panel(results.best_result(), results.objective))
+    console.print(best_panel(results.best_result(), results.objective, results.exclusions))
 
 
 @app.command()

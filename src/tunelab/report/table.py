@@ -22,13 +22,14 @@ if TYPE_CHECKING:
     from rich.panel import Panel
     from rich.table import Table
 
-    from tunelab.report.summary import StudyResults
+    from tunelab.report.summary import Exclusion, StudyResults
     from tunelab.workloads.base import Objective
 
 __all__ = [
     "TableRow",
     "best_lines",
     "best_panel",
+    "exclusion_lines",
     "fmt_number",
     "fmt_ratio",
     "point_label",
@@ -197,7 +198,7 @@ def summary_table(
     caption = None
     if isinstance(items, StudyResults):
         objective = objective or items.objective
-        caption = "\n".join(items.notes) or None
+        caption = "\n".join([*items.notes, *exclusion_lines(items.exclusions)]) or None
         items = items.comparisons or items.summaries
     if objective is None:
         raise TypeError("summary_table needs an objective with a sequence of results")
@@ -316,8 +317,16 @@ def best_lines(result: BestResult) -> list[str]:
     return lines
 
 
-def best_panel(result: BestResult, objective: Objective | None = None) -> Panel:
-    """A rich panel with :func:`best_lines`, bordered by the verdict's colour.
+def exclusion_lines(exclusions: Sequence[Exclusion]) -> list[str]:
+    """One sentence per point a physics check excluded (leading ones first)."""
+    ordered = sorted(exclusions, key=lambda e: not e.leading)
+    return [f"Excluded: {e.line}" for e in ordered]
+
+
+def best_panel(result: BestResult, objective: Objective | None = None,
+               exclusions: Sequence[Exclusion] = ()) -> Panel:
+    """A rich panel with :func:`best_lines`, bordered by the verdict's colour, and the
+    points a physics check excluded (:func:`exclusion_lines`).
 
     ``objective`` is accepted for symmetry with :func:`summary_table`; the result
     already names its figure of merit and direction."""
@@ -328,7 +337,7 @@ def best_panel(result: BestResult, objective: Objective | None = None) -> Panel:
     c = result.comparison
     style = VERDICT_STYLES.get(c.verdict, "") if c is not None else "green"
     return Panel(
-        Text("\n".join(best_lines(result))),
+        Text("\n".join([*best_lines(result), *exclusion_lines(exclusions)])),
         title=f"best {result.fom} ({result.direction})",
         border_style=style or "white",
         expand=False,

@@ -92,6 +92,9 @@ class Workload(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
+    dry_run: bool = False
+    """Set by the engine when the study is only looked at (``space``, ``run --dry-run``):
+    the workload must then start no program (no probe, no preparation), only describe."""
 
     def __init__(self, options: WorkloadOptions, study_file: Path | None = None) -> None:
         self.options = options
@@ -115,6 +118,11 @@ class Workload(ABC):
 
         A rule whose names are not all parameters of the study is skipped.
         """
+        return []
+
+    def facts(self) -> list[str]:
+        """Lines ``tunelab space`` shows about what the workload worked out from its
+        options (for example the k-points of a pw.x input and where the count came from)."""
         return []
 
     def invariants(self) -> dict[str, float]:

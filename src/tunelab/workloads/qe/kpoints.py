@@ -38,7 +38,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["KPointCount", "compute_kpoints", "fortran_bool", "fortran_float"]
+__all__ = [
+    "HYBRIDS",
+    "KPointCount",
+    "compute_kpoints",
+    "fortran_bool",
+    "fortran_float",
+    "is_hybrid_dft",
+]
 
 BOHR_ANGSTROM = 0.52917720859
 """Bohr radius in Angstrom, the value pw.x 6.x uses."""
@@ -561,7 +568,7 @@ def _compute(namelists: Mapping[str, Mapping[str, str]],
         return KPointCount(len(kpoints) * spins, len(kpoints), spins, 1, nrot,
                            "no symmetry (nosym)" if nosym else "no symmetry (lelfield)")
     fractional = not fortran_bool(system.get("force_symmorphic"))
-    allow_trev = not (noncolin and _is_hybrid(system))
+    allow_trev = not (noncolin and is_hybrid_dft(system))
     crystal: list[tuple[int, np.ndarray, list[int], bool]] = []
     tol = _EPS
     for _attempt in range(3):
@@ -598,7 +605,9 @@ HYBRIDS = frozenset({
 """``input_dft`` values that are hybrid functionals (exact exchange) in pw.x."""
 
 
-def _is_hybrid(system: Mapping[str, str]) -> bool:
+def is_hybrid_dft(system: Mapping[str, str]) -> bool:
+    """True for a hybrid functional (``input_dft`` such as PBE0, B3LYP, HSE, or a positive
+    ``exx_fraction`` in &SYSTEM): pw.x then runs its exact-exchange loops."""
     dft = system.get("input_dft", "").strip().lower()
     if dft in HYBRIDS:
         return True
