@@ -61,10 +61,10 @@ def test_a_point_excluded_by_the_physics_check_is_named_with_its_reason(
     best = results.best_result()
     assert best.best.params["env"] == "np4"  # the best *valid* point
     panel = _text(best_panel(best, objective, results.exclusions))
-    assert "Excluded: env=np2 np=2: fastest (wall_s 6.2 s), but excluded:" in panel
+    assert "env=np2 np=2: fastest (wall_s 6.2 s), but excluded: total_energy_ry" in panel
     assert "fastest (wall_s 6.2 s)" in _text(summary_table(results, width=200))
     html = write_report(results, tmp_path / "r.html").read_text(encoding="utf-8")
-    assert "Excluded by a physics check: env=np2 np=2: fastest" in html
+    assert "env=np2 np=2: fastest (wall_s 6.2 s), but excluded" in html
 
 
 def test_an_excluded_point_that_was_not_the_best_is_still_named(

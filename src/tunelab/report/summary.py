@@ -276,8 +276,7 @@ def write_report(results: StudyResults, path: str | Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TunelabError(f"cannot create {path.parent}: {exc.strerror}") from exc
-    notes = list(results.notes) + [f"Excluded by a physics check: {e.line}"
-                                   for e in results.exclusions]
+    notes = list(results.notes) + [e.line for e in results.exclusions]
     best_result: BestResult | None = None
     if len(results.runs):
         try:

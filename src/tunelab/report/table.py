@@ -320,7 +320,7 @@ def best_lines(result: BestResult) -> list[str]:
 def exclusion_lines(exclusions: Sequence[Exclusion]) -> list[str]:
     """One sentence per point a physics check excluded (leading ones first)."""
     ordered = sorted(exclusions, key=lambda e: not e.leading)
-    return [f"Excluded: {e.line}" for e in ordered]
+    return [e.line for e in ordered]
 
 
 def best_panel(result: BestResult, objective: Objective | None = None,

@@ -600,7 +600,7 @@ def _compute(namelists: Mapping[str, Mapping[str, str]],
 
 HYBRIDS = frozenset({
     "pbe0", "b3lyp", "b3lyp-v1r", "x3lyp", "hse", "gaupbe", "hf", "scan0", "bhahlyp",
-    "b86bx", "b88x", "pbe0-d", "sla+pw+hse+pbc", "rpbe0",
+    "b86bpbex", "pbesol0", "vdw-df-cx0", "vdw-df2-0",
 })
 """``input_dft`` values that are hybrid functionals (exact exchange) in pw.x."""
 
