@@ -73,6 +73,8 @@ def run(
     if dry_run:
         for line in describe_commands(study, study_dir):
             console.print(line, markup=False, soft_wrap=True)
+        for fact in study.workload.facts():
+            console.print(f"{study.workload.name}: {fact}", markup=False, soft_wrap=True)
         console.print(f"{_plan_text(study)} (dry run: nothing was run)")
         return
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)

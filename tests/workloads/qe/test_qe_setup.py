@@ -235,3 +235,16 @@ def test_a_real_run_asks_pw_once_and_dry_runs_reuse_the_answer(
     assert len(list((tmp_path / "tunelab" / "qe-kpoints").glob("*.json"))) == 1
     again = _workload(tmp_path, dry_run=True)
     assert again.setup.nk.source == real.setup.nk.source  # from the cache, pw.x not run
+
+
+def test_dry_run_of_a_workflow_runs_nothing_and_says_what_it_would_prepare(tmp_path: Path
+                                                                           ) -> None:
+    d = tmp_path / "d"
+    res = _cli("run", EXAMPLES / "qe-nscf.yaml", "--dry-run", "--dir", d,
+               env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert res.returncode == 0, res.stderr
+    assert "-inp pw.in" in res.stdout and "(dry run: nothing was run)" in res.stdout
+    assert "qe: prepared before the runs, not timed: si-scf.in (np 1, once per study)" in \
+        res.stdout
+    assert "qe: k-points (nk): 16," in res.stdout and "an estimate" in res.stdout
+    assert not d.exists() and not (tmp_path / "cache").exists()
