@@ -67,7 +67,7 @@ class KPoints:
 
     ``count`` is what the input alone says: the listed points for explicit lists (band paths
     expanded), 1 for ``gamma``, and the full grid ``nk1*nk2*nk3`` for automatic grids — an
-    upper bound, since pw.x reduces the grid by symmetry (:func:`count_kpoints_with_pw`).
+    upper bound, since pw.x reduces the grid by symmetry (:meth:`PwInput.count_kpoints`).
     """
 
     mode: str
