@@ -151,11 +151,13 @@ def run(
     from tunelab.spec import load_study
 
     spec = load_study(study_file)
-    study = prepare_study(spec, repeats=repeats)
+    study = prepare_study(spec, repeats=repeats, dry_run=dry_run)
     study_dir = directory or _default_dir(spec.name)
     if dry_run:
         for line in describe_commands(study, study_dir):
             sys.stdout.write(line + "\n")
+        for fact in study.workload.facts():
+            message(f"{study.workload.name}: {fact}")
         message(f"{_plan_text(study)} (dry run: nothing was run)")
         return
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -169,6 +171,8 @@ def run(
                     "Run the same command again to resume.")
             raise typer.Exit(130) from None
     counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
+    if outcome.stopped is not None:
+        message(f"{study.spec.name}: stopped early: {outcome.stopped}")
     message(f"{study.spec.name}: {outcome.ran} runs now, {outcome.previously_done} done "
             f"before, {outcome.planned} planned ({counts}). Results: {study_dir}")
     _print_ranking(study_dir, fmt)
@@ -222,7 +226,7 @@ def space(
 
     if show < 0:
         raise TunelabError(f"--show must be >= 0, got {show}")
-    study = prepare_study(_load(study_file))
+    study = prepare_study(_load(study_file), dry_run=True)
     summary, points = study.space.summarize()
     why = {c.label: c.why or "" for c in study.space.constraints}
     origin = {c.label: c.origin for c in study.space.constraints}
@@ -236,7 +240,7 @@ def space(
         plan_doc={"points": None if study.adaptive else len(study.points),
                   "repeats": study.spec.repeats, "runs": study.planned_runs,
                   "strategy": study.spec.strategy, "adaptive": study.adaptive},
-        facts=tuple(study.workload.space_facts()),
+        facts=tuple(f"{study.workload.name}: {fact}" for fact in study.workload.facts()),
     )
     _emit(space_view(data), fmt)
 
