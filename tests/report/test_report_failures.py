@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from tests.report.conftest import key
-from tunelab.report.summary import results_from_frame, write_report
 from tunelab.report.output import View, render
+from tunelab.report.summary import results_from_frame, write_report
 from tunelab.report.views import best_view, compare_view
 from tunelab.workloads.base import Objective
 
