@@ -42,7 +42,7 @@ echo "setup: installing Python dependencies into .venv (pinned by requirements.l
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 # torch first and pinned: the CPU wheel lies on disk; an unpinned torch pulls a CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -c requirements.lock -e ".[leopard,merge,dev]"
+.venv/bin/python -m pip install -q -c requirements.lock -e ".[leopard,merge,ddp,dev]"
 .venv/bin/python -m tunelab.workloads.qe.pseudo --ensure || echo "setup: the Ce pseudopotential was not generated (needs ld1.x from quantum-espresso); the qe workload retries on first use" >&2
 echo "$want" > "$stamp"
 echo "setup: done"
