@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the workloads run for real: pw.x and its pseudopotentials, Open MPI with
-# UCX, and the compilers mpi4py needs.
-APT_PACKAGES=(quantum-espresso quantum-espresso-data openmpi-bin libopenmpi-dev ucx-utils)
+# UCX, and the compilers mpi4py needs. Slurm (with munge and its PBS-style qsub/qstat/qdel
+# wrappers) and iproute2 run the virtual test cluster (scripts/virtual-cluster.sh).
+APT_PACKAGES=(quantum-espresso quantum-espresso-data openmpi-bin libopenmpi-dev ucx-utils
+              slurm-wlm slurm-wlm-torque munge iproute2)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
