@@ -32,7 +32,7 @@ FOMS = (
     "throughput", "images_per_s", "windows_per_s", "throughput_per_worker", "step_s",
     "step_s_std", "compute_s", "allreduce_s", "exposed_s", "other_s", "grad_bytes",
     "allreduce_algbw", "allreduce_busbw", "params", "workers", "nodes", "workers_per_node",
-    "batch_size", "local_batch", "link_gbit",
+    "batch_size", "local_batch", "link_gbit", "hosts", "host_cores",
 )
 
 
@@ -163,7 +163,8 @@ class DDPWorkload(Workload):
                 foms = {name: float(record[name]) for name in FOMS
                         if isinstance(record.get(name), int | float)
                         and not isinstance(record.get(name), bool)}
-                foms["compute_emulated"] = 1.0 if record.get("compute_emulated") else 0.0
+                for flag in ("compute_emulated", "gpu"):
+                    foms[flag] = 1.0 if record.get(flag) else 0.0
                 if "throughput" not in foms:
                     raise ParseError("the ddp result line has no throughput")
                 return foms

@@ -18,6 +18,7 @@ Failures, each one line on stderr and exit status 4:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -105,10 +106,8 @@ def _signal_name(num: int) -> str:
 
 def _kill(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     proc.wait()
 
 

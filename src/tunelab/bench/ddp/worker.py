@@ -190,16 +190,28 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     status.write("gather")
     mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(records))
     gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, asdict(mine))
+    dist.all_gather_object(gathered, {"record": asdict(mine), "boot": _boot_id()})
     _leave_group()
-    ranks = [RankRecord(g["rank"], g["node"], g["elapsed_s"],
-                        tuple(StepRecord(**s) for s in g["steps"])) for g in gathered]
+    ranks = [RankRecord(g["record"]["rank"], g["record"]["node"], g["record"]["elapsed_s"],
+                        tuple(StepRecord(**s) for s in g["record"]["steps"])) for g in gathered]
+    hosts = len({g["boot"] for g in gathered})
     summary = summarize(ranks, cfg.batch_size)
     return {"summary": asdict(summary), "params": params, "unit": spec.unit,
             "device": rt.device if device.type == "cpu" else torch.cuda.get_device_name(device),
             "backend": rt.backend, "amp": rt.amp, "emulated": compute.emulated,
-            "threads": torch.get_num_threads(),
+            "threads": torch.get_num_threads(), "hosts": hosts,
+            "host_cores": os.cpu_count() or 1,
             "per_rank_elapsed_s": [r.elapsed_s for r in ranks]}
+
+
+def _boot_id() -> str:
+    """This machine's boot id: virtual nodes share it, separate machines do not."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        import socket
+
+        return socket.gethostname()
 
 
 def _leave_group(wait_s: float = 10.0) -> None:
