@@ -154,3 +154,21 @@ def test_strong_scaling_compute_shrinks() -> None:
 def test_unknown_fom_is_a_clear_error() -> None:
     with pytest.raises(StatsError, match="no figure of merit 'nope'"):
         scaling_table(make_runs(TRUE, LAYOUTS[:2]), fom="nope")
+
+
+def test_plot_data_and_pngs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tunelab.report.scaling import scaling_plot_data, scaling_plots
+
+    runs = make_runs(TRUE, LAYOUTS, noise=0.01)
+    data = scaling_plot_data(runs, n_resamples=199, predict_to=32)
+    assert data.model is not None and not data.note
+    assert {(k, n) for _, k, n, _ in data.predicted} >= {(1, 32), (2, 32), (4, 32), (4, 4)}
+    assert (2, 1) not in {(k, n) for _, k, n, _ in data.predicted}  # 1 worker on 2 nodes
+    assert len(data.gaps) == 5
+    paths = scaling_plots(runs, tmp_path, n_resamples=199)
+    assert [p.name for p in paths] == ["scaling-throughput.png", "scaling-efficiency.png",
+                                       "scaling-layouts.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a study without a worker-count axis gets no scaling plot, and no error
+    assert scaling_plots(runs.drop(columns=["workers"]), tmp_path / "none") == []
