@@ -176,10 +176,10 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
             dist.barrier()
             start = time.perf_counter()
         timed = i - cfg.warmup
+        status.write("warmup" if timed < 0 else "timed", step=i)
         fault = cfg.fault
         if fault and fault.action == "kill" and fault.rank == rank and timed == fault.step:
             os.kill(os.getpid(), signal.SIGKILL)
-        status.write("warmup" if timed < 0 else "timed", step=i)
         step_s, compute_s, allreduce_s, exposed_s, other_s, nbytes = step_fn()
         if timed >= 0:
             records.append(StepRecord(step_s, compute_s, allreduce_s, exposed_s, other_s,
