@@ -24,7 +24,7 @@ from tunelab.stats import StatsError, Verdict
 
 S = 102_228_128.0  # ResNet-50 gradient bytes
 TRUE = StepModel(overhead_s=0.01, host_bw=0.6e9, link_bw=1.1e9, compute_s=0.17,
-                 grad_bytes=S, samples_per_worker=64, host_cores=2)
+                 grad_bytes=S, samples_per_worker=64, shared_cores=2)
 
 
 def make_runs(model: StepModel, layouts: list[tuple[int, int]], repeats: int = 4,
@@ -99,8 +99,9 @@ def test_layout_gap_verdicts() -> None:
     assert g.ratio == pytest.approx(slow_link.throughput(8, 2) / slow_link.throughput(8, 1),
                                     rel=0.02)
     assert g.verdict == Verdict.WORSE and g.gap_pct > 10
-    # 4 nodes cross the same links as 2: no difference the data can show
-    same = make_runs(TRUE.with_(link_bw=math.inf), LAYOUTS, noise=0.01, seed=3)
+    # links as fast as the inside of a node, one core per worker: no difference to show
+    same = make_runs(TRUE.with_(link_bw=TRUE.host_bw, shared_cores=0), LAYOUTS, noise=0.01,
+                     seed=3)
     for gap in layout_gaps(same, n_resamples=999):
         assert gap.verdict == Verdict.INDISTINGUISHABLE
 
@@ -172,3 +173,21 @@ def test_plot_data_and_pngs(tmp_path) -> None:  # type: ignore[no-untyped-def]
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a study without a worker-count axis gets no scaling plot, and no error
     assert scaling_plots(runs.drop(columns=["workers"]), tmp_path / "none") == []
+
+
+def test_model_forms_shared_cpu_gpu_and_link_floor() -> None:
+    gpu = TRUE.with_(shared_cores=0)
+    ring = ring_factor(8) * S
+    assert gpu.allreduce_s(8, 1) == pytest.approx(ring / gpu.host_bw)   # slowest edge: inside
+    assert gpu.allreduce_s(8, 2) == pytest.approx(ring / gpu.link_bw)   # slowest edge: link
+    assert gpu.allreduce_s(8, 4) == gpu.allreduce_s(8, 2)
+    # 8 workers on 2 shared cores: the CPU serves every edge; more nodes, more crossings
+    shared = TRUE
+    assert shared.allreduce_s(8, 1) == pytest.approx(ring * 8 / 2 / shared.host_bw)
+    assert shared.allreduce_s(8, 4) == pytest.approx(
+        ring * (4 / shared.host_bw + 4 / shared.link_bw) / 2)
+    assert shared.step_s(8, 1) == pytest.approx(0.17 + 0.01 * 4 + shared.allreduce_s(8, 1))
+    # a configured link rate is a floor for layouts that cross nodes
+    slow = gpu.with_(link_limit_bw=1e7)
+    assert slow.allreduce_s(8, 2) == pytest.approx(ring / 1e7)
+    assert slow.allreduce_s(8, 1) == gpu.allreduce_s(8, 1)

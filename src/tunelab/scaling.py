@@ -15,21 +15,25 @@ Definitions (N workers, baseline = the series' smallest worker count N0, usually
   e = (1/S − 1/p) / (1 − 1/p) with p = N / N0 (undefined for p = 1).
 * **Scale-up vs scale-out** at equal N: each layout with more nodes compared with the layout
   with the fewest (ratio of means, > 1: more nodes is faster), with a verdict.
-* **Step-time model** (:class:`StepModel`)::
+* **Step-time model** (:class:`StepModel`), N workers on k nodes, S gradient bytes per step::
 
-      t_step(N, k) = compute(N) + overhead
-                     + ring(N) · S · ( h(N) / B_host + [k > 1] / B_link )
-      ring(N) = 2 (N − 1) / N          (bytes over each worker's link per byte reduced)
-      h(N)    = max(1, ranks per host / host cores)   for CPU (gloo) runs, else 1
+      t_step(N, k) = compute(N) + overhead · h(N) + max( t_ring(N, k), ring(N) · S / L )
+      ring(N)      = 2 (N − 1) / N        bytes over each ring edge per byte reduced
+      t_ring(N, k) = ring(N) · S / B      B = B_link when the ring crosses nodes (k > 1),
+                                          else B_host (the critical path: the slowest edge)
 
-  S is the gradient bytes per step; B_host the bandwidth of the all-reduce inside a node
-  (memory, loopback, NVLink); B_link the inter-node link's; h(N) the sharing of a host's
-  cores when more workers than cores reduce on the CPU (virtual nodes on one machine all
-  share one host). ``overhead``, 1/B_host and 1/B_link are fitted by non-negative least
-  squares to the measured step times minus the measured compute; compute is the measured
-  mean (weak scaling, fixed batch per worker) or c / N (strong scaling, fixed global batch).
-  Throughput = samples per step / t_step. The fit's error is reported on measured points held
-  back from it.
+  ``B_host`` is the all-reduce bandwidth inside a node (shared memory, loopback, NVLink),
+  ``B_link`` between nodes; both are fitted. ``L`` is a configured link limit (``tc tbf``
+  rate), a floor and not fitted. When every worker shares the CPU of one machine (gloo on
+  virtual nodes: ``hosts == 1``) and there are more workers than its C cores, the edges no
+  longer run in parallel: the CPU serves all N of them, so ``t_ring`` becomes
+  ring(N) · S · ((N − e) / B_host + e / B_link) / C with e = k edges crossing nodes
+  (none for k = 1), and the per-worker ``overhead`` is shared likewise: h(N) = max(1, N / C)
+  (h = 1 on GPUs or separate hosts). ``overhead``, 1/B_host and 1/B_link are fitted by
+  non-negative least squares (relative errors) to the measured step times minus the
+  measured compute; compute is the measured mean (weak scaling, fixed batch per worker) or
+  c / N (strong scaling, fixed global batch). Throughput = samples per step / t_step. The
+  fit's error is reported on measured points held back from it.
 """
 
 from __future__ import annotations
@@ -250,15 +254,17 @@ class Observation:
     grad_bytes: float
     samples_per_step: float
     throughput: float
-    ranks_per_host: float
+    hosts: int
     host_cores: float
     gpu: bool
+    link_limit_bw: float
 
 
 def observations(runs: pd.DataFrame, *, workers: str = "workers", nodes: str = "nodes",
                  series: str | None = None) -> list[Observation]:
     """Per (workers, nodes) point, the means the model needs (``step_s``, ``compute_s``,
-    ``grad_bytes``, samples per step, ``hosts``, ``host_cores``, ``gpu`` FOMs). With several
+    ``grad_bytes``, samples per step, ``hosts``, ``host_cores``, ``gpu``, ``link_gbit``
+    FOMs; missing ones: 1 host, no core count, CPU, no limit). With several
     series, pass the one to use (``series``: its key as in :class:`ScalingPoint`)."""
     ok = _ok(runs, "step_s", workers, nodes)
     keys = sorted(ok["_series"].unique())
@@ -273,19 +279,21 @@ def observations(runs: pd.DataFrame, *, workers: str = "workers", nodes: str = "
             raise StatsError(f"the model needs the figure of merit {name!r}")
     ok = ok.assign(
         _hosts=_axis(ok, "hosts", default=1), _cores=_axis(ok, "host_cores", default=0),
-        _gpu=_axis(ok, "gpu", default=0),
+        _gpu=_axis(ok, "gpu", default=0), _link=_axis(ok, "link_gbit", default=0),
         _samples=ok[fom_column("throughput")].astype(float) * ok["_value"])
     out = []
     for (n, k), rows in ok.groupby(["_workers", "_nodes"], sort=True):
         def mean(col: str, rows: pd.DataFrame = rows) -> float:
-            return float(rows[col].astype(float).mean())
+            value = float(rows[col].astype(float).mean())
+            return value if math.isfinite(value) else 0.0
 
         out.append(Observation(
             workers=int(n), nodes=int(k), n=len(rows), step_s=mean("_value"),
             compute_s=mean(fom_column("compute_s")), grad_bytes=mean(fom_column("grad_bytes")),
             samples_per_step=mean("_samples"), throughput=mean(fom_column("throughput")),
-            ranks_per_host=int(n) / max(1.0, mean("_hosts")), host_cores=mean("_cores"),
-            gpu=bool(mean("_gpu") > 0.5)))
+            hosts=max(1, round(mean("_hosts"))), host_cores=mean("_cores"),
+            gpu=bool(mean("_gpu") > 0.5),
+            link_limit_bw=mean("_link") * 1e9 / 8 if mean("_link") > 0 else math.inf))
     return out
 
 
@@ -293,10 +301,12 @@ def observations(runs: pd.DataFrame, *, workers: str = "workers", nodes: str = "
 class StepModel:
     """``t_step(N, k)`` (see the module docstring) with its parameters.
 
-    ``compute_s`` is the compute time per step of one worker at ``compute_ref_workers``
-    workers; with ``strong`` scaling it shrinks as 1/N, else it is fixed.
-    ``samples_per_worker`` (weak) or ``samples_per_step`` (strong) turn step times into
-    throughput. ``host_cores`` = 0 means no sharing term (h = 1).
+    ``compute_s`` is one worker's compute time per step at ``compute_ref_workers`` workers;
+    with ``strong`` scaling it shrinks as 1/N, else it is fixed. ``samples_per_worker``
+    (weak) or ``samples_per_step`` (strong) turn step times into throughput.
+    ``shared_cores`` > 0: every worker shares the CPU of one machine with that many cores
+    (gloo on virtual nodes); 0: each worker has its own (GPUs, separate hosts).
+    ``link_limit_bw`` is a configured link rate (bytes/s, a floor; inf for none).
     """
 
     overhead_s: float
@@ -305,9 +315,8 @@ class StepModel:
     compute_s: float
     grad_bytes: float
     samples_per_worker: float
-    host_cores: float = 0.0
-    hosts: int = 1
-    gpu: bool = False
+    shared_cores: float = 0.0
+    link_limit_bw: float = math.inf
     strong: bool = False
     compute_ref_workers: int = 1
     samples_per_step: float = 0.0
@@ -315,10 +324,10 @@ class StepModel:
     residual_pct: float = math.nan
 
     def sharing(self, workers: int) -> float:
-        """h(N): how many workers share each core of a host (>= 1; 1 for GPUs)."""
-        if self.gpu or self.host_cores <= 0:
+        """h(N): workers per core of the shared machine (>= 1; 1 when not shared)."""
+        if self.shared_cores <= 0:
             return 1.0
-        return max(1.0, workers / max(1, self.hosts) / self.host_cores)
+        return max(1.0, workers / self.shared_cores)
 
     def compute(self, workers: int) -> float:
         """Compute seconds per step at ``workers``."""
@@ -328,14 +337,17 @@ class StepModel:
 
     def allreduce_s(self, workers: int, nodes: int) -> float:
         """Modelled all-reduce seconds per step."""
-        per_byte = self.sharing(workers) / self.host_bw if self.host_bw > 0 else 0.0
-        if nodes > 1 and self.link_bw > 0:
-            per_byte += 1.0 / self.link_bw
-        return ring_factor(workers) * self.grad_bytes * per_byte
+        host, link = _per_byte_weights(workers, nodes, self.shared_cores)
+        per_byte = host * _inverse(self.host_bw) + link * _inverse(self.link_bw)
+        t = ring_factor(workers) * self.grad_bytes * per_byte
+        if nodes > 1 and math.isfinite(self.link_limit_bw) and self.link_limit_bw > 0:
+            t = max(t, ring_factor(workers) * self.grad_bytes / self.link_limit_bw)
+        return t
 
     def step_s(self, workers: int, nodes: int = 1) -> float:
         """Modelled seconds per step."""
-        return self.compute(workers) + self.overhead_s + self.allreduce_s(workers, nodes)
+        return (self.compute(workers) + self.overhead_s * self.sharing(workers)
+                + self.allreduce_s(workers, nodes))
 
     def throughput(self, workers: int, nodes: int = 1) -> float:
         """Modelled samples per second."""
@@ -347,17 +359,31 @@ class StepModel:
         return replace(self, **changes)
 
 
-def _features(o: Observation, host_cores: float, hosts: int, gpu: bool) -> list[float]:
-    probe = StepModel(0.0, 1.0, 1.0, 0.0, o.grad_bytes, 0.0, host_cores=host_cores,
-                      hosts=hosts, gpu=gpu)
+def _inverse(bw: float) -> float:
+    return 0.0 if math.isinf(bw) else 1.0 / bw
+
+
+def _per_byte_weights(workers: int, nodes: int, shared_cores: float) -> tuple[float, float]:
+    """Weights of 1/B_host and 1/B_link per ring byte (see the module docstring)."""
+    crossing = nodes if nodes > 1 else 0
+    if shared_cores > 0 and workers > shared_cores:
+        return (workers - crossing) / shared_cores, crossing / shared_cores
+    return (0.0, 1.0) if crossing else (1.0, 0.0)
+
+
+def _features(o: Observation, shared_cores: float) -> list[float]:
+    host, link = _per_byte_weights(o.workers, o.nodes, shared_cores)
     ring_bytes = ring_factor(o.workers) * o.grad_bytes
-    return [1.0, ring_bytes * probe.sharing(o.workers), ring_bytes * (o.nodes > 1)]
+    sharing = max(1.0, o.workers / shared_cores) if shared_cores > 0 else 1.0
+    return [sharing, ring_bytes * host, ring_bytes * link]
 
 
 def fit_step_model(obs: Sequence[Observation], *,
-                   exclude: Iterable[tuple[int, int]] = ()) -> StepModel:
+                   exclude: Iterable[tuple[int, int]] = (),
+                   shared_cores: float | None = None) -> StepModel:
     """Fit overhead, 1/B_host and 1/B_link (non-negative least squares, relative errors)
-    to the observations except the (workers, nodes) pairs in ``exclude``."""
+    to the observations except the (workers, nodes) pairs in ``exclude``. ``shared_cores``
+    overrides the core count of the shared machine read from the runs (0: not shared)."""
     from scipy.optimize import nnls
 
     skip = set(exclude)
@@ -365,9 +391,11 @@ def fit_step_model(obs: Sequence[Observation], *,
     if len(used) < 2:
         raise StatsError(f"the step-time model needs at least 2 measured points to fit, "
                          f"got {len(used)}")
-    cores = max((o.host_cores for o in used), default=0.0)
-    hosts = max(1, round(max(o.workers / o.ranks_per_host for o in used)))
-    gpu = any(o.gpu for o in used)
+    shared = all(o.hosts == 1 and not o.gpu for o in used)
+    cores = max(o.host_cores for o in used) if shared else 0.0
+    if shared_cores is not None:
+        cores = float(shared_cores)
+    limit = min(o.link_limit_bw for o in used)
     local = {round(o.samples_per_step / o.workers, 6) for o in used}
     strong = len(local) > 1 and len({round(o.samples_per_step, 6) for o in used}) == 1
     ref = min(used, key=lambda o: (o.workers, o.nodes))
@@ -375,7 +403,7 @@ def fit_step_model(obs: Sequence[Observation], *,
         c = float(np.mean([o.compute_s * o.workers / ref.workers for o in used]))
     else:
         c = float(np.mean([o.compute_s for o in used]))
-    a = np.array([_features(o, cores, hosts, gpu) for o in used])
+    a = np.array([_features(o, cores) for o in used])
     y = np.array([o.step_s - (c * ref.workers / o.workers if strong else c) for o in used])
     w = 1.0 / np.array([o.step_s for o in used])  # relative error: every point counts alike
     if not any(o.nodes > 1 for o in used):
@@ -388,7 +416,7 @@ def fit_step_model(obs: Sequence[Observation], *,
         link_bw=1.0 / coef[2] if coef[2] > 0 else math.inf,
         compute_s=c, grad_bytes=float(np.mean([o.grad_bytes for o in used])),
         samples_per_worker=float(np.mean([o.samples_per_step / o.workers for o in used])),
-        host_cores=cores, hosts=hosts, gpu=gpu, strong=strong,
+        shared_cores=cores, link_limit_bw=limit, strong=strong,
         compute_ref_workers=ref.workers, samples_per_step=ref.samples_per_step,
         fitted_on=tuple((o.workers, o.nodes) for o in used))
     errors = [abs(model.step_s(o.workers, o.nodes) / o.step_s - 1.0) for o in used]
@@ -438,7 +466,8 @@ class ModelCheck:
 
 
 def model_check(obs: Sequence[Observation], *, hold_out: Iterable[int] | None = None,
-                extrapolate: Iterable[tuple[int, int]] = ()) -> ModelCheck:
+                extrapolate: Iterable[tuple[int, int]] = (),
+                shared_cores: float | None = None) -> ModelCheck:
     """Fit without the worker counts ``hold_out`` (default: the largest measured one),
     predict them and ``extrapolate`` ((workers, nodes) pairs), and compare scale-out/
     scale-up ratios (``ratios``: workers, ref nodes, nodes, measured, predicted)."""
@@ -446,7 +475,7 @@ def model_check(obs: Sequence[Observation], *, hold_out: Iterable[int] | None = 
     held = set(hold_out) if hold_out is not None else ({counts[-1]} if len(counts) > 2
                                                           else set())
     model = fit_step_model(obs, exclude=[(o.workers, o.nodes) for o in obs
-                                         if o.workers in held])
+                                         if o.workers in held], shared_cores=shared_cores)
     points = [Prediction(o.workers, o.nodes, model.throughput(o.workers, o.nodes),
                          o.throughput, o.workers in held) for o in obs]
     measured = {(o.workers, o.nodes) for o in obs}
