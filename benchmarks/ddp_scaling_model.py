@@ -86,7 +86,8 @@ def main() -> int:
     print(f"\nModel fitted without the {args.hold_out}-worker points "
           f"(on {sorted(set(m.fitted_on))}):")
     print(f"  overhead {m.overhead_s * 1e3:.1f} ms, host all-reduce bandwidth "
-          f"{m.host_bw / GB:.3f} GB/s (CPU shared by all: {m.shared_cores:g} cores), link bandwidth "
+          f"{m.host_bw / GB:.3f} GB/s (one CPU of {m.shared_cores:g} cores shared by all), "
+          f"link bandwidth "
           f"{m.link_bw / GB:.3f} GB/s ({8 * m.link_bw / GB:.2f} Gbit/s), compute "
           f"{m.compute_s * 1e3:.0f} ms, fit residual {m.residual_pct:.1f}%")
     for p in check.points:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunelab.scaling import (
     LayoutGap,
@@ -73,7 +73,7 @@ def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
     return ScalingPlotData(fom, points, gaps, model, tuple(predicted), note)
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg", force=True)

@@ -68,7 +68,7 @@ class CommTimer:
     def __init__(self, group: dist.ProcessGroup | None, device: torch.device) -> None:
         self._group = group
         self._cuda = device.type == "cuda"
-        self._launches: list[float] = []
+        self._launches: list[Any] = []  # perf_counter seconds, or CUDA events
         self._bytes = 0
         self._done: list[Any] = []
 

@@ -236,7 +236,7 @@ def _real_step(cfg: DDPConfig, model: torch.nn.Module, spec: Any, rt: Runtime,
 
     cuda = device.type == "cuda"
     if cuda and spec.task == "classify":
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     ddp = DDP(model, device_ids=[device] if cuda else None, bucket_cap_mb=cfg.bucket_mb)
     timer = comm_timer(None, device)
     # a plain callable: DDP rejects hooks whose annotations are strings (PEP 563)
