@@ -83,13 +83,17 @@ def karp_flatt(speedup: float, p: float) -> float:
 
 @dataclass(frozen=True)
 class ScalingPoint:
-    """One (series, workers, nodes) point against its series' baseline."""
+    """One (series, workers, nodes) point against its series' baseline: the mean of the
+    figure of merit with its t interval, speedup and efficiency with the intervals of
+    :func:`tunelab.stats.compare`, Karp–Flatt."""
 
     series: str
     workers: int
     nodes: int
     n: int
     mean: float
+    mean_low: float
+    mean_high: float
     speedup: float
     speedup_low: float
     speedup_high: float
@@ -170,6 +174,17 @@ def _ok(runs: pd.DataFrame, column: str, workers: str, nodes: str) -> pd.DataFra
     return ok
 
 
+def _mean_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Student-t interval of the mean (NaN with fewer than two values)."""
+    if values.size < 2:
+        return math.nan, math.nan
+    from scipy import stats
+
+    half = float(stats.t.ppf(0.5 + confidence / 2, values.size - 1)
+                 * values.std(ddof=1) / math.sqrt(values.size))
+    return float(values.mean()) - half, float(values.mean()) + half
+
+
 def scaling_table(
     runs: pd.DataFrame,
     fom: str = "throughput",
@@ -197,9 +212,10 @@ def scaling_table(
             c = compare(base, values, direction, noise_threshold=noise_threshold,
                         confidence=confidence, n_resamples=n_resamples, seed=seed)
             p = int(n) / base_n
+            lo, hi = _mean_interval(values, confidence)
             out.append(ScalingPoint(
                 series=str(series), workers=int(n), nodes=int(k), n=int(values.size),
-                mean=float(values.mean()), speedup=c.speedup, speedup_low=c.ci_low,
+                mean=float(values.mean()), mean_low=lo, mean_high=hi, speedup=c.speedup, speedup_low=c.ci_low,
                 speedup_high=c.ci_high, ideal=p, efficiency=c.speedup / p,
                 efficiency_low=c.ci_low / p, efficiency_high=c.ci_high / p,
                 karp_flatt=karp_flatt(c.speedup, p),

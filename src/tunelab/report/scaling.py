@@ -82,6 +82,18 @@ def _pyplot() -> Any:
     return plt
 
 
+def _plain() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: f"{v:g}")
+
+
+def _worker_axis(ax: Any) -> None:
+    """Log-2 worker axis labelled 1, 2, 4, …"""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(_plain())
+
+
 def _label(series: str, nodes: int) -> str:
     text = f"{nodes} node{'s' if nodes > 1 else ''}"
     return f"{series}: {text}" if series else text
@@ -121,11 +133,10 @@ def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
         colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         for i, ((series, k), pts) in enumerate(_groups(data.points).items()):
             c = colours[i % len(colours)]
-            base = pts[0].mean / pts[0].speedup if pts[0].speedup > 0 else math.nan
             x = [p.workers for p in pts]
             y = [p.mean for p in pts]
-            err = [[max(0.0, p.mean - base * p.speedup_low) if p.n > 1 else 0.0 for p in pts],
-                   [max(0.0, base * p.speedup_high - p.mean) if p.n > 1 else 0.0 for p in pts]]
+            err = [[0.0 if math.isnan(p.mean_low) else p.mean - p.mean_low for p in pts],
+                   [0.0 if math.isnan(p.mean_high) else p.mean_high - p.mean for p in pts]]
             ax.errorbar(x, y, yerr=err, fmt="o-", color=c, capsize=3,
                         label=f"{_label(series, k)} measured")
             model = [(n, v) for s, kk, n, v in data.predicted if s == series and kk == k]
@@ -139,10 +150,11 @@ def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
             xs = [b.workers, top]
             ax.plot(xs, [b.mean * x / b.workers for x in xs], ":", color="black",
                     label="ideal (linear)")
-        ax.set_xscale("log", base=2)
+        _worker_axis(ax)
         ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_formatter(_plain())
         ax.set_xlabel("workers")
-        ax.set_ylabel(f"{data.fom} (samples/s), mean and 95% CI")
+        ax.set_ylabel(f"{data.fom} (samples/s), mean and 95% t interval")
         title = "Throughput vs workers"
         if data.model is not None:
             title += " (dashed: fitted all-reduce model)"
@@ -168,7 +180,7 @@ def _efficiency_plot(data: ScalingPlotData, path: Path) -> Path:
             high = [0.0 if math.isnan(v) else v for v in high]
             ax.errorbar(x, y, yerr=[low, high], fmt="o-", capsize=3, label=_label(series, k))
         ax.axhline(100, color="black", linestyle=":", label="ideal")
-        ax.set_xscale("log", base=2)
+        _worker_axis(ax)
         ax.set_ylim(bottom=0)
         ax.set_xlabel("workers")
         ax.set_ylabel("parallel efficiency, % (95% CI)")
@@ -197,8 +209,8 @@ def _gap_plot(gaps: Sequence[LayoutGap], path: Path) -> Path:
         ax.errorbar(ratio, y, xerr=[low, high], fmt="none", ecolor="black", capsize=3)
         ax.axvline(1, color="black", linewidth=1)
         ax.set_yticks(y, labels)
-        ax.set_xlabel("scale-out / scale-up throughput (< 1: more nodes is slower), 95% CI; "
-                      "grey: indistinguishable")
+        ax.set_xlabel("scale-out / scale-up throughput, 95% CI\n(< 1: more nodes is slower; "
+                      "grey: indistinguishable)")
         ax.set_title("Scale-up vs scale-out at equal workers")
         ax.grid(axis="x", alpha=0.3)
         fig.savefig(path, format="png", dpi=110)
