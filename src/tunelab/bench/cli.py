@@ -138,7 +138,7 @@ def ddp(
     timeout: Annotated[float, typer.Option(
         help="Seconds a collective may wait for a peer before the run fails.")] = 120.0,
     rendezvous_timeout: Annotated[float, typer.Option(
-        help="Seconds for every worker to join.")] = 60.0,
+        help="Seconds for every worker to join.")] = 180.0,
     port: Annotated[int, typer.Option(help="Rendezvous port (0: a free one).")] = 0,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
     inject_fault: Annotated[str | None, typer.Option(

@@ -57,7 +57,7 @@ class DDPOptions(WorkloadOptions):
     placement: Literal["local", "vnodes"] = "local"
     link_gbit: float = Field(0.0, ge=0)
     timeout: float = Field(120.0, gt=0)
-    rendezvous_timeout: float = Field(60.0, gt=0)
+    rendezvous_timeout: float = Field(180.0, gt=0)
     seed: int = 0
     python: str | None = Field(None, description="Interpreter that runs the benchmark "
                                                  "(default: tunelab's own)")

@@ -132,7 +132,7 @@ class DDPConfig:
     placement: str = "local"
     link_gbit: float = 0.0
     timeout: float = 120.0
-    rendezvous_timeout: float = 60.0
+    rendezvous_timeout: float = 180.0
     port: int = 0
     seed: int = 0
     fault: Fault | None = field(default=None)
