@@ -215,8 +215,8 @@ def scaling_table(
             lo, hi = _mean_interval(values, confidence)
             out.append(ScalingPoint(
                 series=str(series), workers=int(n), nodes=int(k), n=int(values.size),
-                mean=float(values.mean()), mean_low=lo, mean_high=hi, speedup=c.speedup, speedup_low=c.ci_low,
-                speedup_high=c.ci_high, ideal=p, efficiency=c.speedup / p,
+                mean=float(values.mean()), mean_low=lo, mean_high=hi, speedup=c.speedup,
+                speedup_low=c.ci_low, speedup_high=c.ci_high, ideal=p, efficiency=c.speedup / p,
                 efficiency_low=c.ci_low / p, efficiency_high=c.ci_high / p,
                 karp_flatt=karp_flatt(c.speedup, p),
                 # e falls as S rises: the interval's ends swap
