@@ -53,6 +53,9 @@ def main() -> int:
     ap.add_argument("--study", type=Path, default=EXAMPLE)
     ap.add_argument("--no-run", action="store_true", help="analyse the directory only")
     ap.add_argument("--hold-out", type=int, default=8, help="worker count left out of the fit")
+    ap.add_argument("--other-link", type=Path, default=None, metavar="DIR",
+                    help="a study of the same workers on another link limit: compare its "
+                         "scale-out/scale-up ratios with the model's, given only that limit")
     ap.add_argument("--cores", type=float, default=None,
                     help="cores of the machine the virtual nodes share (default: from the "
                          "runs' host_cores, else this machine's)")
@@ -116,6 +119,8 @@ def main() -> int:
         x = full.throughput(n, k)
         print(f"  predict {n:>2} workers on {k} node(s): {x:7.1f} images/s, speedup "
               f"{x / base:5.2f}, efficiency {100 * x / base / n:5.1f}%")
+    if args.other_link is not None:
+        _other_link(full, args.other_link)
     _versus_seed("this machine (fitted)", full)
     # The seed's cluster, from nominal figures rather than a fit: V100 fp32 step at batch 64
     # as emulated here, NVLink inside a server (~100 GB/s ring bandwidth), EDR InfiniBand
@@ -124,6 +129,25 @@ def main() -> int:
                       link_limit_bw=12.5e9)
     _versus_seed("the seed's cluster (nominal V100/NVLink/EDR, not fitted)", seed)
     return 0 if ok else 1
+
+
+def _other_link(model: StepModel, directory: Path) -> None:
+    """The model fitted on one link limit, told only another limit, against measurements."""
+    with open_store(directory) as store:
+        other = observations(store.runs_frame())
+    limits = {o.link_limit_bw for o in other}
+    limit = min(limits)
+    moved = model.with_(link_limit_bw=limit)
+    print(f"\nAnother link ({8 * limit / GB:g} Gbit/s, {directory}): the model above with only "
+          "the limit changed")
+    by = {(o.workers, o.nodes): o for o in other}
+    for (n, k), o in sorted(by.items()):
+        if k == 1 or (n, 1) not in by:
+            continue
+        measured = o.throughput / by[(n, 1)].throughput
+        predicted = moved.throughput(n, k) / moved.throughput(n, 1)
+        print(f"  {n} workers, {k} nodes / 1 node: measured {measured:.3f}, predicted "
+              f"{predicted:.3f} ({100 * (predicted / measured - 1):+.1f}%)")
 
 
 def _versus_seed(name: str, m: StepModel) -> None:
