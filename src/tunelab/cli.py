@@ -70,7 +70,7 @@ def _mount_subcommands() -> None:
     from tunelab.leopard.cli import app as leopard_app
 
     app.add_typer(bench_app, name="bench",
-                  help="Benchmark programs tunelab owns (the all-to-all merge).")
+                  help="Benchmark programs tunelab owns (the all-to-all merge, DDP training).")
     app.add_typer(leopard_app, name="leopard",
                   help="Leopard DNA U-Net: synthetic data, training, prediction.")
 
