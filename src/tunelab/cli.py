@@ -62,8 +62,11 @@ def run(
     repeats: Annotated[int | None, typer.Option("--repeats", help="Override the study's "
                                                 "repeats.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Batch launchers: submit the jobs "
+                                         "and exit; 'tunelab status DIR' collects them.")]
+    = False,
 ) -> None:
-    """Run a study (resumes where a previous run of it stopped)."""
+    """Run a study (resumes where a previous run of it stopped; re-attaches to its jobs)."""
     from tunelab.execute.runner import describe_commands, prepare_study, run_study
     from tunelab.spec import load_study
 
@@ -81,12 +84,20 @@ def run(
     with StudyProgress(console, enabled=not quiet) as progress:
         try:
             outcome = run_study(study, study_dir, on_start=progress.start,
-                                on_event=progress.update)
+                                on_event=progress.update, detach=detach)
         except KeyboardInterrupt:
             progress.stop()
-            err_console.print(f"tunelab: interrupted; finished runs are stored in {study_dir}. "
-                              "Run the same command again to resume.", soft_wrap=True)
+            cancelled = " its batch jobs were cancelled;" if study.launcher.batch else ""
+            err_console.print(f"tunelab: interrupted;{cancelled} finished runs are stored in "
+                              f"{study_dir}. Run the same command again to resume.",
+                              soft_wrap=True)
             raise typer.Exit(130) from None
+    if outcome.queued_jobs:
+        console.print(f"{study.spec.name}: {outcome.queued_jobs} job(s) in the queue, "
+                      f"{outcome.ran} runs collected now. 'tunelab status {study_dir}' collects "
+                      "finished runs; 'tunelab run' again submits the rest and waits.",
+                      soft_wrap=True)
+        return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
     console.print(f"{study.spec.name}: {outcome.ran} runs now, {outcome.previously_done} "
                   f"done before, {outcome.planned} planned ({counts}). Results: {study_dir}")
@@ -106,10 +117,11 @@ def _print_ranking(study_dir: Path) -> None:
 
 @app.command()
 def status(directory: DirArg) -> None:
-    """Show how far a study is and its latest failures."""
+    """Show how far a study is and its latest failures; collect finished batch jobs."""
     from tunelab.space import Point
     from tunelab.store import open_store
 
+    jobs_line = _collect_jobs(directory)
     with open_store(directory) as store:
         planned = int(store.get_meta("planned_runs") or 0)
         counts = store.status_counts()
@@ -117,9 +129,37 @@ def status(directory: DirArg) -> None:
         name = store.get_meta("study_name")
         detail = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs yet"
         console.print(f"study {name!r} in {directory}: {done}/{planned} runs done ({detail})")
+        if jobs_line:
+            console.print(jobs_line, markup=False)
         for key, rep, st, reason in store.failures(limit=10):
             console.print(f"  {st:8s} {Point.from_key(key).label()} repeat {rep}: {reason}",
                           markup=False)
+
+
+def _collect_jobs(directory: Path) -> str | None:
+    """Collect the finished runs of a study's open batch jobs (when no ``tunelab run``
+    holds the study); a line on its jobs, or None when it has none."""
+    import json
+
+    from tunelab.errors import StoreError
+    from tunelab.execute.runner import collect_study, prepare_study
+    from tunelab.spec import StudySpec
+    from tunelab.store import open_store
+
+    with open_store(directory) as store:
+        open_jobs = store.open_jobs()
+        raw = json.loads(store.get_meta("spec") or "{}")
+        study_file = store.get_meta("study_file") or ""
+    if not open_jobs:
+        return None
+    spec = StudySpec.from_mapping(raw, source=study_file or str(directory),
+                                  path=Path(study_file) if study_file else None)
+    try:
+        outcome, phases = collect_study(prepare_study(spec), directory)
+    except StoreError:  # a tunelab run controls the study: it collects
+        return f"jobs: {len(open_jobs)} open (a running 'tunelab run' collects them)"
+    detail = ", ".join(f"{n} {p}" for p, n in sorted(phases.items())) or "none left"
+    return f"jobs: {outcome.queued_jobs} active ({detail}); {outcome.ran} runs collected now"
 
 
 @app.command()

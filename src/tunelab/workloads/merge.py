@@ -102,7 +102,7 @@ class MergeWorkload(Workload):
     def check(self) -> None:
         opts = self._opts
         if opts.transport == "mpi":
-            from tunelab.execute.mpi import MPI_PACKAGE_HINT, require_executable
+            from tunelab.cluster.mpi import MPI_PACKAGE_HINT, require_executable
 
             require_executable(opts.mpirun, MPI_PACKAGE_HINT)
         module = {"mpi": "mpi4py", "ucxx": "ucxx", "dask": "distributed"}.get(opts.transport)

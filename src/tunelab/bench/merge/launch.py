@@ -31,7 +31,7 @@ from tunelab.bench.merge.comm import read_status
 from tunelab.bench.merge.config import MergeConfig
 from tunelab.bench.merge.worker import EXIT_FAILURE, EXIT_VERIFY
 from tunelab.errors import WorkloadError
-from tunelab.execute.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
+from tunelab.cluster.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
 
 __all__ = ["launch", "mpi_command", "ucx_env_note", "uses_ucx", "worker_argv"]
 
