@@ -160,8 +160,10 @@ def portable_argv(argv: Sequence[str]) -> list[str]:
     scripts that run on another machine after ``module load``)."""
     out = []
     for arg in argv:
-        if os.path.isabs(arg) and shutil.which(os.path.basename(arg)) == arg:
-            out.append(os.path.basename(arg))
-        else:
-            out.append(arg)
+        found = shutil.which(os.path.basename(arg)) if os.path.isabs(arg) else None
+        try:
+            same = found is not None and os.path.samefile(found, arg)
+        except OSError:
+            same = False
+        out.append(os.path.basename(arg) if same else arg)
     return out

@@ -61,6 +61,8 @@ __all__ = [
     "VirtualNodes",
     "VirtualNodesError",
     "allocate",
+    "iter_prefixes",
+    "load_state",
     "reap_stale",
     "teardown",
     "unavailable_reason",
@@ -238,7 +240,7 @@ class VirtualNodes:
     @classmethod
     def attach(cls, prefix: str) -> VirtualNodes:
         """The set of virtual nodes that ``prefix`` names (made by any process)."""
-        state = _load_state(prefix)
+        state = load_state(prefix)
         if state is None:
             raise VirtualNodesError(f"no virtual nodes with prefix {prefix!r} on this machine")
         nodes = state["nodes"]
@@ -290,7 +292,7 @@ class VirtualNodes:
 
     def pids(self) -> list[int]:
         """Processes running inside the nodes' network or UTS namespaces."""
-        state = _load_state(self.prefix)
+        state = load_state(self.prefix)
         return _pids_in(_namespace_inodes(state)) if state else []
 
 
@@ -319,7 +321,7 @@ def teardown(prefix: str) -> None:
     """Remove everything the virtual nodes of ``prefix`` left; safe to run twice."""
     if not _PREFIX.fullmatch(prefix):
         raise VirtualNodesError(f"prefix {prefix!r} is not a virtual-node prefix")
-    state = _load_state(prefix)
+    state = load_state(prefix)
     inodes = _namespace_inodes(state) if state else set()
     netns = {f"{prefix}n{k}" for k in range(1, MAX_NODES + 1)}
     present = [ns for ns in _netns_list() if ns in netns]
@@ -348,7 +350,7 @@ def reap_stale(base: str = "tl") -> list[str]:
     for path in sorted(STATE_ROOT.iterdir()):
         if not re.fullmatch(rf"{re.escape(base)}\d+", path.name):
             continue
-        state = _load_state(path.name)
+        state = load_state(path.name)
         owner = state.get("owner_pid") if state else None
         if state is None or (owner is not None and not _alive(int(owner))):
             teardown(path.name)
@@ -412,7 +414,8 @@ def _inode(path: Path) -> int | None:
         return None
 
 
-def _load_state(prefix: str) -> dict[str, Any] | None:
+def load_state(prefix: str) -> dict[str, Any] | None:
+    """The recorded state of the set ``prefix`` (names, inodes, owner pid), or None."""
     try:
         data = json.loads((STATE_ROOT / prefix / "state.json").read_text())
     except (OSError, ValueError):
