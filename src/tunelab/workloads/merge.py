@@ -21,7 +21,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from tunelab.errors import ParseError, WorkloadError
-from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+from tunelab.workloads.base import (
+    Command,
+    Needs,
+    Objective,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+)
 
 __all__ = ["FOMS", "MergeOptions", "MergeWorkload"]
 
@@ -130,11 +137,24 @@ class MergeWorkload(Workload):
                                 f"{' '.join(first[:3])}") from None
         return settings
 
+    def needs(self, values: Any) -> Needs:
+        """One rank per worker, over ``nodes`` nodes (or ``ppn`` workers per node)."""
+        workers = int(self.settings(values)["workers"])
+        return Needs.from_values({k: v for k, v in dict(values).items() if k in ("nodes", "ppn")},
+                                 ranks=workers)
+
     def command(self, ctx: RunContext) -> Command:
         settings = self.settings(ctx.values)
         for key in ("hostfile", "scheduler_file"):  # relative to the study file's directory
             if settings[key] and not Path(settings[key]).is_absolute():
                 settings[key] = str(ctx.study_dir / settings[key])
+        placement = ctx.placement
+        if placement.where == "job" and settings["transport"] == "mpi":
+            # the allocation's nodes, written by the job step; no binding of every node's
+            # rank 0 to one core
+            if not settings["hostfile"] and placement.hostfile is not None:
+                settings["hostfile"] = str(placement.hostfile)
+            settings["mpi_args"] = [*settings["mpi_args"], "--bind-to", "none"]
         argv = [self._python(), "-m", "tunelab.bench.merge"]
         for key, flag in _FLAGS.items():
             value = settings[key]
