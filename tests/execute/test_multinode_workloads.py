@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -12,27 +13,33 @@ from tests.execute.test_slurm_launcher import runs
 pytestmark = pytest.mark.slow
 
 
-def test_merge_mpi_ranks_span_two_nodes(write_study, slurm_env, tmp_path):
+def test_merge_mpi_and_dask_span_two_nodes(write_study, slurm_env, tmp_path):
     pytest.importorskip("mpi4py")
+    pytest.importorskip("distributed")
     path = write_study("""
         name: merge-2n
         workload:
           name: merge
-          options: {transport: mpi, mpi_pml: ob1, chunk_size: 5000, iterations: 1, warmup: 0}
-        parameters: {workers: [2], nodes: [2]}
+          options: {mpi_pml: ob1, chunk_size: 5000, iterations: 1, warmup: 0}
+        parameters: {transport: [mpi, dask], workers: [2], nodes: [2]}
         repeats: 1
         timeout: 300
-        launcher: {type: slurm, starter: mpirun, cores_per_node: 2, poll_interval: 0.5s,
-                   env: {OMPI_MCA_mpi_yield_when_idle: 1}}
+        launcher: {type: slurm, mode: pack, starter: mpirun, cores_per_node: 2,
+                   poll_interval: 0.5s, env: {OMPI_MCA_mpi_yield_when_idle: 1}}
         """)
     d = tmp_path / "d"
     res = tunelab("run", path, "--dir", d, "-q")
     assert res.returncode == 0, res.stderr
-    (run,) = runs(d)
-    assert run["status"] == "ok", run["reason"]
-    assert (d / run["run_dir"] / "hostfile").read_text() == "node1 slots=1\nnode2 slots=1\n"
-    command = json.loads(run["command"])
+    by_transport = {json.loads(r["params"])["transport"]: r for r in runs(d)}
+    assert all(r["status"] == "ok" for r in by_transport.values()), by_transport
+    mpi, dask = by_transport["mpi"], by_transport["dask"]
+    assert (d / mpi["run_dir"] / "hostfile").read_text() == "node1 slots=1\nnode2 slots=1\n"
+    command = json.loads(mpi["command"])
     assert "--hostfile" in command and "--mpi-arg=--bind-to" in command
+    # the Dask workers registered from both virtual nodes' addresses
+    log = (d / dask["run_dir"] / "stderr.txt").read_text()
+    workers = set(re.findall(r"Register worker addr: tcp://([0-9.]+):", log))
+    assert len(workers) == 2 and {w.rsplit(".", 1)[1] for w in workers} == {"1", "2"}
 
 
 def test_leopard_ddp_trains_across_two_nodes(write_study, slurm_env, tmp_path):

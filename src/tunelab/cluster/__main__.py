@@ -2,13 +2,14 @@
 outlives the command (for demos and by-hand runs; tests use the pytest fixture instead).
 
 ``up`` prints the ``export SLURM_CONF=…`` line a shell needs to reach the cluster; ``down``
-without a prefix removes the clusters ``up`` started (never one a live process owns, such as
-a test session's).
+without a prefix removes the clusters ``up`` started from this directory (never one a live
+process owns, such as a test session's, nor another checkout's).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from tunelab.cluster.slurm import SLURM_ROOT, VirtualCluster, teardown_cluster
@@ -17,13 +18,11 @@ from tunelab.errors import TunelabError
 
 
 def _started_by_up(prefix: str) -> bool:
-    """True for sets that ``up`` made: base ``tl``, no owner process (a test session's or
-    another tool's nodes are left alone)."""
-    import re
-
+    """True for sets that ``up`` made from this checkout: no owner process, this working
+    directory as origin (a test session's, or another checkout's, are left alone)."""
     state = load_state(prefix)
-    return bool(re.fullmatch(r"tl\d+", prefix)) and state is not None and \
-        state.get("owner_pid") is None
+    return state is not None and state.get("owner_pid") is None and \
+        state.get("origin") == os.getcwd()
 
 
 def main(argv: list[str] | None = None) -> int:

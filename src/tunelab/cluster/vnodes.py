@@ -133,12 +133,14 @@ class VirtualNodes:
     ``up()`` makes them (refusing a prefix or subnet already in use); ``down()`` removes
     them and everything still running inside. As a context manager it brings the set up on
     entry and down on every exit path. ``owner_pid`` (default: none) marks the set as
-    belonging to a live process, so :func:`reap_stale` removes it once that process died.
+    belonging to a live process, so :func:`reap_stale` removes it once that process died;
+    ``origin`` (default: the working directory) records who made it, so that tools remove
+    only their own sets.
     """
 
     def __init__(self, n: int, *, prefix: str = "tl0", subnet: str = "10.200.0",
                  hostnames: Sequence[str] | None = None, rate: str | None = None,
-                 owner_pid: int | None = None) -> None:
+                 owner_pid: int | None = None, origin: str | None = None) -> None:
         if not 1 <= n <= MAX_NODES:
             raise VirtualNodesError(f"number of virtual nodes must be 1 to {MAX_NODES}, got {n}")
         if not _PREFIX.fullmatch(prefix):
@@ -158,6 +160,7 @@ class VirtualNodes:
         self.subnet = subnet
         self.rate = rate
         self.owner_pid = owner_pid
+        self.origin = origin if origin is not None else os.getcwd()
         self.is_up = False
         self.state_dir = STATE_ROOT / prefix
         self.bridge = f"{prefix}br"
@@ -222,7 +225,7 @@ class VirtualNodes:
     def _save_state(self) -> None:
         state = {
             "prefix": self.prefix, "subnet": self.subnet, "rate": self.rate,
-            "owner_pid": self.owner_pid, "bridge": self.bridge,
+            "owner_pid": self.owner_pid, "origin": self.origin, "bridge": self.bridge,
             "nodes": [{"index": n.index, "name": n.name, "netns": n.netns,
                        "host_link": n.host_link, "address": n.address,
                        "netns_inode": _inode(n.netns_path), "uts_inode": _inode(n.uts_path)}
@@ -246,7 +249,7 @@ class VirtualNodes:
         nodes = state["nodes"]
         vn = cls(len(nodes), prefix=prefix, subnet=state["subnet"],
                  hostnames=[n["name"] for n in nodes], rate=state.get("rate"),
-                 owner_pid=state.get("owner_pid"))
+                 owner_pid=state.get("owner_pid"), origin=state.get("origin", ""))
         vn.is_up = True
         return vn
 

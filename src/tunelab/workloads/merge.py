@@ -155,6 +155,10 @@ class MergeWorkload(Workload):
             if not settings["hostfile"] and placement.hostfile is not None:
                 settings["hostfile"] = str(placement.hostfile)
             settings["mpi_args"] = [*settings["mpi_args"], "--bind-to", "none"]
+        in_job_dask = placement.where == "job" and settings["transport"] == "dask" and \
+            not settings["scheduler_file"]
+        if in_job_dask:  # scheduler and workers inside the allocation, found through a file
+            settings["scheduler_file"] = str(ctx.run_dir / "scheduler.json")
         argv = [self._python(), "-m", "tunelab.bench.merge"]
         for key, flag in _FLAGS.items():
             value = settings[key]
@@ -162,6 +166,11 @@ class MergeWorkload(Workload):
                 argv += [flag, str(value)]
         for arg in settings["mpi_args"]:
             argv.append(f"--mpi-arg={arg}")
+        if in_job_dask:
+            argv = [self._python(), "-m", "tunelab.cluster.dask_allocation",
+                    "--scheduler-file", settings["scheduler_file"],
+                    "--workers", str(settings["workers"]), "--nodes", str(placement.nodes),
+                    "--timeout", str(settings["timeout"]), "--", *argv]
         return Command(tuple(argv), {}, ctx.run_dir)
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
