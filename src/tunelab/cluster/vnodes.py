@@ -24,7 +24,7 @@ API summary (stable; the virtual Slurm cluster and the scale-out study build on 
     # namespaces, veths and bridge are deleted.
 
     VirtualNodes(n, prefix="tl0", subnet="10.200.0", hostnames=("node1", …), rate=None,
-                 owner_pid=os.getpid()).up()
+                 owner_pid=os.getpid(), origin=os.getcwd()).up()
     VirtualNodes.attach("tl0")               # the set a prefix made (another process)
     teardown("tl0")                          # remove whatever prefix tl0 left; safe to repeat
     reap_stale("tl")                         # tear down sets whose owner process has died

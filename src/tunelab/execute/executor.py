@@ -309,14 +309,16 @@ class Executor:
         study = self.study
         run_dir = run_dir_of(self.study_dir, point, repeat)
         self._clean(run_dir)
-        needs = study.workload.needs(study.space.values(point))
-        placement = self.launcher.placement(needs, run_dir)
-        ctx = study.context(point, run_dir, self.study_dir, repeat, placement=placement,
-                            cores=self.launcher.cores_per_node)
+        env: dict[str, str] = {}
         try:
+            needs = study.workload.needs(study.space.values(point))
+            placement = self.launcher.placement(needs, run_dir)
+            ctx = study.context(point, run_dir, self.study_dir, repeat, placement=placement,
+                                cores=self.launcher.cores_per_node)
+            env = dict(ctx.env)
             cmd = study.workload.command(ctx)
         except (LaunchError, WorkloadError) as exc:
-            self._record(point.key, dict(point), repeat, run_dir, [], dict(ctx.env),
+            self._record(point.key, dict(point), repeat, run_dir, [], env,
                          Outcome("failed", None, 0.0, reason=str(exc)))
             return None
         return RunRequest(point.key, repeat, run_dir, tuple(cmd.argv),

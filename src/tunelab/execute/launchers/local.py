@@ -4,8 +4,8 @@ A run is an argv list (never a shell string) with an environment and a working d
 stdout and stderr go to files, and the outcome comes back as an :class:`Outcome`. On timeout
 or interrupt the command's whole process group is killed, so an ``mpirun`` and all its ranks
 go together. Under the launcher contract, :meth:`LocalLauncher.submit` runs a job's runs to
-their end, one after another (one run at a time keeps measurements undisturbed), and leaves
-the same exit-status files a batch job leaves.
+their end, one after another (one run at a time keeps measurements undisturbed), and
+:meth:`LocalLauncher.collect` hands their outcomes back.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tunelab.errors import LaunchError
-from tunelab.execute.launchers.base import Job, JobStatus, Launcher, Outcome
+from tunelab.execute.launchers.base import Job, JobStatus, Launcher, Outcome, RunRequest
 from tunelab.execute.launchers.config import LauncherConfig
 
 __all__ = ["LocalLauncher"]
@@ -34,14 +34,20 @@ class LocalLauncher(Launcher):
 
     def __init__(self, config: LauncherConfig | None = None) -> None:
         super().__init__(config or LauncherConfig())
+        self._outcomes: dict[Path, Outcome] = {}
 
     def submit(self, job: Job) -> str:
-        """Run every run of ``job`` to its end here; the token is the job id."""
+        """Run every run of ``job`` to its end here; the token is the job id. The outcomes
+        stay in memory until collected (no exit-status files: nothing else reads them)."""
         from tunelab.execute.launchers.step import execute_run
 
         for run in job.runs:
-            execute_run(run)
+            self._outcomes[run.run_dir] = execute_run(run, status_file=False)
         return job.token
+
+    def collect(self, run: RunRequest) -> Outcome | None:
+        """The outcome of a run this launcher ran (once)."""
+        return self._outcomes.pop(run.run_dir, None)
 
     def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Local jobs have ended once submitted."""

@@ -41,8 +41,9 @@ def _now() -> str:
 
 
 def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = None,
-                environ: dict[str, str] | None = None) -> Outcome:
-    """Run ``run`` here and leave ``exit.json`` (and ``started.json``) in its directory.
+                environ: dict[str, str] | None = None, status_file: bool = True) -> Outcome:
+    """Run ``run`` here and leave ``exit.json`` (and ``started.json``) in its directory
+    (without ``status_file``: only return the outcome — the local launcher keeps it).
 
     ``hosts`` are the allocation's hosts (None outside one): the first ``needs.nodes`` go
     into ``run_dir/hostfile`` and ``TUNELAB_HOSTS``, the first one's address into
@@ -50,7 +51,8 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
     """
     from tunelab.execute.launchers.local import LocalLauncher
 
-    run.run_dir.mkdir(parents=True, exist_ok=True)
+    if not run.run_dir.is_dir():
+        run.run_dir.mkdir(parents=True)
     env = {**(os.environ if environ is None else environ), **run.env}
     host = socket.gethostname()
     if hosts is not None:
@@ -73,6 +75,8 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
     except LaunchError as exc:
         outcome, reason = Outcome("failed", None, 0.0), str(exc)
     result = Outcome(outcome.status, outcome.rc, outcome.wall_s, host, started, _now(), reason)
+    if not status_file:
+        return result
     write_json_atomic(run.run_dir / EXIT_FILE, {
         "status": result.status, "rc": result.rc, "wall_s": result.wall_s, "host": host,
         "started_at": started, "ended_at": result.ended_at, "reason": reason,
