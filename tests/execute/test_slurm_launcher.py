@@ -272,3 +272,41 @@ def test_missing_sbatch_is_a_one_line_error(write_study, tmp_path):
     assert res.stderr.strip() == ("tunelab: error: 'sbatch' is not on PATH: this machine cannot "
                                   "submit to the scheduler (install the Slurm client commands "
                                   "(Debian: slurm-client), or run tunelab on the login node)")
+
+
+def test_kill_9_while_jobs_queue_then_resume_reattaches(write_study, slurm_env, tmp_path):
+    path = write_study("""
+        name: queued
+        workload:
+          name: command
+          options:
+            argv: [sh, -c, "sleep 2; echo value={x}"]
+            foms: {value: 'value=(?P<value>[0-9.]+)'}
+        parameters: {x: [1, 2, 3, 4, 5, 6]}
+        repeats: 1
+        timeout: 60
+        launcher: {type: slurm, max_queued: 6, poll_interval: 0.5s}
+        """)
+    d = tmp_path / "d"
+    proc = subprocess.Popen([PY, "-m", "tunelab", "run", str(path), "--dir", str(d), "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: len(jobs(d)) == 6 and all(j["job_id"] for j in jobs(d)),
+                 what="six submitted jobs")
+    finally:
+        proc.kill()
+        proc.wait()
+    pending = [j for j in jobs(d) if squeue_state(j["job_id"]) in ("PENDING", "RUNNING")]
+    assert pending, "every job ended before the controller was killed"
+    # a controller that died between sbatch and storing the id: the job is found by name
+    conn = sqlite3.connect(d / "tunelab.db")
+    with conn:
+        conn.execute("UPDATE jobs SET job_id = NULL, state = 'submitting' WHERE token = ?",
+                     (pending[-1]["token"],))
+    conn.close()
+    res = tunelab("run", path, "--dir", d, "-q")
+    assert res.returncode == 0, res.stderr
+    done = runs(d)
+    assert sorted(json.loads(r["params"])["x"] for r in done) == [1, 2, 3, 4, 5, 6]
+    assert all(r["status"] == "ok" for r in done)
+    assert len(jobs(d)) == 6 and all(j["state"] == "closed" for j in jobs(d))
