@@ -49,6 +49,9 @@ __all__ = ["Executor", "scheduler_reason"]
 
 _TAIL_CHARS = 300
 _CANCEL_WAIT_S = 30.0
+#: How long the scheduler may not answer polls before the controller gives up (its jobs
+#: stay stored: running it again re-attaches).
+_POLL_PATIENCE_S = 300.0
 #: The scheduler's own words in a job's output, for jobs it no longer lists.
 _OUTPUT_REASONS = (
     (re.compile(r"DUE TO TIME LIMIT|walltime \S+ exceeded limit", re.I), "TIMEOUT"),
@@ -121,6 +124,7 @@ class Executor:
         self.active: dict[str, _Active] = {}
         self.done: set[tuple[str, int]] = store.completed()
         self._checked: set[tuple[int, int, int, float]] = set()
+        self._poll_failed_since: float | None = None
         self.detached = False
 
     # ------------------------------------------------------------------ public steps
@@ -185,7 +189,15 @@ class Executor:
         when nothing was recorded."""
         if not self.active:
             return 0
-        statuses = self.launcher.poll([a.job_id for a in self.active.values()])
+        try:
+            statuses = self.launcher.poll([a.job_id for a in self.active.values()])
+        except LaunchError:  # the scheduler did not answer: ask again, up to a limit
+            now = time.monotonic()
+            self._poll_failed_since = self._poll_failed_since or now
+            if now - self._poll_failed_since > _POLL_PATIENCE_S:
+                raise
+            return 0
+        self._poll_failed_since = None
         recorded = 0
         for token, active in list(self.active.items()):
             status = statuses.get(active.job_id, JobStatus("unknown"))
@@ -209,7 +221,10 @@ class Executor:
         self.launcher.cancel(ids)
         deadline = time.monotonic() + _CANCEL_WAIT_S
         while self.active and time.monotonic() < deadline:
-            statuses = self.launcher.poll([a.job_id for a in self.active.values()])
+            try:
+                statuses = self.launcher.poll([a.job_id for a in self.active.values()])
+            except LaunchError:
+                break
             for token, active in list(self.active.items()):
                 self._collect_finished(active.job)
                 if statuses.get(active.job_id, JobStatus("unknown")).ended:

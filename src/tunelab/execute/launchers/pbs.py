@@ -8,6 +8,7 @@ message in the job's output (walltime exceeded, cancelled, node failure).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from tunelab.errors import LaunchError
@@ -17,6 +18,8 @@ from tunelab.execute.launchers.base import Job, JobStatus, require
 __all__ = ["PbsLauncher"]
 
 _ENDED = {"C", "F", "X"}
+_QSTAT_UNKNOWN_RC = 153  # "Unknown Job Id": PBS and Slurm's wrapper alike
+_UNKNOWN = re.compile(r"Unknown Job|Job has finished", re.I)
 _RUNNING = {"R", "E"}
 
 
@@ -43,10 +46,14 @@ class PbsLauncher(BatchLauncher):
         return job_id
 
     def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """States from ``qstat``; a job qstat no longer lists is ``unknown``."""
+        """States from ``qstat``; a job qstat no longer lists is ``unknown``;
+        :class:`LaunchError` when ``qstat`` cannot answer at all."""
         if not job_ids:
             return {}
         out = scheduler_call(["qstat", *job_ids])
+        if out.returncode != 0 and not out.stdout.strip() and \
+                not _UNKNOWN.search(out.stderr) and out.returncode != _QSTAT_UNKNOWN_RC:
+            raise LaunchError(f"qstat failed: {first_line(out.stderr)}")
         found: dict[str, JobStatus] = {}
         for line in out.stdout.splitlines():
             fields = line.split()
@@ -65,10 +72,14 @@ class PbsLauncher(BatchLauncher):
             scheduler_call(["qdel", job_id])
 
     def find(self, job: Job) -> str | None:
-        """The id of a job named ``job.name`` in ``qstat``."""
-        out = scheduler_call(["qstat"])
+        """The id of a job named ``job.name`` in ``qstat -f`` (full names: the short
+        listing cuts them at 16 characters)."""
+        out = scheduler_call(["qstat", "-f"])
+        job_id = None
         for line in out.stdout.splitlines():
-            fields = line.split()
-            if len(fields) >= 6 and fields[1] == job.name:
-                return fields[0]
+            key, _, value = line.strip().partition(":" if line.startswith("Job Id") else "=")
+            if key.strip() == "Job Id":
+                job_id = value.strip()
+            elif key.strip() == "Job_Name" and value.strip() == job.name:
+                return job_id
         return None

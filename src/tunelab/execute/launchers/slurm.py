@@ -50,13 +50,16 @@ class SlurmLauncher(BatchLauncher):
         return job_id
 
     def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """States from ``squeue -t all`` (then ``sacct``); ``unknown`` when neither knows."""
+        """States from ``squeue -t all`` (then ``sacct``); ``unknown`` when neither knows;
+        :class:`LaunchError` when ``squeue`` cannot answer at all."""
         if not job_ids:
             return {}
         fmt = ["-h", "-t", "all", "-o", "%i|%T"]
         out = scheduler_call(["squeue", *fmt, "-j", ",".join(job_ids)])
         if out.returncode != 0:  # an id Slurm already forgot makes squeue -j fail
             out = scheduler_call(["squeue", *fmt])
+        if out.returncode != 0:  # cannot ask: never take that for "the jobs are gone"
+            raise LaunchError(f"squeue failed: {first_line(out.stderr)}")
         found: dict[str, JobStatus] = {}
         for line in out.stdout.splitlines():
             job_id, _, state = line.strip().partition("|")
