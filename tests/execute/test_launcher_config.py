@@ -139,3 +139,11 @@ def test_exit_status_files(tmp_path):
     broken = read_exit_status(tmp_path)
     assert broken is not None and broken.status == "failed"
     assert broken.reason is not None and "unreadable exit-status file" in broken.reason
+
+
+def test_the_cluster_example_packs_its_points():
+    spec = load_study(Path(__file__).resolve().parents[2] / "examples" / "qe-si-slurm.yaml")
+    study = prepare_study(spec)
+    assert (study.launcher.type, study.launcher.mode) == ("slurm", "pack")
+    needs = [study.workload.needs(study.space.values(p)) for p in study.points]
+    assert max(n.nodes for n in needs) == 2 and Needs(4, 2) in needs
