@@ -210,29 +210,40 @@ def test_faults_walltime_scancel_and_broken_output(write_study, slurm_env, tmp_p
     assert all(r["status"] == "ok" for r in foms)  # never a number from a broken run
 
 
-def test_a_lost_node_fails_its_run_with_node_fail(write_study, slurm_env, tmp_path):
-    path = write_study("""
+def test_a_lost_node_fails_the_run_it_cut_and_the_pack_goes_on(write_study, slurm_env,
+                                                                tmp_path):
+    count = tmp_path / "started"  # the second run to start sleeps; the others are quick
+    script = (f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}; "
+              "[ $n = 1 ] && sleep 150; echo value={x}")
+    path = write_study(f"""
         name: nodefail
         workload:
           name: command
-          options: {argv: [sleep, "{s}"]}
-        parameters: {s: [120], nodes: [2], ppn: [1]}
+          options:
+            argv: [sh, -c, "{script}"]
+            foms: {{value: 'value=(?P<value>[0-9.]+)'}}
+        parameters: {{x: [1, 2, 3], nodes: [2], ppn: [1]}}
         repeats: 1
         timeout: 300
-        launcher: {type: slurm, poll_interval: 0.5s}
+        launcher: {{type: slurm, mode: pack, poll_interval: 0.5s}}
         """)
     d = tmp_path / "d"
     proc = subprocess.Popen([PY, "-m", "tunelab", "run", str(path), "--dir", str(d), "-q"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: jobs(d) and jobs(d)[0]["job_id"] and
-                 squeue_state(jobs(d)[0]["job_id"]) == "RUNNING", what="the 2-node job")
-        slurm_env.slurm.kill_slurmd(2)
-        proc.communicate(timeout=180)
+        wait_for(lambda: count.exists() and count.read_text().strip() == "2",
+                 what="the second run of the pack")
+        first_job = jobs(d)[0]["job_id"]
+        slurm_env.slurm.kill_slurmd(2)  # node2 is lost while the pack runs on both nodes
+        wait_for(lambda: squeue_state(first_job) == "NODE_FAIL", what="NODE_FAIL")
     finally:
         slurm_env.slurm.restart_slurmd(2)
-    (run,) = runs(d)
-    assert run["status"] == "failed" and "NODE_FAIL" in run["reason"], run["reason"]
+    proc.communicate(timeout=180)
+    by_x = {json.loads(r["params"])["x"]: r for r in runs(d)}
+    assert len(by_x) == 3
+    cut = [r for r in by_x.values() if r["status"] != "ok"]
+    assert len(cut) == 1 and cut[0]["status"] == "failed" and "NODE_FAIL" in cut[0]["reason"]
+    assert len(jobs(d)) == 2  # the run the lost pack never started was packed again
 
 
 @pytest.mark.parametrize("launcher, message", [
