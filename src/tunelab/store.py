@@ -7,6 +7,7 @@ Schema (``tunelab.db``)::
     runs(id, point_id, repeat, status, …)    one row per finished run, UNIQUE(point_id, repeat)
     foms(run_id, name, value)                figures of merit of a run
     sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
+    jobs(token, launcher, job_id, state, …)  batch jobs and the runs each executes (resume)
 
 A run is written in one transaction together with its figures of merit, only once it has
 finished: a crash or ``kill -9`` loses at most the run in flight, never a finished one, and
@@ -30,7 +31,7 @@ import pandas as pd
 
 from tunelab.errors import StoreError
 
-__all__ = ["DB_NAME", "RunRecord", "Store", "StudyLock", "open_store"]
+__all__ = ["DB_NAME", "RunRecord", "Store", "StoredJob", "StudyLock", "open_store"]
 
 DB_NAME = "tunelab.db"
 STATUSES = ("ok", "failed", "timeout", "invalid")
@@ -57,6 +58,14 @@ CREATE TABLE IF NOT EXISTS runs (
     run_dir TEXT NOT NULL,
     sysinfo_id INTEGER REFERENCES sysinfo(id),
     UNIQUE (point_id, repeat));
+CREATE TABLE IF NOT EXISTS jobs (
+    token TEXT PRIMARY KEY,
+    launcher TEXT NOT NULL,
+    job_id TEXT,
+    state TEXT NOT NULL CHECK (state IN ('submitting', 'active', 'closed')),
+    ended_state TEXT,
+    submitted_at TEXT NOT NULL,
+    runs TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS foms (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
@@ -82,6 +91,17 @@ class RunRecord:
     run_dir: str
     foms: Mapping[str, float]
     sysinfo_id: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A batch job as the store keeps it: token, launcher, scheduler id, state, runs."""
+
+    token: str
+    launcher: str
+    job_id: str | None
+    state: str
+    runs: list[dict[str, Any]]
 
 
 class Store:
@@ -175,6 +195,42 @@ class Store:
         """The id the next new point will get (for naming run directories)."""
         row = self._conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM points").fetchone()
         return int(row[0])
+
+    # --- batch jobs -----------------------------------------------------------------------
+
+    def add_job(self, token: str, launcher: str, runs: list[dict[str, Any]],
+                submitted_at: str) -> None:
+        """Record a job about to be submitted (before ``sbatch``: a controller that dies in
+        between finds it by name when it comes back)."""
+        with self._conn:
+            self._conn.execute(
+                "INSERT INTO jobs (token, launcher, state, submitted_at, runs) "
+                "VALUES (?, ?, 'submitting', ?, ?)",
+                (token, launcher, submitted_at, json.dumps(runs)))
+
+    def set_job_id(self, token: str, job_id: str) -> None:
+        """The scheduler accepted the job: store its id."""
+        with self._conn:
+            self._conn.execute("UPDATE jobs SET job_id = ?, state = 'active' WHERE token = ?",
+                               (job_id, token))
+
+    def close_job(self, token: str, ended_state: str) -> None:
+        """The job will run nothing more (``ended_state``: the scheduler's word, or why)."""
+        with self._conn:
+            self._conn.execute("UPDATE jobs SET state = 'closed', ended_state = ? "
+                               "WHERE token = ?", (ended_state, token))
+
+    def open_jobs(self) -> list[StoredJob]:
+        """Jobs not yet closed, oldest first."""
+        rows = self._conn.execute(
+            "SELECT token, launcher, job_id, state, runs FROM jobs WHERE state != 'closed' "
+            "ORDER BY submitted_at, token")
+        return [StoredJob(t, lau, jid, st, json.loads(runs)) for t, lau, jid, st, runs in rows]
+
+    def job_counts(self) -> dict[str, int]:
+        """Number of jobs per state (``submitting``, ``active``, ``closed``)."""
+        rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        return {s: int(n) for s, n in rows}
 
     # --- reading ------------------------------------------------------------------------
 
