@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.placement import NodeSlot, open_placement
@@ -234,19 +234,51 @@ class _Run:
         return "the workers finished without a result (see the messages above)"
 
 
+def _storage(cfg: DDPConfig, stack: contextlib.ExitStack[Any]) -> dict[str, Any]:
+    """Check the dataset, prepare the page cache, apply the read limit (for the block);
+    what was found and done, for the result."""
+    from tunelab.bench.ddp.cache import prepare_cache
+    from tunelab.bench.ddp.data import check_dataset
+
+    data = cfg.data_spec
+    if not data.path:
+        return {}
+    index = check_dataset(cfg, "volumes" if cfg.model == "unet3d" else "images")
+    assert index is not None
+    out: dict[str, Any] = {"dataset": index.root, "layout": index.layout,
+                           "samples": index.samples, "bytes": index.bytes,
+                           "mean_sample_bytes": index.bytes / max(1, index.samples),
+                           "notes": list(index.notes)}
+    if data.kind == "files":
+        prep = prepare_cache(cfg.cache, index.paths(), index.bytes)
+        out["cache_actions"] = list(prep.actions)
+        rate = cfg.read_limit_bps
+        if rate is not None:
+            from tunelab.bench.ddp.iolimit import read_limit
+
+            out["read_limit"] = stack.enter_context(read_limit(rate, index.root))
+            if cfg.cache != "cold":
+                out["notes"].append(f"--read-limit throttles reads from the device; with "
+                                    f"--cache {cfg.cache} pages already cached are not "
+                                    "throttled")
+    return out
+
+
 def launch(cfg: DDPConfig) -> int:
     """Run the benchmark described by ``cfg``; print the table and the JSON line."""
     from tunelab.bench.ddp.report import fom_line, render_table
 
-    with tempfile.TemporaryDirectory(prefix="tunelab-ddp-") as tmp, \
-            open_placement(cfg) as slots:
+    with contextlib.ExitStack() as stack:
+        storage = _storage(cfg, stack)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tunelab-ddp-"))
+        slots = stack.enter_context(open_placement(cfg))
         run = _Run(cfg, slots, Path(tmp))
         reason = run.wait()
         if reason is not None:
             print(f"ddp: {reason}", file=sys.stderr, flush=True)
             return EXIT_FAILURE
         result = json.loads(Path(run.result_file).read_text())
+    result["storage"] = storage
     print(render_table(cfg, result), flush=True)
     print(fom_line(cfg, result), flush=True)
     return 0
-
