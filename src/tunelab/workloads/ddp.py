@@ -32,14 +32,21 @@ FOMS = (
     "throughput", "images_per_s", "windows_per_s", "throughput_per_worker", "step_s",
     "step_s_std", "compute_s", "allreduce_s", "exposed_s", "other_s", "grad_bytes",
     "allreduce_algbw", "allreduce_busbw", "params", "workers", "nodes", "workers_per_node",
-    "batch_size", "local_batch", "link_gbit", "hosts", "host_cores",
+    "batch_size", "local_batch", "link_gbit", "hosts", "host_cores", "steps", "warmup",
+    # the input pipeline (--data memory / files:DIR)
+    "volumes_per_s", "samples", "busy_s", "data_s", "drop_s", "overhead_s", "au", "au_min",
+    "wait_frac", "overhead_frac", "input_frac", "au_run", "au_run_min", "first_wait_s",
+    "shutdown_s", "prep_s", "read_bytes", "read_Bps", "read_MBps", "read_MiBps",
+    "read_MBps_per_worker", "proc_rchar_Bps", "proc_device_Bps", "io_check", "device_share",
+    "corrupt_samples", "epochs", "loader_workers", "prefetch", "dataset_samples",
+    "mean_sample_bytes", "read_limit_Bps", "compute_step_s",
 )
 
 
 class DDPOptions(WorkloadOptions):
     """Fixed options of the ddp workload (``workload.options`` in a study file)."""
 
-    model: Literal["resnet18", "resnet50", "leopard"] = "resnet50"
+    model: Literal["resnet18", "resnet50", "leopard", "unet3d"] = "resnet50"
     workers: int = Field(1, ge=1, le=1024)
     nodes: int = Field(1, ge=1, le=256)
     batch_size: int = Field(64, ge=1)
@@ -49,6 +56,13 @@ class DDPOptions(WorkloadOptions):
     image_size: int = Field(224, ge=32, le=1024)
     window: int = Field(2048, ge=32)
     data: str = "synthetic"
+    loader_workers: int = Field(2, ge=0, le=64)
+    prefetch: int = Field(2, ge=1, le=64)
+    cache: Literal["cold", "warm", "keep"] = "cold"
+    read_limit: str | None = None
+    decode: Literal["on", "off"] = "on"
+    on_corrupt: Literal["skip", "fail"] = "skip"
+    patch: int = Field(128, ge=64, le=512)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     amp: Literal["auto", "on", "off"] = "auto"
@@ -67,7 +81,10 @@ _FLAGS = {
     "model": "--model", "workers": "--workers", "nodes": "--nodes",
     "batch_size": "--batch-size", "steps": "--steps", "warmup": "--warmup",
     "compute": "--compute", "image_size": "--image-size", "window": "--window",
-    "data": "--data", "device": "--device", "backend": "--backend", "amp": "--amp",
+    "data": "--data", "loader_workers": "--loader-workers", "prefetch": "--prefetch",
+    "cache": "--cache", "read_limit": "--read-limit", "decode": "--decode",
+    "on_corrupt": "--on-corrupt", "patch": "--patch", "device": "--device",
+    "backend": "--backend", "amp": "--amp",
     "threads": "--threads", "bucket_mb": "--bucket-mb", "placement": "--placement",
     "link_gbit": "--link-gbit", "timeout": "--timeout",
     "rendezvous_timeout": "--rendezvous-timeout", "seed": "--seed",
@@ -123,6 +140,13 @@ class DDPWorkload(Workload):
             from tunelab.bench.ddp.placement import check_vnodes
 
             check_vnodes()
+        from tunelab.bench.ddp.config import parse_data
+
+        data = parse_data(self._opts.data)
+        if data.path:
+            from tunelab.bench.ddp.dataset import index_dataset
+
+            index_dataset(data.path)
 
     def settings(self, values: Any) -> dict[str, Any]:
         """The options with the point's same-named parameters (and derived values) applied."""
@@ -163,7 +187,7 @@ class DDPWorkload(Workload):
                 foms = {name: float(record[name]) for name in FOMS
                         if isinstance(record.get(name), int | float)
                         and not isinstance(record.get(name), bool)}
-                for flag in ("compute_emulated", "gpu"):
+                for flag in ("compute_emulated", "gpu", "input_bound"):
                     foms[flag] = 1.0 if record.get(flag) else 0.0
                 if "throughput" not in foms:
                     raise ParseError("the ddp result line has no throughput")
@@ -177,7 +201,9 @@ class DDPWorkload(Workload):
         cls, runs: pd.DataFrame, out_dir: Path, *, objective: Objective,
         best: str | None, baseline: str | None,
     ) -> list[Path]:
-        """Throughput vs workers with the ideal line, efficiency, scale-up vs scale-out."""
+        """Throughput vs workers with the ideal line, efficiency, scale-up vs scale-out; with
+        an input pipeline also AU vs workers (the 90 % line) and read MB/s vs workers."""
         from tunelab.report.scaling import scaling_plots
+        from tunelab.report.storage import storage_plots
 
-        return scaling_plots(runs, out_dir, fom=objective.fom)
+        return [*scaling_plots(runs, out_dir, fom=objective.fom), *storage_plots(runs, out_dir)]

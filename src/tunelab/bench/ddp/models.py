@@ -66,7 +66,8 @@ def import_torchvision() -> ModuleType:
 
 def import_torchvision_models() -> ModuleType:
     """``torchvision.models``, or :class:`WorkloadError` saying how to install torchvision."""
-    return import_torchvision().models  # type: ignore[no-any-return]
+    models: ModuleType = import_torchvision().models
+    return models
 
 
 def _declare_missing_ops() -> None:

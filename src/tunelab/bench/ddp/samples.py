@@ -309,7 +309,7 @@ class ShardStream:
         seen = 0
         pending: dict[str, dict[str, bytes]] = {}
         try:
-            with tarfile.open(fileobj=raw, mode="r|") as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=raw, mode="r|") as tar:
                 for member in tar:
                     if not member.isfile():
                         continue
