@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from tunelab.errors import ParseError, WorkloadError
-from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+from tunelab.workloads.base import (
+    Command,
+    Needs,
+    Objective,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -142,11 +149,20 @@ class DDPWorkload(Workload):
             check_vnodes()
         from tunelab.bench.ddp.config import parse_data
 
-        data = parse_data(self._opts.data)
+        data = parse_data(self._resolve_data(self._opts.data))
         if data.path:
             from tunelab.bench.ddp.dataset import index_dataset
 
             index_dataset(data.path)
+
+    def _resolve_data(self, text: str) -> str:
+        """``files:DIR``/``memory:DIR`` with a relative DIR taken from the study file's
+        directory (runs start in their own run directories)."""
+        kind, sep, path = text.partition(":")
+        if not sep or not path or Path(path).expanduser().is_absolute():
+            return text
+        base = self.study_file.parent if self.study_file is not None else Path.cwd()
+        return f"{kind}:{(base / path).resolve()}"
 
     def settings(self, values: Any) -> dict[str, Any]:
         """The options with the point's same-named parameters (and derived values) applied."""
@@ -154,6 +170,7 @@ class DDPWorkload(Workload):
         for key, value in dict(values).items():
             if key in settings and key != "python":
                 settings[key] = value
+        settings["data"] = self._resolve_data(str(settings["data"]))
         try:
             DDPOptions(**settings)
         except ValueError as exc:
@@ -162,16 +179,44 @@ class DDPWorkload(Workload):
                                 f"{' '.join(first[:3])}") from None
         return settings
 
+    def needs(self, values: Any) -> Needs:
+        """``workers`` processes on ``nodes`` nodes, one thread each."""
+        settings = self.settings(values)
+        return Needs(int(settings["workers"]), int(settings["nodes"]), 1)
+
     def command(self, ctx: RunContext) -> Command:
-        """``python -m tunelab.bench.ddp --workers N --nodes K …``."""
+        """``python -m tunelab.bench.ddp --workers N --nodes K …``; inside a batch allocation
+        with K > 1 nodes: ``srun`` one ``torchrun`` per node (rendezvous on the first, see
+        :mod:`tunelab.cluster.nodeenv`), each starting the benchmark's workers."""
         settings = self.settings(ctx.values)
-        argv = [self._python(), "-m", "tunelab.bench.ddp"]
+        flags: list[str] = []
         for key, flag in _FLAGS.items():
             value = settings[key]
             if value is not None:
-                argv += [flag, str(value)]
+                flags += [flag, str(value)]
         # different seeds per repeat would change nothing measured; keep the data fixed
-        return Command(tuple(argv), {}, ctx.run_dir)
+        py = self._python()
+        nodes, workers = int(settings["nodes"]), int(settings["workers"])
+        if not ctx.placement.in_allocation:
+            return Command(tuple([py, "-m", "tunelab.bench.ddp", *flags]), {}, ctx.run_dir)
+        flags[flags.index("--placement") + 1] = "local"  # the scheduler placed the nodes
+        if nodes == 1:
+            return Command(tuple([py, "-m", "tunelab.bench.ddp", *flags]), {}, ctx.run_dir)
+        if settings["read_limit"]:
+            raise WorkloadError("ddp workload: --read-limit needs the benchmark's own launcher "
+                                "on one node; across the nodes of an allocation each torchrun "
+                                "would throttle separately")
+        per_node = workers // nodes
+        cores = ctx.placement.cores_per_node or ctx.cores
+        threads = int(settings["threads"] or max(1, cores // per_node))
+        argv = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                f"--cpus-per-task={cores}", py, "-m", "tunelab.cluster.nodeenv", "--",
+                py, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+                "--nproc_per_node", str(per_node), "--rdzv_backend", "c10d",
+                "--rdzv_id", f"{ctx.run_dir.parent.name}-{ctx.run_dir.name}",
+                "--max_restarts", "0", "-m", "tunelab.bench.ddp", *flags]
+        env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        return Command(tuple(argv), env, ctx.run_dir)
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """The FOMs of the last ``{"benchmark": "ddp", …}`` line of stdout."""

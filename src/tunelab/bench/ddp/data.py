@@ -9,7 +9,8 @@ the same reads, corrupt samples skipped; see :mod:`tunelab.bench.ddp.samples`).
   communication, not input.
 * ``memory``: decoded samples held in RAM (made up, or ``memory:DIR``: this worker's share of
   a dataset read and decoded once before training), batched every step through the same
-  DataLoader path as files: infinitely fast storage, with the batching cost still paid.
+  DataLoader path as files: infinitely fast storage, with the batching cost still paid
+  (with ``--decode off`` a batch is a view of one blank sample, as files then give).
 * ``files:DIR``: samples read from the dataset on every step through a
   ``torch.utils.data.DataLoader`` (``--loader-workers`` processes, ``--prefetch`` batches
   each, pinned memory on CUDA); one file per sample (JPEG folders, ``.npz`` volumes; a
@@ -243,8 +244,9 @@ class LoaderSource:
         dataset: Any
         sampler: Any = None
         if index is None:  # made-up samples in RAM
-            x, y = _random_samples(spec, memory_pool_size(cfg.local_batch), gen)
-            dataset = S.MemorySamples(x, y)
+            blank = cfg.decode == "off"  # files would give blanks: so does memory
+            x, y = _random_samples(spec, 1 if blank else memory_pool_size(cfg.local_batch), gen)
+            dataset = S.MemorySamples(x, y, blank)
             sampler = BatchSampler(_Cycle(len(dataset), cfg.seed + rank), cfg.local_batch,
                                    drop_last=True)
         elif self.name == "memory":
@@ -368,10 +370,11 @@ class LoaderSource:
         try:
             batch = next(self._it)
         except StopIteration:
+            bad = f" (corrupt: {'; '.join(self._corrupt_files)})" if self._corrupt_files else ""
             raise LoaderFailure(f"the data loader of worker {self._rank} ran out of batches "
                                 f"in epoch {self._epoch} after "
                                 f"{self._epoch_steps[self._epoch] - self._left} of "
-                                f"{self._epoch_steps[self._epoch]}") from None
+                                f"{self._epoch_steps[self._epoch]}{bad}") from None
         except RuntimeError as exc:
             raise self._translate(exc) from None
         self._left -= 1
@@ -447,11 +450,21 @@ def decoder_ready(decoder: Decoder) -> None:
     """Import the decoders once in this process, before loader processes fork, so the
     first batches' reads are not mixed with module imports."""
     if decoder.unit == "images" and decoder.decode:
-        import PIL.JpegImagePlugin  # noqa: F401
+        import io
 
-        from tunelab.bench.ddp.models import import_torchvision
+        from PIL import Image
 
-        import_torchvision()
+        buf = io.BytesIO()
+        Image.new("RGB", (16, 16)).save(buf, "JPEG")
+        decoder(buf.getvalue(), 0)  # the whole path once: Pillow's plugins, torchvision
+    elif decoder.unit == "volumes" and decoder.decode:
+        import io
+
+        import numpy as np
+
+        buf = io.BytesIO()
+        np.savez(buf, x=np.zeros((1, 1, 1, 1), np.float32), y=np.zeros((1, 1, 1, 1), np.uint8))
+        decoder(buf.getvalue(), 0)
 
 
 def make_source(cfg: DDPConfig, spec: ModelSpec, device: torch.device, rank: int, world: int,

@@ -134,21 +134,29 @@ def _labels(files: Sequence[tuple[str, int]]) -> list[int]:
 
 
 def scan_shard(path: str) -> tuple[int, str | None]:
-    """Samples (keys with an image member) a tar shard holds, reading member headers only;
-    and why it ends early (None when it is whole)."""
-    keys: set[str] = set()
+    """Samples a tar shard holds whole (keys with an image and a ``.cls`` member whose data
+    lies inside the file), reading member headers only; and why it ends early (None when
+    it is whole)."""
+    parts: dict[str, set[str]] = {}
     members = 0
+    problem = None
     try:
+        size = os.path.getsize(path)
         with tarfile.open(path, "r:") as tar:
             for member in tar:
                 members += 1
                 if members > MAX_SHARD_MEMBERS:
-                    return len(keys), f"more than {MAX_SHARD_MEMBERS:,} members"
-                if member.isfile() and member.name.lower().endswith(IMAGE_EXTS):
-                    keys.add(member.name.rsplit(".", 1)[0])
+                    problem = f"more than {MAX_SHARD_MEMBERS:,} members"
+                    break
+                if not member.isfile() or member.offset_data + member.size > size:
+                    continue
+                key, _, ext = member.name.rpartition(".")
+                parts.setdefault(key, set()).add(ext.lower())
     except (tarfile.TarError, EOFError, OSError) as exc:
-        return len(keys), f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-    return len(keys), None
+        problem = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    whole = sum(1 for exts in parts.values()
+                if "cls" in exts and any(e[1:] in exts for e in IMAGE_EXTS))
+    return whole, problem
 
 
 def _from_manifest(root: Path) -> DatasetIndex | None:

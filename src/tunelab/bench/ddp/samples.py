@@ -117,6 +117,7 @@ class Decoder:
         self.size = size
         self.patch = patch
         self.decode = decode
+        self._blank: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def shape(self) -> tuple[int, ...]:
         """Shape of one decoded input."""
@@ -125,13 +126,19 @@ class Decoder:
         return (1, self.patch, self.patch, self.patch)
 
     def blank(self, label: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A zero sample of the decoded shape (and its target)."""
+        """A zero sample of the decoded shape (and its target); the same tensors every time
+        (a batch of blanks is one expanded view, not copies)."""
         import torch
 
+        if self._blank is None:
+            p = self.patch
+            self._blank = ((torch.zeros(self.shape(), dtype=torch.uint8),
+                            torch.zeros((), dtype=torch.long)) if self.unit == "images" else
+                           (torch.zeros(self.shape()), torch.zeros((p, p, p), dtype=torch.uint8)))
+        x, y = self._blank
         if self.unit == "images":
-            return torch.zeros(self.shape(), dtype=torch.uint8), torch.tensor(max(label, 0))
-        p = self.patch
-        return torch.zeros(self.shape()), torch.zeros((p, p, p), dtype=torch.uint8)
+            return x, torch.tensor(max(label, 0))
+        return x, y
 
     def __call__(self, data: bytes, label: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Decode ``data``; raises ValueError (or Pillow's and numpy's errors) if corrupt."""
@@ -194,7 +201,13 @@ def _stack(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], decoder: Deco
     if not xs:
         x, y = decoder.blank(0)
         return x[None][:0], y[None][:0]
-    return torch.stack(list(xs)), torch.stack(list(ys))
+    n = len(xs)
+    if all(x is xs[0] for x in xs):  # undecoded samples: one blank, viewed n times
+        x = xs[0].expand(n, *xs[0].shape)
+    else:
+        x = torch.stack(list(xs))
+    y = ys[0].expand(n, *ys[0].shape) if all(v is ys[0] for v in ys) else torch.stack(list(ys))
+    return x, y
 
 
 class FileSamples:
@@ -297,10 +310,11 @@ class ShardStream:
                     yield Batch(bx, by, box[0].info())
                     box[0], xs, ys = _Account(), [], []
             if box[0].fatal:
-                box[0].samples = len(xs)
-                bx, by = _stack(xs, ys, self.decoder)
-                yield Batch(bx, by, box[0].info())
-                return
+                break
+        if box[0].fatal or box[0].corrupt:  # a short last batch carries what went wrong
+            box[0].samples = len(xs)
+            bx, by = _stack(xs, ys, self.decoder)
+            yield Batch(bx, by, box[0].info())
 
     def _shard(self, path: str, expected: int, box: list[_Account],
                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -342,11 +356,13 @@ class ShardStream:
 
 
 class MemorySamples:
-    """Map-style over decoded samples in RAM (``x``: inputs, ``y``: targets)."""
+    """Map-style over decoded samples in RAM (``x``: inputs, ``y``: targets). ``blank``:
+    every batch is a view of sample 0 (what files give with ``--decode off``)."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, blank: bool = False) -> None:
         self.x = x
         self.y = y
+        self.blank = blank
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -359,8 +375,11 @@ class MemorySamples:
         import torch
 
         acc = _Account()
+        acc.samples = n = len(indices)
+        if self.blank:
+            return Batch(self.x[0].expand(n, *self.x.shape[1:]),
+                         self.y[0].expand(n, *self.y.shape[1:]), acc.info())
         idx = torch.as_tensor(list(indices), dtype=torch.long)
-        acc.samples = len(indices)
         return Batch(self.x.index_select(0, idx), self.y.index_select(0, idx), acc.info())
 
 

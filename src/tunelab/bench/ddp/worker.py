@@ -110,6 +110,10 @@ def worker_main(cfg: DDPConfig, status_dir: str | None, result_file: str | None)
         "LOCAL_WORLD_SIZE", 1))
     status = StatusFile(status_dir, rank, node)
     status.write("start")
+    if result_file is None and cfg.read_limit:
+        raise WorkloadError("--read-limit needs the benchmark's own launcher (python -m "
+                            "tunelab.bench.ddp without torchrun): workers started by torchrun "
+                            "would each throttle separately")
     if world != cfg.workers:
         raise WorkloadError(f"torchrun started {world} workers but --workers is {cfg.workers}")
     phase = "start"
@@ -352,5 +356,24 @@ def _report(cfg: DDPConfig, result: dict[str, Any], result_file: str | None) -> 
         return
     from tunelab.bench.ddp.report import fom_line, render_table
 
+    result["storage"] = _storage_without_launcher(cfg)
     print(render_table(cfg, result), flush=True)
     print(fom_line(cfg, result), flush=True)
+
+
+def _storage_without_launcher(cfg: DDPConfig) -> dict[str, Any]:
+    """What a torchrun started by hand (or by srun) knows of the dataset: no launcher
+    dropped the machine's cache or filled it; each worker still drops its files' pages
+    before every epoch under ``--cache cold``."""
+    if not cfg.data_spec.path:
+        return {}
+    from tunelab.bench.ddp.dataset import index_dataset
+
+    index = index_dataset(cfg.data_spec.path)
+    actions = {"cold": ["posix_fadvise(DONTNEED) on each worker's files before every epoch "
+                        "(workers started by torchrun: /proc/sys/vm/drop_caches not written)"],
+               "warm": ["not filled before the run (workers started by torchrun)"],
+               "keep": ["nothing done (the page cache as found)"]}[cfg.cache]
+    return {"dataset": index.root, "layout": index.layout, "samples": index.samples,
+            "bytes": index.bytes, "mean_sample_bytes": index.bytes / max(1, index.samples),
+            "notes": list(index.notes), "cache_actions": actions}
