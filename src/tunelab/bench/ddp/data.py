@@ -73,6 +73,11 @@ class DataSource(Protocol):
         """Fault injection: SIGKILL the first loader process."""
         ...
 
+    def translate(self, exc: Exception) -> Exception:
+        """The data loader's "worker died" error (or a broken connection to a loader that
+        died) as a :class:`LoaderFailure` naming the process; any other error unchanged."""
+        ...
+
     def summary(self) -> dict[str, Any]:
         """Epochs begun, corrupt files named, what was done to the page cache."""
         ...
@@ -134,6 +139,10 @@ class SyntheticSource:
 
     def kill_loader(self) -> None:
         """No loader to kill."""
+
+    def translate(self, exc: Exception) -> Exception:
+        """No loader: the error as it is."""
+        return exc
 
     def summary(self) -> dict[str, Any]:
         """Nothing read."""
@@ -375,8 +384,8 @@ class LoaderSource:
                                 f"in epoch {self._epoch} after "
                                 f"{self._epoch_steps[self._epoch] - self._left} of "
                                 f"{self._epoch_steps[self._epoch]}{bad}") from None
-        except RuntimeError as exc:
-            raise self._translate(exc) from None
+        except (RuntimeError, OSError, EOFError) as exc:
+            raise self.translate(exc) from None
         self._left -= 1
         self._check(batch.info)
         x, y = batch.x, batch.y
@@ -407,14 +416,31 @@ class LoaderSource:
                 continue
         return None
 
-    def _translate(self, exc: RuntimeError) -> Exception:
+    def translate(self, exc: Exception) -> Exception:
+        """The data loader's "worker died" error (or a broken connection to a loader that
+        died: the file descriptors of a batch come over a socket from the loader) as a
+        :class:`LoaderFailure` naming the process, its index, pid and signal; any other
+        error unchanged."""
         from tunelab.bench.ddp.samples import signal_text
 
+        procs = getattr(self._it, "_workers", None) or []
         m = _DEAD.search(str(exc))
-        if not m:
-            return exc
-        pid = int(m.group(1).split(",")[0])
-        how = f"killed by {signal_text(m.group(2).strip())}" if m.group(2) else "exited"
+        if m:
+            pid = int(m.group(1).split(",")[0])
+            code = next((p.exitcode for p in procs if p.pid == pid), None)
+        else:  # a broken connection: a loader may be dying still; give it 2 s to be seen
+            deadline = time.monotonic() + 2.0
+            while not (dead := [p for p in procs if p.exitcode is not None]):
+                if time.monotonic() > deadline:
+                    return exc
+                time.sleep(0.05)
+            pid, code = dead[0].pid, dead[0].exitcode
+        if m and m.group(2):
+            how = f"killed by {signal_text(m.group(2).strip())}"
+        elif code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+        else:
+            how = f"exited with status {code}" if code is not None else "exited"
         w = self._loader_of(pid)
         who = f"data-loader process {w}" if w is not None else "a data-loader process"
         return LoaderFailure(f"{who} of worker {self._rank} (pid {pid}) died: {how}")

@@ -216,15 +216,20 @@ class _Run:
         return where
 
     def _worker_failure(self, text: str, codes: Sequence[int | None]) -> str:
+        failed = [(r, st) for r in range(self.cfg.workers)
+                  if (st := read_status(self.status_dir, r)) and st.get("phase") == "failed"]
+        failed.sort(key=lambda item: not item[1].get("origin"))  # causes before echoes
+        if failed and failed[0][1].get("origin"):  # e.g. its data loader died
+            r, st = failed[0]
+            return f"{self._where(r)} failed: {st.get('error')}"
         causes = [(int(r), int(c)) for r, c in _ROOT_CAUSE.findall(text)]
         signalled = [(r, c) for r, c in causes if c < 0]
         if signalled:
             rank, code = signalled[0]
             return f"{self._where(rank)} died: killed by {_signal_name(-code)}"
-        for r in range(self.cfg.workers):
-            st = read_status(self.status_dir, r)
-            if st and st.get("phase") == "failed":
-                return f"{self._where(r)} failed: {st.get('error')}"
+        if failed:
+            r, st = failed[0]
+            return f"{self._where(r)} failed: {st.get('error')}"
         if causes:
             rank, code = causes[0]
             return f"{self._where(rank)} exited with status {code}"

@@ -41,15 +41,18 @@ class StatusFile:
         self._base = {"pid": os.getpid(), "rank": rank, "node": node}
         self._step = -1
 
-    def write(self, phase: str, step: int | None = None, error: str | None = None) -> None:
-        """Record the phase this worker is in (and the step, kept until the next one)."""
+    def write(self, phase: str, step: int | None = None, error: str | None = None,
+              origin: bool = False) -> None:
+        """Record the phase this worker is in (and the step, kept until the next one);
+        ``origin``: this worker's failure is a cause (its data loader), not a peer's echo."""
         if step is not None:
             self._step = step
         step = self._step
         if self._path is None:
             return
         tmp = self._path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**self._base, "phase": phase, "step": step, "error": error}))
+        tmp.write_text(json.dumps({**self._base, "phase": phase, "step": step, "error": error,
+                                   "origin": origin}))
         os.replace(tmp, self._path)
 
 
@@ -127,8 +130,11 @@ def worker_main(cfg: DDPConfig, status_dir: str | None, result_file: str | None)
     except WorkloadError:
         raise
     except Exception as exc:  # a peer that died, a timeout: one line, then exit non-zero
+        from tunelab.bench.ddp.data import LoaderFailure
+
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # no second raise from the loader's
         msg = " ".join(str(exc).split())[:300]
-        status.write("failed", error=msg)
+        status.write("failed", error=msg, origin=isinstance(exc, LoaderFailure))
         print(f"ddp: worker {rank} failed in phase {phase}: {type(exc).__name__}: {msg}",
               file=sys.stderr, flush=True)
         return EXIT_FAILURE
@@ -178,32 +184,10 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     else:
         step_fn = _real_step(cfg, model, spec, rt, device, CommTimer)
 
-    parts: list[tuple[float, float, float, float, float, float, int, dict[str, Any]]] = []
-    marks: list[float] = []
-    total = cfg.warmup + cfg.steps
-    start = 0.0
-    for i in range(total):
-        if i == cfg.warmup:
-            dist.barrier()
-            start = time.perf_counter()
-        t0 = time.perf_counter()
-        marks.append(t0)
-        timed = i - cfg.warmup
-        status.write("warmup" if timed < 0 else "timed", step=i)
-        fault = cfg.fault
-        if fault and fault.rank == rank and timed == fault.step:
-            if fault.action == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            elif fault.action == "kill-loader":
-                source.kill_loader()
-        x, y, info = source.next_batch()
-        t1 = time.perf_counter()
-        if not compute.emulated and int(info.get("samples", 1)) == 0:
-            raise LoaderFailure(f"every sample of a batch of worker {rank} was corrupt "
-                                f"(first: {(info.get('corrupt_files') or ['?'])[0]})")
-        drop = source.drop_s
-        c, a, e, o, nbytes = step_fn(x, y)
-        parts.append((t1 - t0 - drop, drop, c, a, e, o, nbytes, info))
+    try:
+        marks, parts, start = _loop(cfg, rank, source, step_fn, status, compute.emulated)
+    except (RuntimeError, OSError, EOFError) as exc:  # a loader's death surfaces anywhere
+        raise source.translate(exc) from None
     if device.type == "cuda":
         torch.cuda.synchronize()
     t_end = time.perf_counter()
@@ -243,6 +227,43 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
             "per_rank_elapsed_s": [r.elapsed_s for r in ranks],
             "data": _merge_data([g["data"] for g in gathered]),
             "prep_s": max(g["prep_s"] for g in gathered)}
+
+
+def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFile,
+          emulated: bool) -> tuple[list[float], list[Any], float]:
+    """Every step: ask for a batch (timed: the data wait), run the step; the start of each
+    step, its parts, and when the timed steps began."""
+    import torch.distributed as dist
+
+    from tunelab.bench.ddp.data import LoaderFailure
+
+    parts: list[Any] = []
+    marks: list[float] = []
+    total = cfg.warmup + cfg.steps
+    start = 0.0
+    for i in range(total):
+        if i == cfg.warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        t0 = time.perf_counter()
+        marks.append(t0)
+        timed = i - cfg.warmup
+        status.write("warmup" if timed < 0 else "timed", step=i)
+        fault = cfg.fault
+        if fault and fault.rank == rank and timed == fault.step:
+            if fault.action == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif fault.action == "kill-loader":
+                source.kill_loader()
+        x, y, info = source.next_batch()
+        t1 = time.perf_counter()
+        if not emulated and int(info.get("samples", 1)) == 0:
+            raise LoaderFailure(f"every sample of a batch of worker {rank} was corrupt "
+                                f"(first: {(info.get('corrupt_files') or ['?'])[0]})")
+        drop = source.drop_s
+        c, a, e, o, nbytes = step_fn(x, y)
+        parts.append((t1 - t0 - drop, drop, c, a, e, o, nbytes, info))
+    return marks, parts, start
 
 
 def _rank_record(d: dict[str, Any]) -> Any:
