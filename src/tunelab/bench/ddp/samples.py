@@ -202,10 +202,9 @@ def _stack(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], decoder: Deco
         x, y = decoder.blank(0)
         return x[None][:0], y[None][:0]
     n = len(xs)
-    if all(x is xs[0] for x in xs):  # undecoded samples: one blank, viewed n times
-        x = xs[0].expand(n, *xs[0].shape)
-    else:
-        x = torch.stack(list(xs))
+    # undecoded samples are one blank: a view of it n times, not n copies
+    same = all(x is xs[0] for x in xs)
+    x = xs[0].expand(n, *xs[0].shape) if same else torch.stack(list(xs))
     y = ys[0].expand(n, *ys[0].shape) if all(v is ys[0] for v in ys) else torch.stack(list(ys))
     return x, y
 

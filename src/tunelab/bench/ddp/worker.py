@@ -146,7 +146,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     import torch.distributed as dist
 
     from tunelab.bench.ddp.comm import CommTimer, bucket_sizes, emulated_allreduce
-    from tunelab.bench.ddp.data import LoaderFailure, make_source
+    from tunelab.bench.ddp.data import make_source
     from tunelab.bench.ddp.metrics import RankRecord, RunAccount, StepRecord, summarize
     from tunelab.bench.ddp.models import build_model, parameter_count
 
