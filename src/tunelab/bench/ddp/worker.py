@@ -33,13 +33,19 @@ EXIT_FAILURE = 4
 
 
 class StatusFile:
-    """``status_dir/rank-R.json``: pid, node, phase, step; replaced atomically."""
+    """``status_dir/rank-R.json``: pid, node, phase, step.
+
+    Written every step, so it must be cheap: one ``pwrite`` of a record padded to
+    :data:`STATUS_BYTES` at offset 0 of a file kept open (one page: a reader sees the old
+    record or the new one); :func:`read_status` retries once if it catches neither.
+    """
 
     def __init__(self, directory: str | None, rank: int, node: int) -> None:
         self.directory = directory
         self._path = Path(directory) / f"rank-{rank}.json" if directory else None
         self._base = {"pid": os.getpid(), "rank": rank, "node": node}
         self._step = -1
+        self._fd: int | None = None
 
     def write(self, phase: str, step: int | None = None, error: str | None = None,
               origin: bool = False) -> None:
@@ -50,18 +56,30 @@ class StatusFile:
         step = self._step
         if self._path is None:
             return
-        tmp = self._path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**self._base, "phase": phase, "step": step, "error": error,
-                                   "origin": origin}))
-        os.replace(tmp, self._path)
+        record = {**self._base, "phase": phase, "step": step, "error": error, "origin": origin}
+        data = json.dumps(record).encode()
+        if len(data) >= STATUS_BYTES:
+            record["error"] = (error or "")[:STATUS_BYTES // 2]
+            data = json.dumps(record).encode()[:STATUS_BYTES - 1]
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.pwrite(self._fd, data.ljust(STATUS_BYTES), 0)
+
+
+#: bytes of a status record (padded with spaces; within one page)
+STATUS_BYTES = 1024
 
 
 def read_status(directory: str | Path, rank: int) -> dict[str, Any] | None:
     """A worker's last status, or None if it never wrote one."""
-    try:
-        return dict(json.loads((Path(directory) / f"rank-{rank}.json").read_text()))
-    except (OSError, ValueError):
-        return None
+    for _ in range(2):
+        try:
+            return dict(json.loads((Path(directory) / f"rank-{rank}.json").read_text()))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 class Runtime:
@@ -255,6 +273,7 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
                 os.kill(os.getpid(), signal.SIGKILL)
             elif fault.action == "kill-loader":
                 source.kill_loader()
+        t_req = time.perf_counter()
         x, y, info = source.next_batch()
         t1 = time.perf_counter()
         if not emulated and int(info.get("samples", 1)) == 0:
@@ -262,7 +281,7 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
                                 f"(first: {(info.get('corrupt_files') or ['?'])[0]})")
         drop = source.drop_s
         c, a, e, o, nbytes = step_fn(x, y)
-        parts.append((t1 - t0 - drop, drop, c, a, e, o, nbytes, info))
+        parts.append((t1 - t_req - drop, drop, c, a, e, o, nbytes, info))
     return marks, parts, start
 
 
