@@ -113,7 +113,12 @@ def test_compare_view_gains_the_storage_table(tmp_path: Path) -> None:
 
 
 def test_report_draws_au_and_read_plots(tmp_path: Path) -> None:
-    from tunelab.report.storage import needed_text, storage_plot_data, storage_plots
+    from tunelab.report.storage import (
+        needed_text,
+        storage_notes,
+        storage_plot_data,
+        storage_plots,
+    )
 
     paths = storage_plots(make_runs(), tmp_path)
     assert [p.name for p in paths] == ["storage-au.png", "storage-read.png"]
@@ -123,3 +128,8 @@ def test_report_draws_au_and_read_plots(tmp_path: Path) -> None:
     (line,) = needed_text(data)
     assert line.startswith("source=cold: ") and " MB/s [" in line
     assert storage_plots(make_runs().drop(columns=["fom.au"]), tmp_path / "none") == []
+    # the HTML report's notes: the needed figure with its interval, the sustained counts
+    notes = storage_notes(make_runs())
+    assert notes[0] == f"AU >= 90%: {line}"
+    assert any("up to 2 worker(s) of the 8 measured" in n for n in notes)
+    assert storage_notes(make_runs().drop(columns=["fom.au"])) == []

@@ -193,6 +193,9 @@ def test_storage_study_through_the_engine_compare_and_report(images: Path,
     assert rep.returncode == 0, rep.stderr
     assert (d / "storage-au.png").stat().st_size > 10_000
     assert (d / "storage-read.png").is_file()
+    html = (d / "report.html").read_text()  # the needed MB/s per accelerator, its interval
+    assert "source=cold: " in html and " MB/s [" in html
+    assert "per accelerator for AU &gt;= 90%" in html
 
 
 @pytest.mark.slow
