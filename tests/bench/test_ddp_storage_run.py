@@ -68,6 +68,28 @@ def test_cold_files_bytes_agree_with_proc_io_cache_is_stated_corrupt_is_named(
     assert r["first_wait_s"] > 0 and r["shutdown_s"] >= 0 and r["au_run"] <= r["au"] + 0.05
 
 
+@pytest.mark.slow
+def test_tar_shards_and_unet3d_volumes_train_through_the_loaders(tmp_path: Path) -> None:
+    """The two other layouts users have, read for real: WebDataset-style shards dealt to
+    each worker's two loader processes, and .npz volumes cropped/padded for the 3-D U-Net."""
+    shards = make_dataset(MakeDataConfig(str(tmp_path / "sh"), "imagenet", 16,
+                                         layout="shards", shard_samples=4, scale=0.05, jobs=2))
+    r = fom(bench(*EMULATED, "--workers", "2", "-b", "4", "--steps", "3", "--warmup", "1",
+                  "--data", f"files:{tmp_path / 'sh'}", "--loader-workers", "2",
+                  "--cache", "cold"))
+    assert (r["dataset_layout"], r["dataset_samples"]) == ("tar-shards", 16)
+    assert r["samples"] == 3 * 4 and r["corrupt_samples"] == 0
+    assert 0 < r["read_bytes"] <= shards.bytes and 0.95 <= r["io_check"] <= 1.05
+    make_dataset(MakeDataConfig(str(tmp_path / "v"), "unet3d", 4, layout="npz", scale=1e-3,
+                                jobs=2))
+    r = fom(bench("--model", "unet3d", "--patch", "64", "--compute", "emulate:0.05",
+                  "--workers", "2", "-b", "2", "--steps", "3", "--warmup", "1",
+                  "--data", f"files:{tmp_path / 'v'}", "--loader-workers", "1",
+                  "--cache", "cold"))
+    assert (r["dataset_layout"], r["unit"], r["epochs"]) == ("npz-volumes", "volumes", 2)
+    assert r["samples"] == 3 * 2 and r["read_MBps"] > 0 and 0.95 <= r["io_check"] <= 1.05
+
+
 def _loaded() -> bool:
     return os.getloadavg()[0] > (os.cpu_count() or 1)
 
