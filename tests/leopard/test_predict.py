@@ -31,10 +31,12 @@ def _model(channels: int = 5) -> LeopardUNet:
 
 
 def _reference(model: LeopardUNet, seq: np.ndarray, dnase: np.ndarray, window: int,
-               edge: int, avg: np.ndarray | None = None) -> np.ndarray:
-    """One window at a time, one base at a time."""
+               edge: int, avg: np.ndarray | None = None,
+               stride: int | None = None) -> np.ndarray:
+    """One window at a time, one base at a time, with the unfolded model."""
     n = len(seq)
-    starts = sorted(set(range(0, n - window + 1, window // 2)) | {n - window})
+    stride = stride or window - 2 * edge
+    starts = sorted(set(range(0, n - window + 1, stride)) | {n - window})
     total, count = np.zeros(n), np.zeros(n)
     for s in starts:
         b = WindowBatch(seq=seq[None, s:s + window], dnase=dnase[None, s:s + window],
@@ -53,15 +55,21 @@ def _reference(model: LeopardUNet, seq: np.ndarray, dnase: np.ndarray, window: i
     return total / count
 
 
-@pytest.mark.parametrize(("n", "edge"), [(1000, 32), (1024, 64), (640, 0)])
-def test_tiled_prediction_matches_window_by_window(n: int, edge: int) -> None:
+@pytest.mark.parametrize(("n", "edge", "stride"),
+                         [(1000, 32, None), (1024, 64, 128), (640, 0, None), (3000, 48, 100)])
+def test_tiled_prediction_matches_window_by_window(n: int, edge: int,
+                                                   stride: int | None) -> None:
+    """Streamed in groups of 3 windows (so stretches are emitted while later groups still
+    overlap them), with the folded network: equal to the plain window-by-window average."""
     rng = np.random.default_rng(n)
     seq = rng.integers(0, 5, n).astype(np.uint8)
     dnase = rng.gamma(1.0, 1.0, n).astype(np.float32)
     model = _model()
-    got = predict_chromosome(model, seq, dnase, None, 256, batch_size=3, edge=edge)
+    got = predict_chromosome(model, seq, dnase, None, 256, batch_size=3, edge=edge,
+                             stride=stride)
     assert got.shape == (n,)
-    assert np.allclose(got, _reference(model, seq, dnase, 256, edge), atol=1e-5)
+    assert np.allclose(got, _reference(model, seq, dnase, 256, edge, stride=stride),
+                       atol=1e-5)
 
 
 def test_six_channel_prediction_uses_the_average_track() -> None:
