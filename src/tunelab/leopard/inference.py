@@ -135,6 +135,8 @@ class _Affine2d(nn.Module):
 
     def __init__(self, affine: _Affine) -> None:
         super().__init__()
+        self.scale: torch.Tensor
+        self.shift: torch.Tensor
         self.register_buffer("scale", affine[0].float()[None, :, None, None])
         self.register_buffer("shift", affine[1].float()[None, :, None, None])
 
@@ -193,6 +195,8 @@ def fold_batchnorm(model: LeopardUNet) -> InferenceUNet:
 
     def block(seq: nn.Sequential, affine: _Affine | None) -> tuple[_Conv, _Conv, _Affine]:
         c1, _, bn1, c2, _, bn2 = seq
+        assert isinstance(c1, nn.Conv1d) and isinstance(c2, nn.Conv1d)
+        assert isinstance(bn1, nn.BatchNorm1d) and isinstance(bn2, nn.BatchNorm1d)
         first = _Conv(c1, affine, relu=True)
         second = _Conv(c2, _bn_affine(bn1), relu=True)
         return first, second, _bn_affine(bn2)
@@ -202,6 +206,7 @@ def fold_batchnorm(model: LeopardUNet) -> InferenceUNet:
         skips: list[_Affine] = [pending]
         down: list[tuple[nn.Module, _Conv, _Conv]] = []
         for seq in model.down:
+            assert isinstance(seq, nn.Sequential)
             pre: nn.Module = nn.Identity()
             if bool((pending[0] < 0).any()):  # the affine cannot pass through the max-pool
                 pre, pending = _Affine2d(pending), None  # the skip keeps its own affine
@@ -211,6 +216,7 @@ def fold_batchnorm(model: LeopardUNet) -> InferenceUNet:
         skips.pop()
         ups: list[tuple[_Up, _Conv, _Conv]] = []
         for up, seq in zip(model.up, model.merge, strict=True):
+            assert isinstance(up, nn.ConvTranspose1d) and isinstance(seq, nn.Sequential)
             u = _Up(up, pending)
             skip = skips.pop()
             cat = (torch.cat([torch.ones(u.cout, dtype=torch.float64), skip[0]]),

@@ -24,15 +24,18 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.inference import InferenceUNet, fold_batchnorm, to_nwc_input
+
+if TYPE_CHECKING:
+    from tunelab.leopard.model import LeopardUNet
 
 __all__ = ["PRECISIONS", "Engine", "Runtime", "bf16_capable", "choose_threads", "cpu_flags",
            "prepare"]
@@ -145,8 +148,8 @@ def _rate(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reps: int
     return x.shape[0] / best
 
 
-def _probe(fns: dict[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor,
-           rounds: int = 3) -> dict[str, float]:
+def _probe(fns: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor,
+           rounds: int = 2) -> dict[str, float]:
     """Rates of several candidates, alternating so that a busy moment hits them all."""
     with torch.inference_mode():
         for fn in fns.values():
@@ -174,10 +177,10 @@ def _compile(net: InferenceUNet, x: torch.Tensor,
         first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         notes.append(f"torch.compile failed ({first}); eager")
         return None
-    return fn  # type: ignore[return-value]
+    return fn
 
 
-def prepare(model: torch.nn.Module, device: str | torch.device = "cpu",
+def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
             precision: str = "auto", compile: str = "auto", threads: int | None = None,
             window: int = 10240, batch: int = 32,
             expected_windows: int | None = None) -> Engine:
@@ -200,16 +203,19 @@ def prepare(model: torch.nn.Module, device: str | torch.device = "cpu",
                       cpu_bf16=bf16_capable(flags))
     notes = runtime.notes
     model = model.to("cpu").eval()
-    nets = {"fp32": fold_batchnorm(model).to(dev)}
-    probe_x = to_nwc_input(torch.rand(min(batch, 8), model.arch.in_channels,  # type: ignore[union-attr]
-                                      window)).to(dev)
+
+    def build(name: str) -> InferenceUNet:
+        return fold_batchnorm(model).to(dev).to_precision(_DTYPES[name])
+
+    nets = {"fp32": build("fp32")}
+    probe_x = to_nwc_input(torch.rand(min(batch, 4), model.arch.in_channels, window)).to(dev)
     if dev.type == "cuda":
         chosen = precision if precision != "auto" else (
             "bf16" if torch.cuda.is_bf16_supported() else "fp16")
     elif precision == "auto":
         chosen = "fp32"
         if runtime.cpu_bf16:
-            nets["bf16"] = fold_batchnorm(model).to_precision(torch.bfloat16)
+            nets["bf16"] = build("bf16")
             runtime.probe_windows_per_s = _probe(nets, probe_x)
             r = runtime.probe_windows_per_s
             if r["bf16"] >= BF16_MARGIN * r["fp32"]:
@@ -224,10 +230,7 @@ def prepare(model: torch.nn.Module, device: str | torch.device = "cpu",
         chosen = precision
         if chosen == "bf16" and not runtime.cpu_bf16:
             notes.append("bf16 asked on a CPU without native bf16: expect it to be slow")
-    net = nets.get(chosen) or nets["fp32"]
-    if chosen != "fp32":
-        net = fold_batchnorm(model).to(dev).to_precision(_DTYPES[chosen]) \
-            if chosen not in nets else net
+    net = nets[chosen] if chosen in nets else build(chosen)
     runtime.precision = chosen
     fn: Callable[[torch.Tensor], torch.Tensor] | None = None
     want = compile == "on"
