@@ -26,6 +26,7 @@ the project's own); without ``--keras-python`` the Keras rows are skipped with t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -115,7 +116,11 @@ def keras_server(args: argparse.Namespace) -> None:
 
 
 def tunelab_server(args: argparse.Namespace) -> None:
-    """Answer timing requests with tunelab's model, engine and training step."""
+    """Answer timing requests with tunelab's model, engine and training step. The "before"
+    server loads torch ahead of tunelab.leopard, so OpenMP keeps its default (spinning)
+    wait policy, as the code before this work ran."""
+    if args.serve == "tunelab":
+        import tunelab.leopard  # noqa: F401  (sets the OpenMP wait policy before torch loads)
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -222,6 +227,8 @@ class Server:
     def __init__(self, python: str, kind: str, args: argparse.Namespace) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
                "PYTHONPATH": str(ROOT / "src")}
+        if kind == "tunelab-before":
+            env.pop("OMP_WAIT_POLICY", None)
         argv = [python, __file__, "--serve", kind, "--window", str(args.window), "--batch",
                 str(args.batch), "--threads", str(args.threads), "--keras-jit", args.keras_jit]
         self.kind = kind
@@ -250,10 +257,10 @@ class Server:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            try:
-                self.ask(op="quit")
-            except (RuntimeError, BrokenPipeError, ValueError):
-                pass
+            assert self.proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError, ValueError):
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.close()
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -280,10 +287,11 @@ def fixed_shape(args: argparse.Namespace) -> dict[str, Any]:
         print("  - Keras: no --keras-python (bash scripts/keras-venv.sh makes one); its rows "
               "are skipped")
     tl = Server(sys.executable, "tunelab", args)
+    before = Server(sys.executable, "tunelab-before", args)
     try:
         info = tl.ask(op="info")
         kinfo = keras.ask(op="info") if keras else None
-        pred_variants = ["eager-fp32", "fp32", "auto"] + (["auto-compiled"] if args.compile
+        pred_variants = ["fp32", "auto"] + (["auto-compiled"] if args.compile
                                                            else [])
         train_variants = ["fp32"] + (["bf16"] if info["cpu_bf16"] or args.force_bf16 else [])
         train_variants += [v + "-compiled" for v in train_variants] if args.compile else []
@@ -297,6 +305,8 @@ def fixed_shape(args: argparse.Namespace) -> dict[str, Any]:
             if keras:
                 rows.setdefault(("predict", "keras"), []).append(
                     keras.ask(op="predict", n=args.predict_batches)["windows_per_s"])
+            rows.setdefault(("predict", "before"), []).append(before.ask(
+                op="predict", variant="eager-fp32", n=args.predict_batches)["windows_per_s"])
             for v in pred_variants:
                 a = tl.ask(op="predict", variant=v, n=args.predict_batches)
                 rows.setdefault(("predict", v), []).append(a["windows_per_s"])
@@ -304,6 +314,8 @@ def fixed_shape(args: argparse.Namespace) -> dict[str, Any]:
             if keras:
                 rows.setdefault(("train", "keras"), []).append(
                     keras.ask(op="train", n=args.train_steps)["windows_per_s"])
+            rows.setdefault(("train", "before"), []).append(before.ask(
+                op="train", variant="fp32", n=args.train_steps)["windows_per_s"])
             for v in train_variants:
                 rows.setdefault(("train", v), []).append(
                     tl.ask(op="train", variant=v, n=args.train_steps)["windows_per_s"])
@@ -311,6 +323,7 @@ def fixed_shape(args: argparse.Namespace) -> dict[str, Any]:
                   flush=True)
     finally:
         tl.close()
+        before.close()
         if keras:
             keras.close()
     return {"info": info, "keras": kinfo, "rows": rows, "bound": bound, "runtime": runtime}
@@ -330,8 +343,8 @@ def print_fixed(res: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"arithmetic bound (fp32 torch.matmul {GEMM_N}x{GEMM_N}): {b32 / 1e9:.1f} GFLOP/s "
           f"(rounds {[round(v / 1e9) for v in bound['fp32']]}); bf16 matmul "
           f"{b16 / 1e9:.1f} GFLOP/s")
-    labels = {"keras": "Keras 3 (TF)", "eager-fp32": "tunelab eager fp32, unfolded (before)",
-              "fp32": "tunelab engine fp32 (BN folded)", "auto": "tunelab engine auto",
+    labels = {"keras": "Keras 3 (TF)", "before": "tunelab before (eager fp32, spin-wait)",
+              "fp32": "tunelab fp32", "auto": "tunelab engine auto",
               "auto-compiled": "tunelab engine auto + compile", "bf16": "tunelab bf16 (--amp)",
               "fp32-compiled": "tunelab fp32 + compile", "bf16-compiled":
               "tunelab bf16 (--amp) + compile"}
@@ -346,6 +359,8 @@ def print_fixed(res: dict[str, Any], args: argparse.Namespace) -> None:
                 continue
             m = _med(vals)
             label = labels.get(v, v)
+            if phase == "predict" and v == "fp32":
+                label = "tunelab engine fp32 (BN folded)"
             if phase == "predict" and v in res["runtime"] and "precision" in res["runtime"][v]:
                 label += f" [{res['runtime'][v]['precision']}]"
             ratio = f"{m / k:8.2f}x" if k == k and v != "keras" else f"{'':>9}"
@@ -424,10 +439,13 @@ def agreement(data: Path, ck: Path, args: argparse.Namespace) -> None:
     auc = {}
     for prec in ("fp32", "bf16"):
         eng = prepare(model, "cpu", prec, "off", args.threads, 10240, 32)
-        probs = predict_chromosome(eng, cs.seq, cs.dnase, None, 10240, edge=1280)
         state = MetricState(torch.device("cpu"))
-        p = torch.from_numpy(probs).clamp(1e-6, 1 - 1e-6)
-        state.update(torch.logit(p)[None, :], torch.from_numpy(cs.label)[None, :])
+        for off, n in zip(cs.offsets.tolist(), cs.lengths.tolist(), strict=True):
+            part = slice(off, off + n)
+            probs = predict_chromosome(eng, cs.seq[part], cs.dnase[part], None, 10240,
+                                       edge=1280)
+            p = torch.from_numpy(probs).double().clamp(1e-9, 1 - 1e-9)
+            state.update(torch.logit(p), torch.from_numpy(cs.label[part]))
         auc[prec] = state.compute()["pr_auc"]
     d = abs(auc["fp32"] - auc["bf16"])
     print(f"  PR-AUC over {', '.join(chroms)} ({cs.total_length:,} bp): fp32 {auc['fp32']:.5f}, "
@@ -495,11 +513,12 @@ def main() -> None:
     ap.add_argument("--agree-steps", type=int, default=40,
                     help="training steps per epoch (3 epochs) of the agreement model")
     ap.add_argument("--parts", default="1,2,3", help="which parts to run")
-    ap.add_argument("--serve", choices=("keras", "tunelab"), help=argparse.SUPPRESS)
+    ap.add_argument("--serve", choices=("keras", "tunelab", "tunelab-before"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve == "keras":
         return keras_server(args)
-    if args.serve == "tunelab":
+    if args.serve in ("tunelab", "tunelab-before"):
         return tunelab_server(args)
     parts = {p.strip() for p in args.parts.split(",")}
     print(f"leopard_vs_keras: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} "

@@ -5,7 +5,9 @@ AMX (where bf16 convolutions run about twice as fast as fp32) and CPUs with AVX2
 bf16 is emulated and was measured 40x *slower*). So:
 
 * **threads**: ``--threads``, else ``OMP_NUM_THREADS``, else the cores this process may run
-  on (``os.sched_getaffinity``);
+  on (``os.sched_getaffinity``), unless a quick measurement finds one thread faster (a
+  machine busy with other work); OpenMP threads wait passively (see
+  :mod:`tunelab.leopard`);
 * **precision** (``auto``): on CUDA bf16 where supported, else fp16; on a CPU fp32, and bf16
   only when the CPU's flags name a bf16 instruction set (``avx512_bf16``, ``amx_bf16``) *and*
   a quick measurement on the job's own window shape shows it at least 10 % faster;
@@ -43,8 +45,8 @@ __all__ = ["PRECISIONS", "Engine", "Runtime", "bf16_capable", "choose_threads", 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_MODES = ("auto", "on", "off")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-#: bf16 must beat fp32 by this factor in the probe to be chosen (noise guard).
-BF16_MARGIN = 1.10
+#: a probed alternative (bf16, one thread) must win by this factor to be chosen (noise guard).
+MARGIN = 1.10
 #: compile only when the estimated eager run is this many times the compile-time guess.
 COMPILE_PAYBACK = 10.0
 COMPILE_GUESS_S = 60.0  # seconds Inductor took for this network on 2 busy cores
@@ -68,17 +70,18 @@ def bf16_capable(flags: set[str]) -> bool:
     return any(f in flags for f in BF16_FLAGS)
 
 
-def choose_threads(threads: int | None = None) -> int:
-    """``threads``, else ``OMP_NUM_THREADS``, else the cores this process may use."""
+def choose_threads(threads: int | None = None) -> tuple[int, bool]:
+    """``(count, given)``: ``threads``, else ``OMP_NUM_THREADS`` (given), else the cores this
+    process may use (not given: a measurement may lower it)."""
     if threads:
-        return threads
+        return threads, True
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
-        return int(env)
+        return int(env), True
     try:
-        return len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0)), False
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return os.cpu_count() or 1, False
 
 
 @dataclass
@@ -161,6 +164,25 @@ def _probe(fns: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.T
     return {k: max(v) for k, v in rates.items()}
 
 
+def _pick_threads(net: InferenceUNet, x: torch.Tensor, cores: int, notes: list[str]) -> int:
+    """``cores`` threads, or 1 when a quick alternating measurement finds one thread at least
+    10 % faster (other processes keep the cores busy); leaves torch set to the choice."""
+    rates: dict[int, list[float]] = {cores: [], 1: []}
+    with torch.inference_mode():
+        for _ in range(2):
+            for n in rates:
+                torch.set_num_threads(n)
+                net(x)
+                rates[n].append(_rate(net, x, 1))
+    best = {n: max(v) for n, v in rates.items()}
+    chosen = 1 if best[1] >= MARGIN * best[cores] else cores
+    if chosen == 1:
+        notes.append(f"1 thread: it ran {best[1] / best[cores]:.2f}x {cores} threads "
+                     "(the cores are busy with other work)")
+    torch.set_num_threads(chosen)
+    return chosen
+
+
 def _compile(net: InferenceUNet, x: torch.Tensor,
              notes: list[str]) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """``torch.compile(net)`` compiled on ``x``'s shape (weights frozen), or None + a note."""
@@ -193,7 +215,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
         raise LeopardError(f"compile: unknown value {compile!r}; choose one of "
                            f"{', '.join(COMPILE_MODES)}")
     dev = torch.device(device)
-    n_threads = choose_threads(threads)
+    n_threads, given = choose_threads(threads)
     if dev.type == "cpu":
         torch.set_num_threads(n_threads)
         with contextlib.suppress(RuntimeError):  # already set, or parallel work started
@@ -218,7 +240,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
             nets["bf16"] = build("bf16")
             runtime.probe_windows_per_s = _probe(nets, probe_x)
             r = runtime.probe_windows_per_s
-            if r["bf16"] >= BF16_MARGIN * r["fp32"]:
+            if r["bf16"] >= MARGIN * r["fp32"]:
                 chosen = "bf16"
                 notes.append(f"bf16: the CPU has {'/'.join(f for f in BF16_FLAGS if f in flags)}"
                              f" and it ran {r['bf16'] / r['fp32']:.2f}x fp32")
@@ -232,6 +254,8 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
             notes.append("bf16 asked on a CPU without native bf16: expect it to be slow")
     net = nets[chosen] if chosen in nets else build(chosen)
     runtime.precision = chosen
+    if dev.type == "cpu" and not given and n_threads > 1:
+        runtime.threads = _pick_threads(net, probe_x, n_threads, notes)
     fn: Callable[[torch.Tensor], torch.Tensor] | None = None
     want = compile == "on"
     if compile == "auto":
