@@ -9,6 +9,13 @@ parameters" in Keras): 475,969 in all, the figure of the seed.
 Each convolution is ``Conv1d(k, padding="same") -> ReLU -> BatchNorm``, the original's order.
 BatchNorm uses Keras' settings: momentum 0.99 in Keras terms (0.01 in PyTorch's), eps 1e-3.
 The network returns logits; apply ``torch.sigmoid`` for probabilities.
+
+On a CPU the forward pass runs the same parameters as 2-D operations on ``(N, C, 1, L)``
+tensors in ``torch.channels_last`` memory: oneDNN's kernels for that layout were 1.2-2x faster
+for these narrow convolutions (forward and backward, fp32 and bf16) than its 1-D ones. The
+modules, the state dict and the results are unchanged (``tests/leopard/test_model.py``
+compares both paths); CUDA, and models whose BatchNorm was replaced by a synchronised one,
+take the 1-D path.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tunelab.leopard.errors import LeopardError
@@ -110,6 +118,8 @@ class LeopardUNet(nn.Module):
             self.merge.append(_conv_block(cout + skip, cout, a.kernel_size))
             cin = cout
         self.head = nn.Conv1d(cin, 1, 1)
+        #: run the channels-last 2-D form on CPUs (False: always the plain 1-D modules)
+        self.channels_last = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(N, L)`` for input ``(N, C, L)``."""
@@ -122,6 +132,10 @@ class LeopardUNet(nn.Module):
             raise LeopardError(
                 f"window length {x.shape[2]} is not divisible by {self.arch.multiple}"
             )
+        if self.channels_last and x.device.type == "cpu" and all(
+                type(m) is nn.BatchNorm1d for m in self.modules()
+                if isinstance(m, nn.modules.batchnorm._NormBase)):
+            return self._forward_nwc(x)
         h = self.stem(x)
         skips = [h]
         for block in self.down:
@@ -131,6 +145,77 @@ class LeopardUNet(nn.Module):
         for up, merge in zip(self.up, self.merge, strict=True):
             h = merge(torch.cat([up(h), skips.pop()], dim=1))
         return self.head(h).squeeze(1)
+
+
+    def _forward_nwc(self, x: torch.Tensor) -> torch.Tensor:
+        """The same computation on ``(N, C, 1, L)`` channels-last tensors."""
+        h = _block_nwc(self.stem, x[:, :, None, :].contiguous(memory_format=torch.channels_last))
+        skips = [h]
+        for block in self.down:
+            h = _block_nwc(block, F.max_pool2d(h, (1, 2)))
+            skips.append(h)
+        skips.pop()
+        for up, merge in zip(self.up, self.merge, strict=True):
+            u = F.conv_transpose2d(h, up.weight.unsqueeze(2), up.bias, stride=(1, 2))
+            h = _block_nwc(merge, torch.cat([u, skips.pop()], dim=1))
+        return F.conv2d(h, self.head.weight.unsqueeze(2), self.head.bias)[:, 0, 0, :]
+
+
+def _block_nwc(seq: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """``Conv1d -> ReLU -> BatchNorm1d`` units of ``seq`` applied to ``(N, C, 1, L)``."""
+    layers = list(seq.children())
+    for conv, bn in zip(layers[0::3], layers[2::3], strict=True):
+        assert isinstance(conv, nn.Conv1d) and isinstance(bn, nn.BatchNorm1d)
+        pad = conv.padding[0] if isinstance(conv.padding, tuple) else 0
+        h = F.relu_(F.conv2d(h, conv.weight.unsqueeze(2), conv.bias, padding=(0, pad)))
+        h = _batch_norm(bn, h)
+    return h
+
+
+def _batch_norm(bn: nn.BatchNorm1d, x: torch.Tensor) -> torch.Tensor:
+    """What ``BatchNorm1d.forward`` computes (running statistics included), on a 4-D
+    channels-last input. Batch statistics come from ``torch.var_mean``: PyTorch's own
+    channels-last batch-norm kernel sums in float32 without care and was off by ~2e-4 (on
+    post-ReLU activations, 330k values per channel) where the 1-D kernel is off by ~5e-7."""
+    if not bn.training and bn.running_mean is not None and bn.running_var is not None:
+        return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False,
+                            0.0, bn.eps)
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        if bn.momentum is None:
+            factor = 1.0 / float(bn.num_batches_tracked)
+    with torch.no_grad():
+        var, mean = torch.var_mean(x.detach().float(), dim=(0, 2, 3), correction=0)
+        if bn.training and bn.running_mean is not None and bn.running_var is not None:
+            n = x.numel() // x.shape[1]
+            bn.running_mean.lerp_(mean, factor)
+            bn.running_var.lerp_(var * (n / max(n - 1, 1)), factor)
+    return _BatchNormNWC.apply(x, bn.weight, bn.bias, mean, var, bn.eps)
+
+
+class _BatchNormNWC(torch.autograd.Function):
+    """Batch normalisation with given batch statistics (computed accurately by the caller):
+    forward is the fused inference kernel, backward PyTorch's training backward kernel fed
+    those statistics (the gradient flows through the statistics as in training mode)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None,
+                bias: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor,
+                eps: float) -> torch.Tensor:
+        invstd = torch.rsqrt(var + eps)
+        ctx.save_for_backward(x, weight, mean, invstd)
+        ctx.eps = eps
+        return F.batch_norm(x, mean.to(x.dtype), var.to(x.dtype), weight, bias, False, 0.0,
+                            eps)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, mean, invstd = ctx.saved_tensors
+        gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
+            grad.contiguous(memory_format=torch.channels_last), x, weight, None, None, mean,
+            invstd, True, ctx.eps, [True, weight is not None, weight is not None])
+        return gx, gw, gb, None, None, None
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
