@@ -65,3 +65,50 @@ def test_length_not_divisible_by_32_is_refused() -> None:
 def test_wrong_channel_count_is_refused() -> None:
     with pytest.raises(LeopardError, match=r"\(batch, 5, length\)"):
         LeopardUNet()(torch.randn(1, 6, 1024))
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_channels_last_path_matches_the_1d_modules(train: bool) -> None:
+    """The CPU forward runs 2-D channels-last kernels on the same parameters: outputs,
+    running statistics and gradients agree with the plain 1-D modules, and neither is
+    further from a float64 computation than the other by more than rounding."""
+    import copy
+
+    torch.manual_seed(0)
+    fast = LeopardUNet(base_filters=8, depth=3)
+    plain = copy.deepcopy(fast)
+    plain.channels_last = False
+    exact = copy.deepcopy(plain).double()
+    x = torch.relu(torch.randn(4, 5, 512)) * 3  # post-ReLU-like: large mean, small spread
+    grads = {}
+    for name, m in (("fast", fast), ("plain", plain), ("exact", exact)):
+        m.train(train)
+        y = m(x.to(next(m.parameters()).dtype))
+        y.square().mean().backward()
+        grads[name] = (y.detach().double(), [p.grad.double() for p in m.parameters()])
+    (yf, gf), (yp, gp), (ye, ge) = grads["fast"], grads["plain"], grads["exact"]
+    assert torch.allclose(yf, yp, atol=1e-4, rtol=0)
+    for a, b in zip(fast.buffers(), plain.buffers(), strict=True):
+        assert torch.allclose(a.double(), b.double(), atol=1e-6)
+
+    def err(g: list[torch.Tensor]) -> float:
+        rel = [((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
+               for a, b in zip(g, ge, strict=True)]
+        return sorted(rel)[len(rel) // 2]  # median over parameter tensors
+
+    assert err(gf) < 1e-3 and err(gp) < 1e-3
+    assert (yf - ye).abs().max() < 1e-4
+
+
+def test_synchronised_batchnorm_takes_the_1d_path() -> None:
+    from tunelab.leopard.distributed import _global_batch_norm_cls
+
+    model = LeopardUNet(base_filters=4, depth=2)
+    bn = model.stem[2]
+    replacement = _global_batch_norm_cls()(bn.num_features, eps=bn.eps, momentum=bn.momentum)
+    model.stem[2] = replacement
+    calls: list[int] = []
+    replacement.register_forward_hook(lambda *a: calls.append(1))
+    model.eval()
+    model(torch.randn(1, 5, 64))
+    assert calls == [1]  # the module itself ran: no 2-D shortcut around it

@@ -206,8 +206,7 @@ class _BatchNormNWC(torch.autograd.Function):
         invstd = torch.rsqrt(var + eps)
         ctx.save_for_backward(x, weight, mean, invstd)
         ctx.eps = eps
-        return F.batch_norm(x, mean.to(x.dtype), var.to(x.dtype), weight, bias, False, 0.0,
-                            eps)
+        return F.batch_norm(x, mean, var, weight, bias, False, 0.0, eps)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
