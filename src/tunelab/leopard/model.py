@@ -156,6 +156,7 @@ class LeopardUNet(nn.Module):
             skips.append(h)
         skips.pop()
         for up, merge in zip(self.up, self.merge, strict=True):
+            assert isinstance(up, nn.ConvTranspose1d)
             u = F.conv_transpose2d(h, up.weight.unsqueeze(2), up.bias, stride=(1, 2))
             h = _block_nwc(merge, torch.cat([u, skips.pop()], dim=1))
         return F.conv2d(h, self.head.weight.unsqueeze(2), self.head.bias)[:, 0, 0, :]
