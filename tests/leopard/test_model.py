@@ -67,37 +67,33 @@ def test_wrong_channel_count_is_refused() -> None:
         LeopardUNet()(torch.randn(1, 6, 1024))
 
 
-@pytest.mark.parametrize("train", [True, False])
-def test_channels_last_path_matches_the_1d_modules(train: bool) -> None:
-    """The CPU forward runs 2-D channels-last kernels on the same parameters: outputs,
-    running statistics and gradients agree with the plain 1-D modules, and neither is
-    further from a float64 computation than the other by more than rounding."""
+def test_channels_last_inference_matches_the_1d_modules() -> None:
+    """Inference on a CPU runs 2-D channels-last kernels on the same parameters: the same
+    logits as the plain 1-D modules; training and gradients stay on the 1-D modules."""
     import copy
 
     torch.manual_seed(0)
     fast = LeopardUNet(base_filters=8, depth=3)
+    with torch.no_grad():
+        for m in fast.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
     plain = copy.deepcopy(fast)
     plain.channels_last = False
-    exact = copy.deepcopy(plain).double()
-    x = torch.relu(torch.randn(4, 5, 512)) * 3  # post-ReLU-like: large mean, small spread
-    grads = {}
-    for name, m in (("fast", fast), ("plain", plain), ("exact", exact)):
-        m.train(train)
-        y = m(x.to(next(m.parameters()).dtype))
-        y.square().mean().backward()
-        grads[name] = (y.detach().double(), [p.grad.double() for p in m.parameters()])
-    (yf, gf), (yp, gp), (ye, ge) = grads["fast"], grads["plain"], grads["exact"]
-    assert torch.allclose(yf, yp, atol=1e-4, rtol=0)
+    x = torch.relu(torch.randn(4, 5, 512)) * 3
+    fast.eval()
+    plain.eval()
+    with torch.no_grad():
+        assert torch.allclose(fast(x), plain(x), atol=1e-5, rtol=0)
+    fast.train()
+    plain.train()
+    torch.manual_seed(1)
+    y_fast = fast(x)
+    y_plain = plain(x)
+    assert torch.equal(y_fast, y_plain)  # the very same kernels while training
     for a, b in zip(fast.buffers(), plain.buffers(), strict=True):
-        assert torch.allclose(a.double(), b.double(), atol=1e-6)
-
-    def err(g: list[torch.Tensor]) -> float:
-        rel = [((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
-               for a, b in zip(g, ge, strict=True)]
-        return sorted(rel)[len(rel) // 2]  # median over parameter tensors
-
-    assert err(gf) < 1e-3 and err(gp) < 1e-3
-    assert (yf - ye).abs().max() < 1e-4
+        assert torch.equal(a, b)
 
 
 def test_synchronised_batchnorm_takes_the_1d_path() -> None:

@@ -101,12 +101,16 @@ def test_predict_cli_writes_bigwig_and_bedgraph(windows: Path, synth: Path,
     ck = tmp_path / "t" / "best.pt"
     r = subprocess.run([sys.executable, "-m", "tunelab.leopard", "predict",
                         "--checkpoint", str(ck), "--data", str(synth),
-                        "--out", str(tmp_path / "p.bw"), "--device", "cpu"],
+                        "--out", str(tmp_path / "p.bw"), "--device", "cpu", "--precision",
+                        "fp32"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("runtime: cpu: precision fp32")  # what ran, said on stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["bp"] == 16_000 and res["bp_per_s"] > 0 and res["window"] == 512
-    res = predict_genome(ck, synth, tmp_path / "p.bedGraph", ["chr4"], device="cpu")
+    assert res["precision"] == "fp32" and res["compiled"] is False
+    res = predict_genome(ck, synth, tmp_path / "p.bedGraph", ["chr4"], device="cpu",
+                         precision="fp32")
     assert res["bp"] == 16_000
     bw = pyBigWig.open(str(tmp_path / "p.bw"))
     assert bw.chroms() == {"chr4": 16_000}

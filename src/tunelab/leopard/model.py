@@ -10,12 +10,12 @@ Each convolution is ``Conv1d(k, padding="same") -> ReLU -> BatchNorm``, the orig
 BatchNorm uses Keras' settings: momentum 0.99 in Keras terms (0.01 in PyTorch's), eps 1e-3.
 The network returns logits; apply ``torch.sigmoid`` for probabilities.
 
-On a CPU the forward pass runs the same parameters as 2-D operations on ``(N, C, 1, L)``
-tensors in ``torch.channels_last`` memory: oneDNN's kernels for that layout were 1.2-2x faster
-for these narrow convolutions (forward and backward, fp32 and bf16) than its 1-D ones. The
-modules, the state dict and the results are unchanged (``tests/leopard/test_model.py``
-compares both paths); CUDA, and models whose BatchNorm was replaced by a synchronised one,
-take the 1-D path.
+On a CPU, inference (eval mode, no gradients: evaluation during training, prediction with
+the plain model) runs the same parameters as 2-D operations on ``(N, C, 1, L)`` tensors in
+``torch.channels_last`` memory, where oneDNN's kernels ran these narrow convolutions 1.2-2x
+faster than its 1-D ones; results are unchanged (``tests/leopard/test_model.py``). Training
+keeps the 1-D modules (see docs/workloads/leopard.md for why); so do CUDA and models whose
+BatchNorm was replaced by a synchronised one.
 """
 
 from __future__ import annotations
@@ -132,9 +132,10 @@ class LeopardUNet(nn.Module):
             raise LeopardError(
                 f"window length {x.shape[2]} is not divisible by {self.arch.multiple}"
             )
-        if self.channels_last and x.device.type == "cpu" and all(
-                type(m) is nn.BatchNorm1d for m in self.modules()
-                if isinstance(m, nn.modules.batchnorm._NormBase)):
+        if (self.channels_last and not self.training and not torch.is_grad_enabled()
+                and x.device.type == "cpu" and all(
+                    type(m) is nn.BatchNorm1d and m.track_running_stats for m in self.modules()
+                    if isinstance(m, nn.modules.batchnorm._NormBase))):
             return self._forward_nwc(x)
         h = self.stem(x)
         skips = [h]
@@ -174,48 +175,9 @@ def _block_nwc(seq: nn.Module, h: torch.Tensor) -> torch.Tensor:
 
 
 def _batch_norm(bn: nn.BatchNorm1d, x: torch.Tensor) -> torch.Tensor:
-    """What ``BatchNorm1d.forward`` computes (running statistics included), on a 4-D
-    channels-last input. Batch statistics come from ``torch.var_mean``: PyTorch's own
-    channels-last batch-norm kernel sums in float32 without care and was off by ~2e-4 (on
-    post-ReLU activations, 330k values per channel) where the 1-D kernel is off by ~5e-7."""
-    if not bn.training and bn.running_mean is not None and bn.running_var is not None:
-        return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False,
-                            0.0, bn.eps)
-    factor = 0.0 if bn.momentum is None else bn.momentum
-    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
-        bn.num_batches_tracked.add_(1)
-        if bn.momentum is None:
-            factor = 1.0 / float(bn.num_batches_tracked)
-    with torch.no_grad():
-        var, mean = torch.var_mean(x.detach().float(), dim=(0, 2, 3), correction=0)
-        if bn.training and bn.running_mean is not None and bn.running_var is not None:
-            n = x.numel() // x.shape[1]
-            bn.running_mean.lerp_(mean, factor)
-            bn.running_var.lerp_(var * (n / max(n - 1, 1)), factor)
-    return _BatchNormNWC.apply(x, bn.weight, bn.bias, mean, var, bn.eps)
-
-
-class _BatchNormNWC(torch.autograd.Function):
-    """Batch normalisation with given batch statistics (computed accurately by the caller):
-    forward is the fused inference kernel, backward PyTorch's training backward kernel fed
-    those statistics (the gradient flows through the statistics as in training mode)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None,
-                bias: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor,
-                eps: float) -> torch.Tensor:
-        invstd = torch.rsqrt(var + eps)
-        ctx.save_for_backward(x, weight, mean, invstd)
-        ctx.eps = eps
-        return F.batch_norm(x, mean, var, weight, bias, False, 0.0, eps)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, weight, mean, invstd = ctx.saved_tensors
-        gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
-            grad.contiguous(memory_format=torch.channels_last), x, weight, None, None, mean,
-            invstd, True, ctx.eps, [True, weight is not None, weight is not None])
-        return gx, gw, gb, None, None, None
+    """An eval-mode ``BatchNorm1d`` (running statistics) applied to a 4-D input."""
+    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0,
+                        bn.eps)
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
