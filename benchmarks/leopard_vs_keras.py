@@ -144,7 +144,8 @@ def tunelab_server(args: argparse.Namespace) -> None:
                         ref(x)
                 predictors[variant] = (run, {"precision": "fp32", "note": "unfolded"})
             else:
-                precision, compile_ = {"fp32": ("fp32", "off"), "auto": ("auto", "off"),
+                precision, compile_ = {"fp32": ("fp32", "off"), "bf16": ("bf16", "off"),
+                                       "auto": ("auto", "off"),
                                        "auto-compiled": ("auto", "on")}[variant]
                 engine = prepare(ref, "cpu", precision, compile_, args.threads, args.window,
                                  args.batch)
@@ -291,7 +292,8 @@ def fixed_shape(args: argparse.Namespace) -> dict[str, Any]:
     try:
         info = tl.ask(op="info")
         kinfo = keras.ask(op="info") if keras else None
-        pred_variants = ["fp32", "auto"] + (["auto-compiled"] if args.compile
+        pred_variants = ["fp32"] + (["bf16"] if info["cpu_bf16"] or args.force_bf16
+                                    else []) + ["auto"] + (["auto-compiled"] if args.compile
                                                            else [])
         train_variants = ["fp32"] + (["bf16"] if info["cpu_bf16"] or args.force_bf16 else [])
         train_variants += [v + "-compiled" for v in train_variants] if args.compile else []
@@ -359,8 +361,8 @@ def print_fixed(res: dict[str, Any], args: argparse.Namespace) -> None:
                 continue
             m = _med(vals)
             label = labels.get(v, v)
-            if phase == "predict" and v == "fp32":
-                label = "tunelab engine fp32 (BN folded)"
+            if phase == "predict" and v in ("fp32", "bf16"):
+                label = f"tunelab engine {v} (BN folded)"
             if phase == "predict" and v in res["runtime"] and "precision" in res["runtime"][v]:
                 label += f" [{res['runtime'][v]['precision']}]"
             ratio = f"{m / k:8.2f}x" if k == k and v != "keras" else f"{'':>9}"

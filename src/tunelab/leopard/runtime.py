@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -152,32 +153,43 @@ def _rate(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reps: int
 
 
 def _probe(fns: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor,
-           rounds: int = 2) -> dict[str, float]:
-    """Rates of several candidates, alternating so that a busy moment hits them all."""
+           rounds: int = 3) -> dict[str, list[float]]:
+    """Windows/s of several candidates in every round, called back to back (so a busy moment
+    of the machine hits them alike; compare them with :func:`_speedup`)."""
     with torch.inference_mode():
         for fn in fns.values():
             fn(x)  # warm-up: oneDNN picks and caches its kernels
         rates: dict[str, list[float]] = {k: [] for k in fns}
-        for _ in range(rounds):
-            for k, fn in fns.items():
+        order = list(fns.items())
+        for r in range(rounds):
+            for k, fn in order if r % 2 == 0 else order[::-1]:  # neither always goes first
                 rates[k].append(_rate(fn, x, 1))
-    return {k: max(v) for k, v in rates.items()}
+    return rates
+
+
+def _speedup(rates: dict[str, list[float]], a: str, b: str) -> float:
+    """Median over rounds of ``a``'s rate over ``b``'s in the same round."""
+    return statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True))
+
+
+def _medians(rates: dict[str, list[float]]) -> dict[str, float]:
+    return {k: statistics.median(v) for k, v in rates.items()}
 
 
 def _pick_threads(net: InferenceUNet, x: torch.Tensor, cores: int, notes: list[str]) -> int:
     """``cores`` threads, or 1 when a quick alternating measurement finds one thread at least
     10 % faster (other processes keep the cores busy); leaves torch set to the choice."""
-    rates: dict[int, list[float]] = {cores: [], 1: []}
-    with torch.inference_mode():
-        for _ in range(2):
-            for n in rates:
-                torch.set_num_threads(n)
-                net(x)
-                rates[n].append(_rate(net, x, 1))
-    best = {n: max(v) for n, v in rates.items()}
-    chosen = 1 if best[1] >= MARGIN * best[cores] else cores
+    def with_threads(n: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        def run(t: torch.Tensor) -> torch.Tensor:
+            torch.set_num_threads(n)
+            return net(t)
+        return run
+
+    ratio = _speedup(_probe({"many": with_threads(cores), "one": with_threads(1)}, x),
+                     "one", "many")
+    chosen = 1 if ratio >= MARGIN else cores
     if chosen == 1:
-        notes.append(f"1 thread: it ran {best[1] / best[cores]:.2f}x {cores} threads "
+        notes.append(f"1 thread: it ran {ratio:.2f}x {cores} threads "
                      "(the cores are busy with other work)")
     torch.set_num_threads(chosen)
     return chosen
@@ -238,14 +250,15 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
         chosen = "fp32"
         if runtime.cpu_bf16:
             nets["bf16"] = build("bf16")
-            runtime.probe_windows_per_s = _probe(nets, probe_x)
-            r = runtime.probe_windows_per_s
-            if r["bf16"] >= MARGIN * r["fp32"]:
+            rates = _probe(nets, probe_x)
+            runtime.probe_windows_per_s = _medians(rates)
+            ratio = _speedup(rates, "bf16", "fp32")
+            if ratio >= MARGIN:
                 chosen = "bf16"
                 notes.append(f"bf16: the CPU has {'/'.join(f for f in BF16_FLAGS if f in flags)}"
-                             f" and it ran {r['bf16'] / r['fp32']:.2f}x fp32")
+                             f" and it ran {ratio:.2f}x fp32")
             else:
-                notes.append(f"fp32: bf16 was only {r['bf16'] / r['fp32']:.2f}x fp32 here")
+                notes.append(f"fp32: bf16 was only {ratio:.2f}x fp32 here")
         else:
             notes.append("fp32: the CPU has no native bf16 (no avx512_bf16/amx_bf16)")
     else:
@@ -259,7 +272,8 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
     fn: Callable[[torch.Tensor], torch.Tensor] | None = None
     want = compile == "on"
     if compile == "auto":
-        rate = runtime.probe_windows_per_s.get(chosen) or _probe({chosen: net}, probe_x, 1)[chosen]
+        rate = (runtime.probe_windows_per_s.get(chosen)
+                or _medians(_probe({chosen: net}, probe_x, 1))[chosen])
         eager_s = (expected_windows or 0) / max(rate, 1e-9)
         want = eager_s > COMPILE_PAYBACK * COMPILE_GUESS_S
         if not want:
@@ -269,9 +283,9 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
         full = to_nwc_input(torch.rand(batch, net.in_channels, window)).to(dev)
         fn = _compile(net, full, notes)
         if fn is not None and compile == "auto":
-            r = _probe({"eager": net, "compiled": fn}, full, 2)
-            if r["compiled"] < r["eager"]:
-                notes.append(f"eager: compiled ran {r['compiled'] / r['eager']:.2f}x eager")
+            ratio = _speedup(_probe({"eager": net, "compiled": fn}, full), "compiled", "eager")
+            if ratio < 1.0:
+                notes.append(f"eager: compiled ran {ratio:.2f}x eager")
                 fn = None
         runtime.compiled = fn is not None
     return Engine(net, runtime, batch, fn)
