@@ -217,21 +217,28 @@ def space(
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Count the valid points of a study's space and what each constraint excluded."""
+    from tunelab.errors import SpaceError
     from tunelab.execute.runner import prepare_study
     from tunelab.report.views import SpaceView, space_view
+    from tunelab.space import SpaceSummary
 
     if show < 0:
         raise TunelabError(f"--show must be >= 0, got {show}")
     study = prepare_study(_load(study_file))
-    summary, points = study.space.summarize()
+    summary: SpaceSummary | None = None
+    try:
+        summary, points = study.space.summarize()
+    except SpaceError:  # too large to enumerate: a sampling search (grid was refused above)
+        points = study.points
     why = {c.label: c.why or "" for c in study.space.constraints}
     origin = {c.label: c.origin for c in study.space.constraints}
     exclusions = tuple(
         (label, n, origin.get(label, "study"), why.get(label, ""))
-        for label, n in sorted(summary.excluded.items(), key=lambda kv: -kv[1]))
+        for label, n in sorted((summary.excluded if summary else {}).items(),
+                               key=lambda kv: -kv[1]))
     data = SpaceView(
-        study=study.spec.name, names=tuple(study.space.names), total=summary.total,
-        valid=summary.valid, exclusions=exclusions,
+        study=study.spec.name, names=tuple(study.space.names), total=study.space.size,
+        valid=summary.valid if summary else None, exclusions=exclusions,
         points=tuple(dict(p) for p in points[:show]), plan=_plan_text(study),
         plan_doc={"points": None if study.adaptive else len(study.points),
                   "repeats": study.spec.repeats, "runs": study.planned_runs,

@@ -35,6 +35,7 @@ from tunelab.errors import (
     WorkloadError,
 )
 from tunelab.execute.launchers import LocalLauncher
+from tunelab.limits import LIMITS
 from tunelab.search import Strategy, make_strategy
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
@@ -125,6 +126,8 @@ class StudyOutcome:
 
 def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
     """Build the workload, space, strategy and baseline of ``spec``; validate them."""
+    if repeats is not None and not 1 <= repeats <= LIMITS.repeats:
+        raise StudyError(f"--repeats must be between 1 and {LIMITS.repeats:,}, got {repeats}")
     cls = get_workload(spec.workload)
     try:
         options = cls.Options.model_validate(spec.workload_options)
@@ -147,6 +150,11 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
         if isinstance(exc, StudyError | WorkloadError):
             raise
         raise StudyError(f"{spec.where('constraints')}: {exc}") from None
+    try:
+        workload.validate(frozenset([*space.names, *space.derived, *space.constants]))
+    except WorkloadError as exc:
+        raise StudyError(f"{spec.where('workload', 'options')}: workload {spec.workload!r}: "
+                         f"{exc}") from None
     baseline = None
     if spec.baseline is not None:
         baseline = Point(spec.baseline)
@@ -168,10 +176,12 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
         if baseline is not None and baseline not in points:
             points.insert(0, baseline)
     if repeats is not None:
-        if repeats < 1:
-            raise StudyError(f"--repeats must be at least 1, got {repeats}")
         spec = spec.model_copy(update={"repeats": repeats})
-    return Study(spec, workload, space, objective, points, baseline, strategy.adaptive)
+    study = Study(spec, workload, space, objective, points, baseline, strategy.adaptive)
+    if study.planned_runs > LIMITS.runs:
+        raise StudyError(f"{spec.where('repeats')}: the study would make {study.planned_runs:,} "
+                         f"runs, more than {LIMITS.runs:,}; use fewer points or repeats")
+    return study
 
 
 def _parse_rule(expr: str, workload: Workload) -> Any:
