@@ -340,7 +340,12 @@ def report(
     cross = None
     if baseline_study is not None:
         cross = _compare_studies(load_results(baseline_study), results)
-    path = write_report(results, output or directory / "report.html", cross=cross)
+    try:
+        path = write_report(results, output or directory / "report.html", cross=cross)
+    except OSError as exc:
+        raise TunelabError(f"cannot write {exc.filename or output or directory}: "
+                           f"{exc.strerror or exc}; write the report elsewhere with --output "
+                           "FILE") from None
     sys.stdout.write(f"{path}\n")
     _exit_if_failed(_status_counts(results), f"study {results.name!r}")
 

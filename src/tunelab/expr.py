@@ -178,7 +178,7 @@ def _check_growth(op: ast.operator, left: Any, right: Any) -> None:
         if isinstance(right, int | float) and abs(right) > 64:
             raise ExpressionError("exponent larger than 64 is not allowed")
         if ints and right > 0 and _size(left) * right > LIMITS.integer_bits:
-            raise ExpressionError(f"{left} ** {right} is larger than "
+            raise ExpressionError(f"a {_size(left)}-bit integer ** {right} is larger than "
                                   f"{LIMITS.integer_bits} bits")
     elif isinstance(op, ast.Mult):
         if ints and _size(left) + _size(right) > LIMITS.integer_bits + 1:

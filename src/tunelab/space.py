@@ -292,9 +292,12 @@ class Space:
         summary, points = self.summarize()
         if not points:
             detail = ", ".join(f"{k!r} excluded {v}" for k, v in summary.excluded.items())
+            first = self._first_failure({a.name: a.values[0] for a in self.axes})
             raise SpaceError(
                 f"no valid point: all {summary.total} combinations are excluded"
                 + (f" ({detail})" if detail else "")
+                + (f"; the first combination: {first}" if first and "cannot be" in first
+                   else "")
             )
         return points
 

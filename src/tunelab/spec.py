@@ -98,7 +98,7 @@ class _StudyFile(BaseModel):
     env: dict[str, dict[str, Any] | None] | None = None
     repeats: int = Field(default=3, ge=1, le=LIMITS.repeats)
     baseline: dict[str, Any] | None = None
-    timeout: float | str = 600
+    timeout: Any = 600  # a number or a duration string; parse_duration checks it
     objective: _Objective | None = None
     search: _Search = Field(default_factory=_Search)
     noise_threshold: float = Field(default=0.02, ge=0, lt=1)
@@ -116,7 +116,7 @@ class _StudyFile(BaseModel):
 def name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a study (it names the default study directory), or None."""
     if len(name) > LIMITS.name_chars:
-        return f"must be at most {LIMITS.name_chars} characters, got {len(name)}"
+        return f"must be at most {LIMITS.name_chars} characters ({len(name)} given)"
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         return "must be letters, digits, '-', '_' or '.' (starting with a letter or digit)"
     return None
@@ -209,10 +209,13 @@ def _read_study_text(path: Path) -> str:
 
 def parse_duration(value: float | str) -> float:
     """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``; ValueError otherwise."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got {value!r}")
     if isinstance(value, int | float):
         seconds = float(value)
+    elif len(value) > 64:
+        raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got a string of "
+                         f"{len(value):,} characters")
     else:
         match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*"
                              r"(?:(\d+(?:\.\d+)?)s?)?\s*", value)
@@ -286,7 +289,8 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
         try:
             constraints.append(ConstraintSpec(Expression.parse(source), why))
         except ExpressionError as exc:
-            raise lines.error(("constraints", i), f"constraint {source!r}: {exc}") from None
+            raise lines.error(("constraints", i),
+                              f"constraint {_shorten(source)!r}: {exc}") from None
 
     try:
         timeout_s = parse_duration(raw.timeout)
@@ -480,4 +484,9 @@ def _pydantic_error(exc: ValidationError, lines: _Lines, data: Any) -> StudyErro
         return lines.error(loc[:-1], f"missing required field {field!r}")
     message = err["msg"].removeprefix("Value error, ")
     message = message[0].lower() + message[1:] if message else message
-    return lines.error(loc, f"{field!r}: {message}, got {err.get('input')!r}")
+    return lines.error(loc, f"{field!r}: {message}, got {_shorten(repr(err.get('input')))}")
+
+
+def _shorten(text: str, width: int = 80) -> str:
+    """``text`` cut for an error message."""
+    return text if len(text) <= width else text[:width - 1] + "…"

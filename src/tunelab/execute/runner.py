@@ -34,6 +34,13 @@ from tunelab.errors import (
     StudyError,
     WorkloadError,
 )
+from tunelab.execute.guards import (
+    check_study_dir,
+    command_problem,
+    read_output,
+    split_finite,
+    write_fault,
+)
 from tunelab.execute.launchers import LocalLauncher
 from tunelab.limits import LIMITS
 from tunelab.search import Strategy, make_strategy
@@ -272,10 +279,7 @@ def _identity_check(store: Store, study: Study) -> None:
 
 
 def _tail(path: Path) -> str:
-    try:
-        text = path.read_text(errors="replace").strip()
-    except OSError:
-        return ""
+    text = read_output(path).strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return lines[-1][-_TAIL_CHARS:] if lines else ""
 
@@ -292,6 +296,7 @@ def run_study(
     study_dir = Path(study_dir)
     launcher = launcher or LocalLauncher()
     study.workload.check()
+    check_study_dir(study_dir)
     lock = StudyLock(study_dir)
     with lock.held(), open_store(study_dir, create=True) as store:
         _identity_check(store, study)
@@ -362,9 +367,12 @@ def _now() -> str:
 def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: int,
              launcher: LocalLauncher, host: str, sysinfo_id: int) -> RunRecord:
     run_dir = study_dir / "runs" / point_dir_name(point) / f"r{repeat}"
-    if run_dir.exists():  # left over by an interrupted run: start clean
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
+    try:
+        if run_dir.exists():  # left over by an interrupted run: start clean
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise write_fault(exc, run_dir) from None
     stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
     ctx = study.context(point, run_dir, study_dir, repeat)
     started = _now()
@@ -379,10 +387,17 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
         cmd = study.workload.command(ctx)
         argv = list(cmd.argv)
         env_extra.update(cmd.env)
-        outcome = launcher.run(
-            argv, env={**os.environ, **env_extra}, cwd=cmd.cwd or run_dir,
-            timeout_s=study.spec.timeout_s, stdout_path=stdout_path, stderr_path=stderr_path,
-        )
+        problem = command_problem(argv, env_extra, cmd.cwd or run_dir)
+        if problem is not None:
+            raise LaunchError(problem)
+        try:
+            outcome = launcher.run(
+                argv, env={**os.environ, **env_extra}, cwd=cmd.cwd or run_dir,
+                timeout_s=study.spec.timeout_s, stdout_path=stdout_path,
+                stderr_path=stderr_path,
+            )
+        except OSError as exc:  # the run's own output files could not be written
+            raise write_fault(exc, run_dir) from None
         rc, wall = outcome.rc, outcome.wall_s
         if outcome.status == "timeout":
             status, reason = "timeout", f"killed after the {study.spec.timeout_s:g} s timeout"
@@ -403,19 +418,20 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
 
 def _parse(study: Study, rc: int | None, stdout_path: Path, stderr_path: Path,
            run_dir: Path) -> tuple[str, str | None, dict[str, float]]:
-    stdout = stdout_path.read_text(errors="replace")
-    stderr = stderr_path.read_text(errors="replace")
+    stdout, stderr = read_output(stdout_path), read_output(stderr_path)
     try:
-        foms = study.workload.parse(stdout, stderr, run_dir)
+        foms, not_finite = split_finite(study.workload.parse(stdout, stderr, run_dir))
     except RunReportedError as exc:
         return "failed", (f"exit code {rc}: {exc}" if rc else str(exc)), {}
     except ParseError as exc:
         if rc == 0:
             return "failed", f"unparsable output: {exc}", {}
-        foms = {}
+        foms, not_finite = {}, None
     if rc != 0:
         tail = _tail(stderr_path) or _tail(stdout_path)
         return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
+    if not_finite is not None:
+        return "failed", not_finite, foms
     if study.objective.fom != "wall_s" and study.objective.fom not in foms:
         have = ", ".join(sorted(foms)) or "none"
         return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "
