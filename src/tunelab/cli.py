@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tunelab._entry import interrupted
 from tunelab.errors import TunelabError
 from tunelab.report.output import message
 
@@ -109,6 +110,12 @@ def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _ignore_further_signals() -> None:
+    """Once interrupted, finish saying so: a second Ctrl-C or SIGTERM changes nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _failed_runs(counts: dict[str, int]) -> int:
     return sum(n for status, n in counts.items() if status in FAILED_STATUSES)
 
@@ -164,6 +171,7 @@ def run(
             outcome = run_study(study, study_dir, on_start=progress.start,
                                 on_event=progress.update)
         except KeyboardInterrupt:
+            _ignore_further_signals()
             progress.stop()
             message(f"tunelab: interrupted; finished runs are stored in {study_dir}. "
                     "Run the same command again to resume.")
@@ -476,6 +484,7 @@ def main() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
+        _ignore_further_signals()
         message("tunelab: interrupted")
         sys.exit(130)
     except typer.exceptions.TyperException as exc:  # usage errors (unknown option, …)
@@ -484,6 +493,12 @@ def main() -> None:
             raise
         show()
         sys.exit(int(getattr(exc, "exit_code", 2)))
+    except RuntimeError as exc:
+        if not interrupted(exc):
+            raise
+        _ignore_further_signals()
+        message("tunelab: interrupted")
+        sys.exit(130)
     except BrokenPipeError:  # `tunelab compare DIR | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
