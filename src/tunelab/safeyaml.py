@@ -82,8 +82,9 @@ class _Loader(yaml.SafeLoader):
 def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
     """The data of the YAML ``text`` and the line of each key path; ``source`` names the
     file in errors. Raises :class:`StudyError` for malformed or over-limit YAML."""
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)
         node = loader.get_single_node()
         if node is None:
             return None, {}
@@ -98,7 +99,8 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
     except RecursionError:  # a safety net: the bounds above keep every walk shallow
         raise StudyError(f"{source}: YAML nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, _index_lines(node)
 
 

@@ -188,9 +188,11 @@ def _read_study_text(path: Path) -> str:
     huge file is refused before it is read)."""
     limit = LIMITS.study_file_bytes
     try:
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device not end
+            raise StudyError(f"{path}: not a regular file")
         with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise StudyError(f"{path}: not a regular file")
             blob = f.read(limit + 1)
     except FileNotFoundError:
         raise StudyError(f"{path}: study file not found") from None

@@ -56,8 +56,8 @@ def _serve() -> None:
     out.flush()
     for n, line in enumerate(sys.stdin):
         request = json.loads(line)
-        workdir = root / f"r{n}"
-        workdir.mkdir()
+        workdir = Path(request["cwd"]) if request.get("cwd") else root / f"r{n}"
+        workdir.mkdir(exist_ok=True)
         for name, text in request["files"].items():
             (workdir / name).parent.mkdir(parents=True, exist_ok=True)
             (workdir / name).write_text(text)
@@ -113,13 +113,15 @@ class CliWorker:
             raise WorkerDied(f"worker did not start: {proc.stderr.read() if proc.stderr else ''}")
         return proc
 
-    def run(self, files: dict[str, str], argv: list[str], timeout_s: float = 120) -> dict[str, Any]:
-        """Run ``tunelab ARGV`` with ``files`` in a fresh working directory."""
+    def run(self, files: dict[str, str], argv: list[str], timeout_s: float = 120,
+            cwd: str | None = None) -> dict[str, Any]:
+        """Run ``tunelab ARGV`` with ``files`` in a fresh working directory (or in ``cwd``,
+        the ``dir`` of an earlier answer)."""
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         proc = self._proc
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps({"files": files, "argv": argv}) + "\n")
+        proc.stdin.write(json.dumps({"files": files, "argv": argv, "cwd": cwd}) + "\n")
         proc.stdin.flush()
         import selectors
 
