@@ -43,9 +43,11 @@ class Limits:
         100, "parameters of a study (axes of its space)")
     parameter_values: int = _limit(
         100_000, "values of one parameter (type: int ranges included)")
-    grid_combinations: int = _limit(
-        100_000, "combinations a grid search (and tunelab space) enumerates; a larger space "
-                 "must be sampled (search: {strategy: random or optuna, samples: N})")
+    enumeration_steps: int = _limit(
+        200_000, "steps a grid search (and tunelab space) may take to enumerate a space: one "
+                 "per value tried at any depth, so a grid of N combinations takes N to 2N "
+                 "unless constraints prune early; a larger space must be sampled (search: "
+                 "{strategy: random or optuna, samples: N})")
     samples: int = _limit(
         10_000, "samples of a random or optuna search")
     sample_draws: int = _limit(

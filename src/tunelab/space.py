@@ -7,9 +7,11 @@ credited to the constraint that pruned it, which is how ``tunelab space`` can sa
 points each constraint excluded without visiting them.
 
 The size of the full product is known without enumerating it (:attr:`Space.size`).
-Enumeration takes at most ``LIMITS.grid_combinations`` steps (one per value bound at any
+Enumeration takes at most ``LIMITS.enumeration_steps`` steps (one per value bound at any
 depth), so a product larger than that enumerates only when its constraints prune early;
-otherwise it is refused with its size and the advice to sample. Sampling a space larger than
+otherwise it is refused with its size and the advice to sample — at once when a lower bound
+of the steps left (nothing can be pruned between two depths that check no rule) already
+exceeds the budget. Sampling a space larger than
 the limit spends a bounded number of random draws.
 """
 
@@ -162,25 +164,29 @@ class Space:
     @property
     def enumerable(self) -> bool:
         """Whether the full product is small enough to enumerate whatever the constraints."""
-        return self.size <= LIMITS.grid_combinations
+        return self.size <= LIMITS.enumeration_steps // 2
 
-    def _min_steps(self) -> int:
-        """A lower bound of the steps enumeration takes: nothing is pruned above the first
-        depth at which a rule is checked, so every prefix down to it is visited."""
-        prefix = 1
-        total = 0
-        for depth, axis in enumerate(self.axes):
-            prefix *= len(axis.values)
-            total += prefix
-            if self._checks[depth] or self._derived_at[depth]:
-                return total
-        return total
+    def _min_steps_from(self) -> list[int]:
+        """For each depth d, a lower bound of the steps a walk entering depth d takes: no
+        value is pruned before the first depth >= d that checks a rule, so every
+        combination of the axes down to it is visited. (One more entry, 0, for the end.)"""
+        n = len(self.axes)
+        bounds = [0] * (n + 1)
+        for d in range(n):
+            prefix, total = 1, 0
+            for j in range(d, n):
+                prefix *= len(self.axes[j].values)
+                total += prefix
+                if self._checks[j] or self._derived_at[j] or total > LIMITS.enumeration_steps:
+                    break
+            bounds[d] = total
+        return bounds
 
     def _too_large(self) -> SpaceError:
         shape = " x ".join(f"{len(a.values):,} {a.name}" for a in self.axes)
         return SpaceError(
             f"the space has {self.size:,} combinations ({shape}); enumerating it takes more "
-            f"than the {LIMITS.grid_combinations:,} steps a grid search may take: sample it "
+            f"than the {LIMITS.enumeration_steps:,} steps a grid search may take: sample it "
             "with 'search: {strategy: random, samples: N}' (or optuna), or give fewer values "
             "or constraints on the first parameters that exclude more")
 
@@ -247,7 +253,8 @@ class Space:
         scope: dict[str, Any] = dict(self.constants)
         chosen: dict[str, Scalar] = {}
         steps = 0
-        if self._min_steps() > LIMITS.grid_combinations:
+        min_steps = self._min_steps_from()
+        if min_steps[0] > LIMITS.enumeration_steps:
             raise self._too_large()
 
         def rec(depth: int) -> Iterator[Point]:
@@ -255,7 +262,7 @@ class Space:
             axis = self.axes[depth]
             for v in axis.values:
                 steps += 1
-                if steps > LIMITS.grid_combinations:
+                if steps > LIMITS.enumeration_steps:
                     raise self._too_large()
                 scope[axis.name] = v
                 chosen[axis.name] = v
@@ -270,6 +277,8 @@ class Space:
                         summary.valid += 1
                     yield Point(chosen)
                 else:
+                    if steps + min_steps[depth + 1] > LIMITS.enumeration_steps:
+                        raise self._too_large()
                     yield from rec(depth + 1)
 
         yield from rec(0)
