@@ -8,6 +8,7 @@ interrupt at any later point.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from types import FrameType
@@ -43,5 +44,6 @@ def main() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sys.stderr.write("tunelab: interrupted while starting; nothing was done\n")
-        sys.exit(130)
+        sys.stderr.flush()
+        os._exit(130)  # no finalization of half-imported modules: nothing was done
     cli_main()

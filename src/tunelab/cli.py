@@ -11,6 +11,7 @@ messages and progress go to standard error.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import signal
@@ -110,6 +111,11 @@ def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+class _Interrupted(BaseException):
+    """An interrupt with its explanation; :func:`main` prints it (typer would swallow a
+    KeyboardInterrupt into a silent exit 130)."""
+
+
 def _ignore_further_signals() -> None:
     """Once interrupted, finish saying so: a second Ctrl-C or SIGTERM changes nothing."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -173,9 +179,8 @@ def run(
         except KeyboardInterrupt:
             _ignore_further_signals()
             progress.stop()
-            message(f"tunelab: interrupted; finished runs are stored in {study_dir}. "
-                    "Run the same command again to resume.")
-            raise typer.Exit(130) from None
+            raise _Interrupted(f"tunelab: interrupted; finished runs are stored in "
+                               f"{study_dir}. Run the same command again to resume.") from None
     counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
     message(f"{study.spec.name}: {outcome.ran} runs now, {outcome.previously_done} done "
             f"before, {outcome.planned} planned ({counts}). Results: {study_dir}")
@@ -478,15 +483,17 @@ def main() -> None:
     """Console-script entry point: one-line errors, exit status 2 on bad input."""
     try:
         rc = app(standalone_mode=False)  # returns a typer.Exit's code instead of raising it
+        if rc == 130:  # typer turned a KeyboardInterrupt into a silent exit 130
+            _exit_interrupted("tunelab: interrupted")
+    except _Interrupted as exc:
+        _exit_interrupted(str(exc))
     except TunelabError as exc:
         message(f"tunelab: error: {_one_line(str(exc))}")
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        _ignore_further_signals()
-        message("tunelab: interrupted")
-        sys.exit(130)
+        _exit_interrupted("tunelab: interrupted")
     except typer.exceptions.TyperException as exc:  # usage errors (unknown option, …)
         show = getattr(exc, "show", None)
         if show is None:
@@ -496,13 +503,21 @@ def main() -> None:
     except RuntimeError as exc:
         if not interrupted(exc):
             raise
-        _ignore_further_signals()
-        message("tunelab: interrupted")
-        sys.exit(130)
+        _exit_interrupted("tunelab: interrupted")
     except BrokenPipeError:  # `tunelab compare DIR | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _exit_interrupted(text: str) -> None:
+    """Say why, and exit 130 at once: an interrupt that passed through code run by
+    ``PyRun_String`` makes Python end a normal exit by killing itself with SIGINT."""
+    _ignore_further_signals()
+    message(text)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(130)
 
 
 def _one_line(text: str) -> str:

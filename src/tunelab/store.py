@@ -317,7 +317,12 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
             problem = exc
             continue
         try:
-            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"meta", "points", "runs", "foms"} <= tables:
+                conn.close()
+                raise StoreError(f"{path}: holds no tunelab results (a database of "
+                                 "something else, or one whose writer never finished)")
             return conn
         except sqlite3.DatabaseError as exc:
             conn.close()

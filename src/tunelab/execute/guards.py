@@ -6,6 +6,9 @@
   be started with (NUL characters, ``=`` in a name, a missing working directory) fails that
   run with the reason, instead of an exception that would stop the study at the same run on
   every resume.
+* :func:`check_run_dir` — after a run: if its directory or output files stopped being
+  writable, or the disk filled up, the run's failure may be the file system's doing, so the
+  study stops (the run is not stored; resuming runs it again) instead of blaming the run.
 * :func:`read_output` — a run's output read for parsing within ``LIMITS.output_parse_bytes``.
 * :func:`split_finite` — figures of merit that are NaN or infinite make the run fail
   (``figure of merit 'v' is not finite: nan``); they are never stored.
@@ -25,7 +28,8 @@ from pathlib import Path
 from tunelab.errors import StoreError
 from tunelab.limits import LIMITS
 
-__all__ = ["check_study_dir", "command_problem", "read_output", "split_finite", "write_fault"]
+__all__ = ["check_run_dir", "check_study_dir", "command_problem", "read_output",
+           "split_finite", "write_fault"]
 
 _LOCK_NAME = ".tunelab.lock"
 _RUNS_NAME = "runs"
@@ -65,6 +69,24 @@ def check_study_dir(study_dir: Path) -> None:
         bad = study_dir if not os.access(study_dir, os.W_OK | os.X_OK) else runs
         raise StoreError(f"{bad}: not writable; `tunelab run` needs to write there (the "
                          "read-only commands status, compare, best, report -o and export work)")
+
+
+_MIN_FREE_BYTES = 64 << 10
+
+
+def check_run_dir(run_dir: Path, *files: Path) -> None:
+    """Raise the write fault that stops the study when ``run_dir`` or ``files`` are no
+    longer writable or their file system is (nearly) full."""
+    for path in (run_dir, *files):
+        if path.exists() and not os.access(path, os.W_OK):
+            raise write_fault(PermissionError(errno.EPERM, "it became read-only or immutable "
+                                              "during the run", str(path)))
+    try:
+        fs = os.statvfs(run_dir)
+    except OSError as exc:
+        raise write_fault(exc, run_dir) from None
+    if fs.f_bavail * fs.f_frsize < _MIN_FREE_BYTES:
+        raise write_fault(OSError(errno.ENOSPC, "no space left on the device", str(run_dir)))
 
 
 def command_problem(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> str | None:

@@ -35,12 +35,14 @@ from tunelab.errors import (
     WorkloadError,
 )
 from tunelab.execute.guards import (
+    check_run_dir,
     check_study_dir,
     command_problem,
     read_output,
     split_finite,
     write_fault,
 )
+from tunelab.execute.hygiene import study_processes
 from tunelab.execute.launchers import LocalLauncher
 from tunelab.limits import LIMITS
 from tunelab.search import Strategy, make_strategy
@@ -298,8 +300,10 @@ def run_study(
     study.workload.check()
     check_study_dir(study_dir)
     lock = StudyLock(study_dir)
-    with lock.held(), open_store(study_dir, create=True) as store:
+    with lock.held(), open_store(study_dir, create=True) as store, \
+            study_processes(study_dir, store) as processes:
         _identity_check(store, study)
+        processes.sweep()  # runs a killed controller left running die before anything runs
         plan = plan_runs(study.points, study.spec.repeats, study.spec.seed, study.baseline)
         store.set_meta({
             "identity": study.spec.identity_hash(),
@@ -398,6 +402,7 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
             )
         except OSError as exc:  # the run's own output files could not be written
             raise write_fault(exc, run_dir) from None
+        check_run_dir(run_dir, stdout_path, stderr_path)
         rc, wall = outcome.rc, outcome.wall_s
         if outcome.status == "timeout":
             status, reason = "timeout", f"killed after the {study.spec.timeout_s:g} s timeout"
