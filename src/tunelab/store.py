@@ -33,12 +33,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import pandas as pd
-
 from tunelab.errors import StoreError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["DB_NAME", "RunRecord", "Store", "StudyLock", "open_store"]
 
@@ -262,6 +263,8 @@ class Store:
 
     def runs_frame(self) -> pd.DataFrame:
         """One row per run: run columns, one column per parameter, ``fom.<name>`` columns."""
+        import pandas as pd  # on use: ``tunelab run`` starts its first run sooner without it
+
         runs = pd.read_sql_query(
             "SELECT r.id AS run_id, r.point_id, p.key AS point, p.params, r.repeat, r.status, "
             "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host FROM runs r "
