@@ -25,8 +25,10 @@ def tagged_others() -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
-            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
         if int(pid) != me and tag.encode() in cmd and state != "Z":

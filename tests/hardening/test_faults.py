@@ -107,7 +107,8 @@ def test_kill_9_at_random_points_then_resume_keeps_every_run_exactly_once(cli, t
         d = tmp_path / f"d{seed}"
         proc = start(study, d)
         stored = rng.randint(0, 5)  # kill once this many runs are stored, plus a little
-        wait_until(lambda: count_runs(d / "tunelab.db") >= stored or proc.poll() is not None,
+        db = d / "tunelab.db"
+        wait_until(lambda: count_runs(db) >= stored or proc.poll() is not None,  # noqa: B023
                    what=f"{stored} runs")
         time.sleep(rng.uniform(0, 0.2))
         proc.kill()  # kill -9 of tunelab alone: its run in flight is orphaned
