@@ -72,7 +72,7 @@ def _mount_subcommands() -> None:
     from tunelab.leopard.cli import app as leopard_app
 
     app.add_typer(bench_app, name="bench",
-                  help="Benchmark programs tunelab owns (the all-to-all merge).")
+                  help="Benchmark programs tunelab owns (the all-to-all merge, DDP training).")
     app.add_typer(leopard_app, name="leopard",
                   help="Leopard DNA U-Net: synthetic data, training, prediction.")
 
@@ -164,11 +164,13 @@ def run(
     from tunelab.spec import load_study
 
     spec = load_study(study_file)
-    study = prepare_study(spec, repeats=repeats)
+    study = prepare_study(spec, repeats=repeats, dry_run=dry_run)
     study_dir = directory or _default_dir(spec.name)
     if dry_run:
         for line in describe_commands(study, study_dir):
             sys.stdout.write(line + "\n")
+        for fact in study.workload.facts():
+            message(f"{study.workload.name}: {fact}")
         message(f"{_plan_text(study)} (dry run: nothing was run)")
         return
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -182,6 +184,8 @@ def run(
             raise _Interrupted(f"tunelab: interrupted; finished runs are stored in "
                                f"{study_dir}. Run the same command again to resume.") from None
     counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
+    if outcome.stopped is not None:
+        message(f"{study.spec.name}: stopped early: {outcome.stopped}")
     message(f"{study.spec.name}: {outcome.ran} runs now, {outcome.previously_done} done "
             f"before, {outcome.planned} planned ({counts}). Results: {study_dir}")
     _print_ranking(study_dir, fmt)
@@ -237,7 +241,7 @@ def space(
 
     if show < 0:
         raise TunelabError(f"--show must be >= 0, got {show}")
-    study = prepare_study(_load(study_file))
+    study = prepare_study(_load(study_file), dry_run=True)
     summary: SpaceSummary | None = None
     try:
         summary, points = study.space.summarize()
@@ -256,7 +260,7 @@ def space(
         plan_doc={"points": None if study.adaptive else len(study.points),
                   "repeats": study.spec.repeats, "runs": study.planned_runs,
                   "strategy": study.spec.strategy, "adaptive": study.adaptive},
-        facts=tuple(study.workload.space_facts()),
+        facts=tuple(f"{study.workload.name}: {fact}" for fact in study.workload.facts()),
     )
     _emit(space_view(data), fmt)
 

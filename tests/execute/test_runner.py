@@ -257,7 +257,7 @@ def test_invariant_violations_are_invalid_runs(write_study, tmp_path):
     assert outcome.counts == {"ok": 2, "invalid": 1}
     bad = [r for r in runs(tmp_path / "d") if r["status"] == "invalid"][0]
     assert json.loads(bad["key"])["x"] == 3
-    assert "value = 6.0 differs from the study's reference 2.0 by 4" in bad["reason"]
+    assert "value differs by 4 > 0.5 from the study's reference (6.0 vs 2.0)" in bad["reason"]
 
 
 def test_export_formats(write_study, tmp_path):

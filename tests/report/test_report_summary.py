@@ -144,3 +144,17 @@ def test_narrow_terminal_leaves_out_median_and_min_first(
     header = next(line for line in narrow.splitlines() if "speedup" in line and "point" in line)
     assert "median" in wide and "median" not in header and " min " not in header
     assert "left out at this width: min, median" in narrow and "faster" in narrow
+
+
+@pytest.mark.parametrize("width", [100, 72, 60, 45])
+def test_terminal_table_fits_and_never_cuts_a_value(
+    runs: pd.DataFrame, objective: Objective, baseline: str, width: int
+) -> None:
+    results = results_from_frame(runs, objective, baseline, n_resamples=300)
+    text = _text(compare_view(results), width=width)
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    for row in compare_view(results).blocks[0].rows:  # type: ignore[union-attr]
+        for key in ("speedup", "verdict"):
+            cell = row.get(key, "")
+            value = cell if isinstance(cell, str) else cell[0]
+            assert value in text, (width, key, value)

@@ -52,7 +52,15 @@ from tunelab.store import RunRecord, Store, StudyLock, open_store
 from tunelab.sysinfo import snapshot
 from tunelab.workloads import Objective, RunContext, Workload, get_workload
 
-__all__ = ["RunEvent", "Study", "StudyOutcome", "plan_runs", "prepare_study", "run_study"]
+__all__ = [
+    "FailFast",
+    "RunEvent",
+    "Study",
+    "StudyOutcome",
+    "plan_runs",
+    "prepare_study",
+    "run_study",
+]
 
 _TAIL_CHARS = 300
 
@@ -82,7 +90,7 @@ class Study:
                              first=self.baseline)
 
     def context(self, point: Point, run_dir: Path, study_dir: Path,
-                repeat: int = 0, *, dry_run: bool = False) -> RunContext:
+                repeat: int = 0) -> RunContext:
         """The run context of ``point`` (values, env set, directories)."""
         env_set = {}
         if self.spec.env_sets is not None:
@@ -95,7 +103,6 @@ class Study:
             study_file=self.spec.path,
             cores=os.cpu_count() or 1,
             repeat=repeat,
-            dry_run=dry_run,
         )
 
 
@@ -126,15 +133,67 @@ class StudyOutcome:
     previously_done: int
     ran: int
     counts: dict[str, int] = field(default_factory=dict)
+    stopped: str | None = None
+    """Why the study stopped before its plan was done (see :class:`FailFast`), else None."""
 
     @property
     def all_ok(self) -> bool:
         """True when every stored run of the study succeeded."""
-        return all(n == 0 for s, n in self.counts.items() if s != "ok")
+        return self.stopped is None and all(n == 0 for s, n in self.counts.items()
+                                            if s != "ok")
 
 
-def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
-    """Build the workload, space, strategy and baseline of ``spec``; validate them."""
+class FailFast:
+    """Stops a study whose every point failed its first run the same way.
+
+    Fed each finished run of this invocation (:meth:`add`). Once the first run made here of
+    each of ``n_points`` points has ``failed`` with one and the same reason (pw.x's
+    ``Error in routine …`` line, or an exit code and message; the run's own directory is
+    blanked out of it), :attr:`stop_reason` is the one line to stop with: the remaining runs
+    would only repeat the error. A first run that ended any other way (ok, invalid, timed
+    out, or failed differently) disarms it for good. Workload-independent.
+    """
+
+    def __init__(self, n_points: int) -> None:
+        self.n_points = n_points
+        self._seen: set[str] = set()
+        self._reason: str | None = None
+        self._armed = n_points > 0
+
+    def add(self, record: RunRecord, study_dir: Path) -> None:
+        """Take a finished run into account."""
+        if not self._armed or record.point_key in self._seen:
+            return
+        self._seen.add(record.point_key)
+        reason = _blank_run_dir(record.reason or "", record.run_dir, study_dir)
+        if record.status != "failed" or not reason or (
+                self._reason is not None and reason != self._reason):
+            self._armed = False
+            return
+        self._reason = reason
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The line to stop with, or None while the study should go on."""
+        if not self._armed or self._reason is None or len(self._seen) < self.n_points:
+            return None
+        return (f"the first run of each of the {self.n_points} points failed the same way, "
+                f"so the other runs were not started: {self._reason}")
+
+
+def _blank_run_dir(reason: str, run_dir: str, study_dir: Path) -> str:
+    for form in (str((Path(study_dir) / run_dir).resolve()), str(Path(study_dir) / run_dir),
+                 run_dir):
+        if form:
+            reason = reason.replace(form, "<run dir>")
+    return reason
+
+
+def prepare_study(spec: StudySpec, *, repeats: int | None = None,
+                  dry_run: bool = False) -> Study:
+    """Build the workload, space, strategy and baseline of ``spec``; validate them.
+
+    ``dry_run`` (``space``, ``run --dry-run``) tells the workload to start no program."""
     if repeats is not None and not 1 <= repeats <= LIMITS.repeats:
         raise StudyError(f"--repeats must be between 1 and {LIMITS.repeats:,}, got {repeats}")
     cls = get_workload(spec.workload)
@@ -149,6 +208,7 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
             f"{where}: workload {spec.workload!r} option {field_name!r}: {msg}"
         ) from None
     workload = cls(options, spec.path)
+    workload.dry_run = dry_run
     if not spec.parameters and spec.env_sets is None:
         spec = _with_default_space(spec, workload)
     rules = [ConstraintSpec(_parse_rule(expr, workload), why, f"workload {workload.name}")
@@ -238,8 +298,8 @@ def point_dir_name(point: Point) -> str:
 def describe_commands(study: Study, study_dir: Path) -> list[str]:
     """One line per point: the command it would run, for ``--dry-run``.
 
-    Workloads build the commands with ``dry_run=True`` in a scratch directory that is
-    removed afterwards; the lines show the run directories a real run would use.
+    Workloads (prepared with ``dry_run=True``) build the commands in a scratch directory
+    that is removed afterwards; the lines show the run directories a real run would use.
     """
     lines = []
     with tempfile.TemporaryDirectory(prefix="tunelab-dry-") as tmp:
@@ -247,7 +307,7 @@ def describe_commands(study: Study, study_dir: Path) -> list[str]:
             scratch = Path(tmp) / point_dir_name(point)
             scratch.mkdir()
             real = study_dir / "runs" / point_dir_name(point) / "r0"
-            ctx = study.context(point, scratch, study_dir, dry_run=True)
+            ctx = study.context(point, scratch, study_dir)
             cmd = study.workload.command(ctx)
             env = {**ctx.env, **cmd.env}
             prefix = " ".join(f"{k}={shell_quote(v)}" for k, v in sorted(env.items()))
@@ -328,30 +388,38 @@ def run_study(
             on_start(previously, total)
         host = socket.gethostname()
         finished = previously
+        fail_fast = FailFast(len({p.key for p, _ in todo}) if not study.adaptive
+                             else study.spec.samples or 0)
 
-        def run_one(point: Point, repeat: int) -> None:
+        def run_one(point: Point, repeat: int) -> bool:
+            """Run and store one run; False when the study must stop."""
             nonlocal finished
             record = _execute(study, store, study_dir, point, repeat, launcher, host, sys_id)
             store.record_run(record)
             finished += 1
+            fail_fast.add(record, study_dir)
             if on_event is not None:
                 fom = study.objective.fom
                 on_event(RunEvent(point, repeat, record.status, record.reason, finished,
                                   total, record.wall_s, fom, record.foms.get(fom)))
+            return fail_fast.stop_reason is None
 
         if not study.adaptive:
             for point, repeat in todo:
-                run_one(point, repeat)
+                if not run_one(point, repeat):
+                    break
         else:
             strategy = study.new_strategy()
             while not strategy.done and (batch := strategy.ask(1)):
                 point = batch[0]
                 for repeat in range(study.spec.repeats):
-                    if (point.key, repeat) not in done:
-                        run_one(point, repeat)
+                    if (point.key, repeat) not in done and not run_one(point, repeat):
+                        break
+                if fail_fast.stop_reason is not None:
+                    break
                 strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
         return StudyOutcome(study_dir, total, previously, finished - previously,
-                            store.status_counts())
+                            store.status_counts(), fail_fast.stop_reason)
 
 
 def _study_text(path: Path | None) -> str:
@@ -457,6 +525,6 @@ def _check_invariants(study: Study, store: Store,
         ref = float(ref_raw)
         diff = abs(foms[name] - ref)
         if diff > tolerance:
-            problems.append(f"{name} = {foms[name]!r} differs from the study's reference "
-                            f"{ref!r} by {diff:.3g} (tolerance {tolerance:g})")
+            problems.append(f"{name} differs by {diff:.2g} > {tolerance:g} from the study's "
+                            f"reference ({foms[name]!r} vs {ref!r})")
     return ("invalid", "; ".join(problems)) if problems else ("ok", None)

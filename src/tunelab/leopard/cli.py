@@ -23,6 +23,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # plain help: the same on a terminal, in a pipe, at any width
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 

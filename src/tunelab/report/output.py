@@ -232,26 +232,54 @@ def _need(table: TextTable, col: Column) -> int:
     return max([len(col.title)] + [len(t) for t in texts])
 
 
-def _fit(table: TextTable, width: int) -> tuple[list[Column], list[Column], bool]:
-    """The columns that fit ``width`` without cutting a value, those left out, and
-    whether the kept ones fit at all."""
-    columns = [c for c in table.columns if any(_text(r.get(c.key)) for r in table.rows)]
-    columns = columns or list(table.columns)
+def _natural(table: TextTable, col: Column) -> int:
+    """A column's width with every value on one line."""
+    return max([len(col.title)] + [len(_text(r.get(col.key))) for r in table.rows])
+
+
+def _rich_table(block: TextTable, columns: list[Column]) -> Any:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=block.title or None, title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, show_edge=False)
+    for col in columns:
+        table.add_column(col.title, justify=col.align, no_wrap=not col.wrap,
+                         min_width=_need(block, col), overflow="fold")
+    for row in block.rows:
+        table.add_row(*(Text(_text(row.get(c.key)), style=_style(row.get(c.key)))
+                        for c in columns))
+    return table
+
+
+def _fit(console: Any, block: TextTable) -> tuple[Any, list[Column]]:
+    """The rich table of the columns that fit the console without cutting a value (None
+    when even the columns that are never dropped do not fit), and the columns left out."""
+    from rich.measure import Measurement
+
+    columns = [c for c in block.columns if any(_text(r.get(c.key)) for r in block.rows)]
+    columns = columns or list(block.columns)
     dropped: list[Column] = []
     while True:
-        total = sum(_need(table, c) for c in columns) + 2 * len(columns)
+        table = _rich_table(block, columns)
+        # rich narrows only the wrapping columns (down to their longest word) before it crops
+        # the others: the table fits when its natural width minus that slack fits
+        natural = Measurement.get(console, console.options.update_width(10**4), table).maximum
+        slack = sum(_natural(block, c) - _need(block, c) for c in columns if c.wrap)
+        narrowest = natural - slack
         droppable = [c for c in columns if c.drop is not None]
-        if total <= width or not droppable:
-            return columns, dropped, total <= width
+        if narrowest <= console.width:
+            return table, dropped
+        if not droppable:
+            return None, dropped
         victim = min(droppable, key=lambda c: c.drop or 0)
         columns.remove(victim)
         dropped.append(victim)
 
 
 def _terminal(view: View, stream: IO[str], width: int | None) -> None:
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
     console = Console(file=stream, width=width, highlight=False)
@@ -264,18 +292,10 @@ def _terminal(view: View, stream: IO[str], width: int | None) -> None:
             for line in block.lines:  # sentences wrap between words on a terminal
                 console.print(Text(line, style=block.style))
             continue
-        columns, dropped, fits = _fit(block, console.width)
-        if not fits:  # even the essential columns are too wide: one record per block
+        table, dropped = _fit(console, block)
+        if table is None:  # even the essential columns are too wide: one record per block
             _records(console, block)
             continue
-        table = Table(title=block.title or None, title_justify="left", box=box.SIMPLE_HEAD,
-                      pad_edge=False)
-        for col in columns:
-            table.add_column(col.title, justify=col.align, no_wrap=not col.wrap,
-                             min_width=_need(block, col), overflow="fold")
-        for row in block.rows:
-            table.add_row(*(Text(_text(row.get(c.key)), style=_style(row.get(c.key)))
-                            for c in columns))
         console.print(table)
         notes = list(block.notes)
         if dropped:

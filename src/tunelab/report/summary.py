@@ -24,6 +24,7 @@ from tunelab.stats import (
     compare_to_baseline,
     fom_column,
     summarize,
+    verdict_label,
 )
 from tunelab.workloads.base import Direction, Objective
 
@@ -31,9 +32,37 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tunelab.crossstudy import StudyComparison
-    from tunelab.report.html import ImageSource
+    from tunelab.report.html import FailedRun, ImageSource
 
-__all__ = ["StudyResults", "load_results", "results_from_frame", "write_report"]
+__all__ = [
+    "Exclusion",
+    "StudyResults",
+    "exclusions_from_frame",
+    "load_results",
+    "results_from_frame",
+    "write_report",
+]
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A point whose runs a physics check (an invariant) marked ``invalid``.
+
+    ``value`` is the mean of the objective over those runs (NaN without one); ``leading``
+    is True when the point has no valid run and that mean beats every valid point, i.e. the
+    point would have been the best; ``line`` says it in one sentence, e.g. ``np=2 npool=1:
+    fastest (pwscf_wall_s 6.2 s), but excluded: total_energy_ry differs by 2.4e-05 > 1e-05
+    from the study's reference (…)``.
+    """
+
+    point: str
+    params: dict[str, Any]
+    n_invalid: int
+    n_runs: int
+    value: float
+    reason: str
+    leading: bool
+    line: str
 
 
 @dataclass(frozen=True)
@@ -41,7 +70,9 @@ class StudyResults:
     """Everything the tables and reports of one study need.
 
     ``comparisons`` is empty when the study has no baseline or the baseline has no
-    successful run (``notes`` then says why); ``summaries`` always lists every point.
+    successful run (``notes`` then says why); ``summaries`` always lists every point, also
+    when no run succeeded; ``failures`` lists every run that was not ok (failed, timeout,
+    invalid) with its reason, ``exclusions`` every point a physics check excluded.
     """
 
     name: str
@@ -60,6 +91,13 @@ class StudyResults:
     directory: Path | None = None
     spec_yaml: str = ""
     study_file: str = ""
+    failures: tuple[FailedRun, ...] = ()
+    exclusions: tuple[Exclusion, ...] = ()
+
+    @property
+    def has_failures(self) -> bool:
+        """True when some run of the study was not ok."""
+        return bool(self.failures)
 
     def best_result(self) -> BestResult:
         """The best point and its runner-up (raises :class:`StatsError` without a
@@ -97,12 +135,12 @@ def results_from_frame(
     (non-positive mean), becomes a note rather than an error; an unknown figure of merit
     raises :class:`StatsError`.
     """
+    from tunelab.report.html import failed_runs
+
     notes: list[str] = []
     column = fom_column(objective.fom)
     if len(runs) and column not in runs.columns:  # no run produced it: every run failed
         runs = runs.assign(**{column: math.nan})
-        notes.append(f"No run produced the figure of merit "
-                     f"{column.removeprefix('fom.')!r}; the failed runs say why.")
     summaries = tuple(summarize(runs, objective.fom)) if len(runs) else ()
     comparisons: tuple[PointComparison, ...] = ()
     if not len(runs):
@@ -125,6 +163,9 @@ def results_from_frame(
             notes.append(f"No comparison with the baseline: {exc}.")
     else:
         notes.append("The study names no baseline: points are ranked by mean only.")
+    if summaries and all(s.n == 0 for s in summaries):
+        notes.append(f"No run produced {objective.fom.removeprefix('fom.')}: "
+                     f"{len(runs)} runs, none ok (see the failures).")
     return StudyResults(
         name=name,
         objective=objective,
@@ -142,7 +183,55 @@ def results_from_frame(
         directory=directory,
         spec_yaml=spec_yaml,
         study_file=study_file,
+        failures=tuple(failed_runs(runs)),
+        exclusions=tuple(exclusions_from_frame(runs, objective, summaries)),
     )
+
+
+def _value_text(value: float, fom: str) -> str:
+    from tunelab.report.table import fmt_number
+
+    name = fom.removeprefix("fom.")
+    unit = " s" if name.endswith("_s") else ""
+    return f"{name} {fmt_number(value, 3)}{unit}"
+
+
+def exclusions_from_frame(runs: pd.DataFrame, objective: Objective,
+                          summaries: tuple[PointSummary, ...]) -> list[Exclusion]:
+    """The points with ``invalid`` runs, in order of first run, each with its reason and
+    whether it would have been the best point (see :class:`Exclusion`)."""
+    from tunelab.report.table import point_label
+
+    if not len(runs) or "status" not in runs.columns:
+        return []
+    column = fom_column(objective.fom)
+    minimize = objective.direction == "minimize"
+    best_valid = {s.point: s.mean for s in summaries if s.n > 0}
+    out = []
+    for s in summaries:
+        if not s.failed.get("invalid"):
+            continue
+        rows = runs[(runs["point"].astype(str) == s.point) & (runs["status"] == "invalid")]
+        values = rows[column].astype(float) if column in rows.columns else []
+        finite = [float(v) for v in values if math.isfinite(v)]
+        value = sum(finite) / len(finite) if finite else math.nan
+        reason = str(next((r for r in rows.get("reason", []) if r), "an invariant differs"))
+        others = [m for p, m in best_valid.items() if p != s.point]
+        leading = s.n == 0 and math.isfinite(value) and all(
+            (value < m) if minimize else (value > m) for m in others)
+        label = point_label(s.params)
+        if leading:
+            word = verdict_label("better", objective.fom, objective.direction)
+            word = {"faster": "fastest", "better": "best"}[word]
+            line = (f"{label}: {word} ({_value_text(value, objective.fom)}), "
+                    f"but excluded: {reason}")
+        elif s.n == 0:
+            line = f"{label}: excluded: {reason}"
+        else:
+            line = (f"{label}: {s.failed['invalid']} of {s.n_total} runs excluded: {reason}")
+        out.append(Exclusion(s.point, s.params, s.failed["invalid"], s.n_total, value, reason,
+                             leading, line))
+    return out
 
 
 def load_results(directory: str | Path) -> StudyResults:
@@ -196,7 +285,7 @@ def write_report(results: StudyResults, path: str | Path, *,
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TunelabError(f"cannot create {path.parent}: {exc.strerror}") from exc
-    notes = list(results.notes)
+    notes = list(results.notes) + [e.line for e in results.exclusions]
     best_result: BestResult | None = None
     if len(results.runs):
         try:
@@ -217,7 +306,7 @@ def write_report(results: StudyResults, path: str | Path, *,
             f"with its {results.confidence:.0%} confidence interval; the shaded band is the "
             f"±{results.noise_threshold:.0%} noise threshold, inside which no difference is "
             "claimed.")))
-    if len(results.runs):
+    if any(s.n for s in results.summaries):
         order = [row.point for row in table_rows(results.comparisons or results.summaries,
                                                   results.objective)]  # fmt: skip
         chart = fom_by_point_chart(
@@ -257,7 +346,7 @@ def _workload_plots(
 
     workload = results.spec.get("workload", {})
     name = workload.get("name") if isinstance(workload, dict) else None
-    if not name or not len(results.runs):
+    if not name or not any(s.n for s in results.summaries):
         return []
     try:
         cls = get_workload(str(name))

@@ -18,12 +18,14 @@ from tunelab.stats import (
 )
 
 if TYPE_CHECKING:
+    from tunelab.report.summary import Exclusion
     from tunelab.workloads.base import Objective
 
 __all__ = [
     "VERDICT_STYLES",
     "TableRow",
     "best_lines",
+    "exclusion_lines",
     "fmt_number",
     "fmt_ratio",
     "p_text",
@@ -204,3 +206,9 @@ def best_lines(result: BestResult) -> list[str]:
             "share: the best was chosen for having the best mean)."
         )
     return lines
+
+
+def exclusion_lines(exclusions: Sequence[Exclusion]) -> list[str]:
+    """One sentence per point a physics check excluded (leading ones first)."""
+    ordered = sorted(exclusions, key=lambda e: not e.leading)
+    return [e.line for e in ordered]

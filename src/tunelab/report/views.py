@@ -18,6 +18,7 @@ from tunelab.report.output import Cell, Column, Lines, TextTable, View
 from tunelab.report.table import (
     VERDICT_STYLES,
     best_lines,
+    exclusion_lines,
     fmt_number,
     fmt_ratio,
     p_text,
@@ -78,6 +79,12 @@ def _comparison_doc(c: Comparison, objective: Objective) -> dict[str, Any]:
         "verdict": c.verdict.value,
         "verdict_label": verdict_label(c.verdict, objective.fom, objective.direction),
     }
+
+
+def _exclusions_doc(results: StudyResults) -> list[dict[str, Any]]:
+    return [{"point": dict(e.params), "label": point_label(e.params), "n_invalid": e.n_invalid,
+             "n_runs": e.n_runs, "mean": e.value, "reason": e.reason, "leading": e.leading,
+             "line": e.line} for e in results.exclusions]
 
 
 def _mean_sd(s: PointSummary) -> str:
@@ -184,9 +191,11 @@ def compare_view(results: StudyResults) -> View:
         "confidence": results.confidence,
         "noise_threshold": results.noise_threshold,
         "points": points_doc,
+        "excluded": _exclusions_doc(results),
         "notes": list(results.notes),
     }
-    table = TextTable(title, tuple(columns), tuple(rows), tuple(results.notes))
+    notes = (*results.notes, *exclusion_lines(results.exclusions))
+    table = TextTable(title, tuple(columns), tuple(rows), notes)
     return View((table,), document, tuple(records))
 
 
@@ -290,13 +299,15 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
     """The best point, its runner-up and the verdict between them; ``problem`` says why
     there is no best point when ``best`` is None."""
     objective = results.objective
+    excluded = tuple(exclusion_lines(results.exclusions))
     if best is None:
         text = problem or "no point has a successful run"
         document = {"schema": "tunelab.best", "version": SCHEMA_VERSION,
                     "study": results.name, "objective": _objective_doc(objective),
                     "best": None, "runner_up": None, "comparison": None,
-                    "p_beats_runner_up": None, "notes": [text]}
-        return View((Lines((f"No best point: {text}.",)),), document, ())
+                    "p_beats_runner_up": None, "excluded": _exclusions_doc(results),
+                    "notes": [text]}
+        return View((Lines((f"No best point: {text}.", *excluded)),), document, ())
     c = best.comparison
     style = VERDICT_STYLES.get(c.verdict, "") if c is not None else "green"
     document = {
@@ -308,6 +319,7 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         "runner_up": _summary_doc(best.runner_up) if best.runner_up else None,
         "comparison": _comparison_doc(c, objective) if c is not None else None,
         "p_beats_runner_up": best.p_beats_runner_up,
+        "excluded": _exclusions_doc(results),
         "notes": list(results.notes),
     }
     records = [{"role": "best", **_summary_doc(best.best)}]
@@ -315,7 +327,10 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         records.append({"role": "runner_up", **_summary_doc(best.runner_up)})
     if c is not None:
         records[0].update(_comparison_doc(c, objective))
-    return View((Lines(tuple(best_lines(best)), style=style),), document, tuple(records))
+    blocks: list[TextTable | Lines] = [Lines(tuple(best_lines(best)), style=style)]
+    if excluded:
+        blocks.append(Lines(excluded, style="yellow"))
+    return View(tuple(blocks), document, tuple(records))
 
 
 # ---------------------------------------------------------------------------------------

@@ -65,8 +65,6 @@ class RunContext:
     chosen environment-variable set; ``run_dir`` is private to this run (scratch files, the
     command's working directory by default); ``study_file`` locates relative input paths;
     ``repeat`` is the repeat index (0-based), e.g. to vary a training seed between repeats.
-    ``dry_run`` is True when the command is only shown (``tunelab run --dry-run``): build
-    it without side effects (generate no data, start no program).
     """
 
     values: Mapping[str, Any]
@@ -76,7 +74,6 @@ class RunContext:
     study_file: Path | None
     cores: int
     repeat: int = 0
-    dry_run: bool = False
 
 
 class WorkloadOptions(BaseModel):
@@ -95,6 +92,9 @@ class Workload(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
+    dry_run: bool = False
+    """Set by the engine when the study is only looked at (``space``, ``run --dry-run``):
+    the workload must then start no program (no probe, no preparation), only describe."""
 
     def __init__(self, options: WorkloadOptions, study_file: Path | None = None) -> None:
         self.options = options
@@ -120,6 +120,11 @@ class Workload(ABC):
         """
         return []
 
+    def facts(self) -> list[str]:
+        """Lines ``tunelab space`` shows about what the workload worked out from its
+        options (for example the k-points of a pw.x input and where the count came from)."""
+        return []
+
     def invariants(self) -> dict[str, float]:
         """FOM name -> absolute tolerance for values that must agree across all runs."""
         return {}
@@ -133,11 +138,6 @@ class Workload(ABC):
     def check(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Raise :class:`~tunelab.errors.WorkloadError` if the workload cannot run here
         (missing executable, missing input file). Called once before a study starts."""
-
-    def space_facts(self) -> list[str]:
-        """Sentences ``tunelab space`` shows about this study's input (for example how many
-        k-points it has and where that count came from). None by default."""
-        return []
 
     def tool_versions(self) -> dict[str, list[str]]:
         """Commands whose first output line is stored in the machine snapshot."""

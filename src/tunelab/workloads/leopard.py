@@ -169,7 +169,7 @@ class LeopardWorkload(Workload):
         if nproc < 1:
             raise WorkloadError(f"leopard: nproc must be >= 1, got {nproc}")
         threads = int(v["threads"]) if v["threads"] else max(1, ctx.cores // nproc)
-        data = self.data_path(create=not ctx.dry_run)
+        data = self.data_path(create=not self.dry_run)
         train = ["-m", "tunelab.leopard", "train",
                  "--data", str(data), "--out", str(ctx.run_dir / "train"),
                  "--window", str(int(v["window"])),
