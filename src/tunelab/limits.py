@@ -73,7 +73,8 @@ class Limits:
         16 << 20, "bytes of a run's stdout, and of its stderr, read for parsing (the first "
                   "and the last half when the output is larger)")
     regex_timeout_s: float = _limit(
-        2.0, "seconds one figure-of-merit regex may search a run's output")
+        2.0, "CPU seconds all figure-of-merit regexes of one run may spend searching its "
+             "output")
 
 
 LIMITS = Limits()
