@@ -162,15 +162,17 @@ def _index_lines(root: yaml.Node) -> Lines:
         if id(node) in walked:
             continue
         walked.add(id(node))
+        below: list[tuple[yaml.Node, tuple[Any, ...]]] = []
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 name = key.value if isinstance(key, yaml.ScalarNode) else f"<{key.tag}>"
                 sub = (*path, name)
                 out.setdefault(sub, key.start_mark.line + 1)
-                stack.append((value, sub))
+                below.append((value, sub))
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 sub = (*path, i)
                 out.setdefault(sub, item.start_mark.line + 1)
-                stack.append((item, sub))
+                below.append((item, sub))
+        stack.extend(reversed(below))  # walked in file order: a node's first use names it
     return out
