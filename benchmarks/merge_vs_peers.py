@@ -157,7 +157,7 @@ def mpi_pingpong(size: int, pml: str) -> float | None:
     if shutil.which("mpirun") is None:
         print("  - mpirun not installed; skipped")
         return None
-    from tunelab.execute.mpi import mpirun_argv
+    from tunelab.cluster.mpi import mpirun_argv
 
     env = {"OMPI_MCA_pml": pml}
     if pml == "ucx":

@@ -152,9 +152,12 @@ def run(
     repeats: Annotated[int | None, typer.Option("--repeats", help="Override the study's "
                                                 "repeats.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Batch launchers: submit the jobs "
+                                         "and exit; 'tunelab status DIR' collects them.")]
+    = False,
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
-    """Run a study (resumes where a previous run of it stopped).
+    """Run a study (resumes where a previous run of it stopped; re-attaches to its jobs).
 
     Progress goes to standard error: a bar on a terminal, one line per finished run
     otherwise. The ranked results go to standard output.
@@ -177,12 +180,18 @@ def run(
     with study_progress(quiet=quiet) as progress:
         try:
             outcome = run_study(study, study_dir, on_start=progress.start,
-                                on_event=progress.update)
+                                on_event=progress.update, detach=detach)
         except KeyboardInterrupt:
             _ignore_further_signals()
             progress.stop()
-            raise _Interrupted(f"tunelab: interrupted; finished runs are stored in "
+            cancelled = " its batch jobs were cancelled;" if study.launcher.batch else ""
+            raise _Interrupted(f"tunelab: interrupted;{cancelled} finished runs are stored in "
                                f"{study_dir}. Run the same command again to resume.") from None
+    if outcome.queued_jobs:
+        message(f"{study.spec.name}: {outcome.queued_jobs} job(s) in the queue, "
+                f"{outcome.ran} runs collected now. 'tunelab status {study_dir}' collects "
+                "finished runs; 'tunelab run' again submits the rest and waits.")
+        return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
     if outcome.stopped is not None:
         message(f"{study.spec.name}: stopped early: {outcome.stopped}")
@@ -208,11 +217,13 @@ def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
 
 @app.command()
 def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
-    """Show how far a study is and its latest failures (exit 1 when runs failed)."""
+    """Show how far a study is and its latest failures (exit 1 when runs failed); collect
+    what its batch jobs finished."""
     from tunelab.report.views import FailureLine, StatusData, status_view
     from tunelab.space import Point
     from tunelab.store import open_store
 
+    jobs_line = _collect_jobs(directory)
     with open_store(directory) as store:
         data = StatusData(
             name=store.get_meta("study_name") or directory.name,
@@ -221,10 +232,37 @@ def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
             counts=store.status_counts(),
             failures=tuple(FailureLine(dict(Point.from_key(key)), rep, st, reason)
                            for key, rep, st, reason in store.failures(limit=10)),
+            jobs=jobs_line or "",
         )
     _emit(status_view(data), fmt)
     if _failed_runs(data.counts):
         raise typer.Exit(1)
+
+
+def _collect_jobs(directory: Path) -> str | None:
+    """Collect the finished runs of a study's open batch jobs (when no ``tunelab run``
+    holds the study); a line on its jobs, or None when it has none."""
+    import json
+
+    from tunelab.errors import StoreError
+    from tunelab.execute.runner import collect_study, prepare_study
+    from tunelab.spec import StudySpec
+    from tunelab.store import open_store
+
+    with open_store(directory) as store:
+        open_jobs = store.open_jobs()
+        raw = json.loads(store.get_meta("spec") or "{}")
+        study_file = store.get_meta("study_file") or ""
+    if not open_jobs:
+        return None
+    spec = StudySpec.from_mapping(raw, source=study_file or str(directory),
+                                  path=Path(study_file) if study_file else None)
+    try:
+        outcome, phases = collect_study(prepare_study(spec), directory)
+    except StoreError:  # a tunelab run controls the study: it collects
+        return f"jobs: {len(open_jobs)} open (a running 'tunelab run' collects them)"
+    detail = ", ".join(f"{n} {p}" for p, n in sorted(phases.items())) or "none left"
+    return f"jobs: {outcome.queued_jobs} active ({detail}); {outcome.ran} runs collected now"
 
 
 @app.command()

@@ -7,16 +7,17 @@ Schema (``tunelab.db``)::
     runs(id, point_id, repeat, status, …)    one row per finished run, UNIQUE(point_id, repeat)
     foms(run_id, name, value)                figures of merit of a run
     sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
+    jobs(token, launcher, job_id, state, …)  batch jobs and the runs each executes (resume)
 
 A run is written in one transaction together with its figures of merit, only once it has
 finished: a crash or ``kill -9`` loses at most the run in flight, never a finished one, and
 never leaves half a run behind. The database runs in WAL mode; one ``tunelab run`` at a
 time holds the study directory's lock (see :class:`StudyLock`).
 
-Only ``tunelab run`` opens a store for writing (``open_store(dir, create=True)``); every other
-command opens it read-only (SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot
-work, e.g. a WAL database on a read-only file system), so a study on a read-only medium can
-still be read. A write that fails (read-only, disk full, I/O error) rolls its transaction
+Only ``tunelab run`` (and ``status`` collecting batch jobs) opens a store for writing
+(``open_store(dir, create=True)`` or ``write=True``); every other command opens it read-only
+(SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot work, e.g. a WAL database on
+a read-only file system), so a study on a read-only medium can still be read. A write that fails (read-only, disk full, I/O error) rolls its transaction
 back and raises :class:`~tunelab.errors.StoreError` naming the database: the store stays as
 it was, and the study resumes once the cause is fixed.
 """
@@ -41,7 +42,7 @@ from tunelab.errors import StoreError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DB_NAME", "RunRecord", "Store", "StudyLock", "open_store"]
+__all__ = ["DB_NAME", "RunRecord", "Store", "StoredJob", "StudyLock", "open_store"]
 
 DB_NAME = "tunelab.db"
 STATUSES = ("ok", "failed", "timeout", "invalid")
@@ -68,6 +69,14 @@ CREATE TABLE IF NOT EXISTS runs (
     run_dir TEXT NOT NULL,
     sysinfo_id INTEGER REFERENCES sysinfo(id),
     UNIQUE (point_id, repeat));
+CREATE TABLE IF NOT EXISTS jobs (
+    token TEXT PRIMARY KEY,
+    launcher TEXT NOT NULL,
+    job_id TEXT,
+    state TEXT NOT NULL CHECK (state IN ('submitting', 'active', 'closed')),
+    ended_state TEXT,
+    submitted_at TEXT NOT NULL,
+    runs TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS foms (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
@@ -93,6 +102,17 @@ class RunRecord:
     run_dir: str
     foms: Mapping[str, float]
     sysinfo_id: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A batch job as the store keeps it: token, launcher, scheduler id, state, runs."""
+
+    token: str
+    launcher: str
+    job_id: str | None
+    state: str
+    runs: list[dict[str, Any]]
 
 
 class Store:
@@ -223,6 +243,52 @@ class Store:
         row = self._conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM points").fetchone()
         return int(row[0])
 
+    # --- batch jobs -----------------------------------------------------------------------
+
+    def add_job(self, token: str, launcher: str, runs: list[dict[str, Any]],
+                submitted_at: str) -> None:
+        """Record a job about to be submitted (before ``sbatch``: a controller that dies in
+        between finds it by name when it comes back)."""
+        with self._writing():
+            self._conn.execute(
+                "INSERT INTO jobs (token, launcher, state, submitted_at, runs) "
+                "VALUES (?, ?, 'submitting', ?, ?)",
+                (token, launcher, submitted_at, json.dumps(runs)))
+
+    def set_job_id(self, token: str, job_id: str) -> None:
+        """The scheduler accepted the job: store its id."""
+        with self._writing():
+            self._conn.execute("UPDATE jobs SET job_id = ?, state = 'active' WHERE token = ?",
+                               (job_id, token))
+
+    def close_job(self, token: str, ended_state: str) -> None:
+        """The job will run nothing more (``ended_state``: the scheduler's word, or why)."""
+        with self._writing():
+            self._conn.execute("UPDATE jobs SET state = 'closed', ended_state = ? "
+                               "WHERE token = ?", (ended_state, token))
+
+    def _has_jobs_table(self) -> bool:
+        """Whether the store has the ``jobs`` table (a store written before batch
+        launchers existed, opened read-only, has not)."""
+        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                  "name = 'jobs'").fetchone() is not None
+
+    def open_jobs(self) -> list[StoredJob]:
+        """Jobs not yet closed, oldest first."""
+        if not self._has_jobs_table():
+            return []
+        rows = self._conn.execute(
+            "SELECT token, launcher, job_id, state, runs FROM jobs WHERE state != 'closed' "
+            "ORDER BY submitted_at, token")
+        return [StoredJob(t, lau, jid, st, json.loads(runs)) for t, lau, jid, st, runs in rows]
+
+    def job_counts(self) -> dict[str, int]:
+        """Number of jobs per state (``submitting``, ``active``, ``closed``)."""
+        if not self._has_jobs_table():
+            return {}
+        rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        return {s: int(n) for s, n in rows}
+
     # --- reading ------------------------------------------------------------------------
 
     def completed(self) -> set[tuple[str, int]]:
@@ -283,15 +349,16 @@ class Store:
         return pd.concat([runs, params, wide], axis=1)
 
 
-def open_store(study_dir: str | Path, *, create: bool = False) -> Store:
-    """Open the store of ``study_dir``: read-only, or with ``create`` for writing (making
-    the directory and the schema)."""
+def open_store(study_dir: str | Path, *, create: bool = False, write: bool = False) -> Store:
+    """Open the store of ``study_dir``: read-only; with ``write`` for writing an existing
+    store; with ``create`` for writing, making the directory and the schema as needed."""
     study_dir = Path(study_dir)
     path = study_dir / DB_NAME
-    if not create:
+    if not create or write:
         if not path.is_file():
             raise StoreError(f"{study_dir}: not a tunelab study directory (no {DB_NAME})")
-        return Store(_connect_readonly(path), path)
+        if not write:
+            return Store(_connect_readonly(path), path)
     try:
         study_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

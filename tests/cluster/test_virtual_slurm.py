@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -54,3 +55,23 @@ def test_cluster_down_leaves_no_daemon_namespace_or_state():
     assert f"{prefix}n1" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                text=True).stdout
     assert not (SLURM_ROOT / prefix).exists()
+
+
+def test_script_up_status_down(tmp_path):
+    script = Path(__file__).resolve().parents[2] / "scripts" / "virtual-cluster.sh"
+    up = subprocess.run([str(script), "up", "1"], capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    conf = up.stdout.strip().removeprefix("export SLURM_CONF=")
+    prefix = Path(conf).parent.name
+    try:
+        status = subprocess.run([str(script), "status"], capture_output=True, text=True)
+        assert f"{prefix} SLURM_CONF={conf}" in status.stdout
+        sinfo = subprocess.run(["sinfo", "-h", "-o", "%D %t"], capture_output=True, text=True,
+                               env={**os.environ, "SLURM_CONF": conf})
+        assert sinfo.stdout.split() == ["1", "idle"]
+    finally:
+        down = subprocess.run([str(script), "down", prefix], capture_output=True, text=True)
+    assert down.returncode == 0 and f"virtual cluster {prefix}: down" in down.stderr
+    assert not Path(conf).exists()
+    bad = subprocess.run([str(script), "up", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("virtual-cluster: error: number")

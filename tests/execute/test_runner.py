@@ -188,7 +188,8 @@ def test_second_run_on_the_same_directory_is_refused(write_study, tmp_path):
     path = write_study(study_text("[slow]", "[1, 2, 3]", repeats=2))
     d = tmp_path / "d"
     first = subprocess.Popen([PY, "-m", "tunelab", "run", str(path), "--dir", str(d), "-q"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, "SLOW_S": "3"})  # outlasts a slow start-up
     try:
         wait_for_runs(d / "tunelab.db", 1)
         second = tunelab("run", path, "--dir", d, "-q")

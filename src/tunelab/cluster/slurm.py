@@ -257,7 +257,7 @@ class VirtualCluster:
         reason = slurm_unavailable_reason()
         if reason is not None:
             raise VirtualNodesError(reason)
-        _reap_stale_slurm()
+        _reap_stale_slurm(base)
         nodes = allocate(n, base=base, rate=rate, owner=owner)
         slurm = VirtualSlurm(nodes, cpus=cpus, memory_mb=memory_mb, limits=limits,
                              slurmd_timeout_s=slurmd_timeout_s)
@@ -306,14 +306,18 @@ def teardown_cluster(prefix: str) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _reap_stale_slurm() -> None:
-    """Stop the daemons of clusters whose virtual nodes are gone (their owner died)."""
+def _reap_stale_slurm(base: str) -> None:
+    """Stop the daemons of clusters named ``<base>I`` whose virtual nodes are gone (their
+    owner died)."""
+    import re
+
     from tunelab.cluster.vnodes import STATE_ROOT, reap_stale
 
-    reap_stale("tl")
+    reap_stale(base)
     if SLURM_ROOT.is_dir():
         for root in SLURM_ROOT.iterdir():
-            if not (STATE_ROOT / root.name).exists():
+            if re.fullmatch(rf"{re.escape(base)}\d+", root.name) and \
+                    not (STATE_ROOT / root.name).exists():
                 teardown_cluster(root.name)
 
 

@@ -24,7 +24,7 @@ API summary (stable; the virtual Slurm cluster and the scale-out study build on 
     # namespaces, veths and bridge are deleted.
 
     VirtualNodes(n, prefix="tl0", subnet="10.200.0", hostnames=("node1", …), rate=None,
-                 owner_pid=os.getpid()).up()
+                 owner_pid=os.getpid(), origin=os.getcwd()).up()
     VirtualNodes.attach("tl0")               # the set a prefix made (another process)
     teardown("tl0")                          # remove whatever prefix tl0 left; safe to repeat
     reap_stale("tl")                         # tear down sets whose owner process has died
@@ -61,6 +61,8 @@ __all__ = [
     "VirtualNodes",
     "VirtualNodesError",
     "allocate",
+    "iter_prefixes",
+    "load_state",
     "reap_stale",
     "teardown",
     "unavailable_reason",
@@ -131,12 +133,14 @@ class VirtualNodes:
     ``up()`` makes them (refusing a prefix or subnet already in use); ``down()`` removes
     them and everything still running inside. As a context manager it brings the set up on
     entry and down on every exit path. ``owner_pid`` (default: none) marks the set as
-    belonging to a live process, so :func:`reap_stale` removes it once that process died.
+    belonging to a live process, so :func:`reap_stale` removes it once that process died;
+    ``origin`` (default: the working directory) records who made it, so that tools remove
+    only their own sets.
     """
 
     def __init__(self, n: int, *, prefix: str = "tl0", subnet: str = "10.200.0",
                  hostnames: Sequence[str] | None = None, rate: str | None = None,
-                 owner_pid: int | None = None) -> None:
+                 owner_pid: int | None = None, origin: str | None = None) -> None:
         if not 1 <= n <= MAX_NODES:
             raise VirtualNodesError(f"number of virtual nodes must be 1 to {MAX_NODES}, got {n}")
         if not _PREFIX.fullmatch(prefix):
@@ -156,6 +160,7 @@ class VirtualNodes:
         self.subnet = subnet
         self.rate = rate
         self.owner_pid = owner_pid
+        self.origin = origin if origin is not None else os.getcwd()
         self.is_up = False
         self.state_dir = STATE_ROOT / prefix
         self.bridge = f"{prefix}br"
@@ -220,7 +225,7 @@ class VirtualNodes:
     def _save_state(self) -> None:
         state = {
             "prefix": self.prefix, "subnet": self.subnet, "rate": self.rate,
-            "owner_pid": self.owner_pid, "bridge": self.bridge,
+            "owner_pid": self.owner_pid, "origin": self.origin, "bridge": self.bridge,
             "nodes": [{"index": n.index, "name": n.name, "netns": n.netns,
                        "host_link": n.host_link, "address": n.address,
                        "netns_inode": _inode(n.netns_path), "uts_inode": _inode(n.uts_path)}
@@ -238,13 +243,13 @@ class VirtualNodes:
     @classmethod
     def attach(cls, prefix: str) -> VirtualNodes:
         """The set of virtual nodes that ``prefix`` names (made by any process)."""
-        state = _load_state(prefix)
+        state = load_state(prefix)
         if state is None:
             raise VirtualNodesError(f"no virtual nodes with prefix {prefix!r} on this machine")
         nodes = state["nodes"]
         vn = cls(len(nodes), prefix=prefix, subnet=state["subnet"],
                  hostnames=[n["name"] for n in nodes], rate=state.get("rate"),
-                 owner_pid=state.get("owner_pid"))
+                 owner_pid=state.get("owner_pid"), origin=state.get("origin", ""))
         vn.is_up = True
         return vn
 
@@ -290,7 +295,7 @@ class VirtualNodes:
 
     def pids(self) -> list[int]:
         """Processes running inside the nodes' network or UTS namespaces."""
-        state = _load_state(self.prefix)
+        state = load_state(self.prefix)
         return _pids_in(_namespace_inodes(state)) if state else []
 
 
@@ -319,7 +324,7 @@ def teardown(prefix: str) -> None:
     """Remove everything the virtual nodes of ``prefix`` left; safe to run twice."""
     if not _PREFIX.fullmatch(prefix):
         raise VirtualNodesError(f"prefix {prefix!r} is not a virtual-node prefix")
-    state = _load_state(prefix)
+    state = load_state(prefix)
     inodes = _namespace_inodes(state) if state else set()
     netns = {f"{prefix}n{k}" for k in range(1, MAX_NODES + 1)}
     present = [ns for ns in _netns_list() if ns in netns]
@@ -348,7 +353,7 @@ def reap_stale(base: str = "tl") -> list[str]:
     for path in sorted(STATE_ROOT.iterdir()):
         if not re.fullmatch(rf"{re.escape(base)}\d+", path.name):
             continue
-        state = _load_state(path.name)
+        state = load_state(path.name)
         owner = state.get("owner_pid") if state else None
         if state is None or (owner is not None and not _alive(int(owner))):
             teardown(path.name)
@@ -412,7 +417,8 @@ def _inode(path: Path) -> int | None:
         return None
 
 
-def _load_state(prefix: str) -> dict[str, Any] | None:
+def load_state(prefix: str) -> dict[str, Any] | None:
+    """The recorded state of the set ``prefix`` (names, inodes, owner pid), or None."""
     try:
         data = json.loads((STATE_ROOT / prefix / "state.json").read_text())
     except (OSError, ValueError):

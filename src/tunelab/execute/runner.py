@@ -15,7 +15,6 @@ import json
 import os
 import random
 import shlex
-import shutil
 import socket
 import tempfile
 from collections.abc import Callable
@@ -26,24 +25,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tunelab.errors import (
-    LaunchError,
-    ParseError,
-    RunReportedError,
-    StoreError,
-    StudyError,
-    WorkloadError,
-)
-from tunelab.execute.guards import (
-    check_run_dir,
-    check_study_dir,
-    command_problem,
-    read_output,
-    split_finite,
-    write_fault,
-)
+from tunelab.cluster.mpi import Placement
+from tunelab.errors import StoreError, StudyError, WorkloadError
+from tunelab.execute.executor import Executor
+from tunelab.execute.guards import check_study_dir
 from tunelab.execute.hygiene import study_processes
-from tunelab.execute.launchers import LocalLauncher
+from tunelab.execute.launchers import Launcher, LauncherConfig, launcher_config, make_launcher
 from tunelab.limits import LIMITS
 from tunelab.search import Strategy, make_strategy
 from tunelab.space import Point, Space
@@ -62,8 +49,6 @@ __all__ = [
     "run_study",
 ]
 
-_TAIL_CHARS = 300
-
 
 @dataclass
 class Study:
@@ -76,6 +61,7 @@ class Study:
     points: list[Point]
     baseline: Point | None
     adaptive: bool = False
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
 
     @property
     def planned_runs(self) -> int:
@@ -89,9 +75,9 @@ class Study:
                              samples=self.spec.samples, direction=self.objective.direction,
                              first=self.baseline)
 
-    def context(self, point: Point, run_dir: Path, study_dir: Path,
-                repeat: int = 0) -> RunContext:
-        """The run context of ``point`` (values, env set, directories)."""
+    def context(self, point: Point, run_dir: Path, study_dir: Path, repeat: int = 0, *,
+                placement: Placement | None = None, cores: int | None = None) -> RunContext:
+        """The run context of ``point`` (values, env set, directories, where it runs)."""
         env_set = {}
         if self.spec.env_sets is not None:
             env_set = self.spec.env_sets[str(point[ENV_AXIS])]
@@ -101,8 +87,9 @@ class Study:
             run_dir=run_dir,
             study_dir=study_dir,
             study_file=self.spec.path,
-            cores=os.cpu_count() or 1,
+            cores=cores or os.cpu_count() or 1,
             repeat=repeat,
+            placement=placement or Placement(),
         )
 
 
@@ -135,6 +122,7 @@ class StudyOutcome:
     counts: dict[str, int] = field(default_factory=dict)
     stopped: str | None = None
     """Why the study stopped before its plan was done (see :class:`FailFast`), else None."""
+    queued_jobs: int = 0
 
     @property
     def all_ok(self) -> bool:
@@ -209,12 +197,14 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
         ) from None
     workload = cls(options, spec.path)
     workload.dry_run = dry_run
+    launcher = launcher_config(spec)
     if not spec.parameters and spec.env_sets is None:
         spec = _with_default_space(spec, workload)
     rules = [ConstraintSpec(_parse_rule(expr, workload), why, f"workload {workload.name}")
              for expr, why in workload.rules()]
     try:
-        space = Space.from_spec(spec, rules, workload.constants())
+        space = Space.from_spec(spec, rules, {**_launcher_constants(spec, launcher),
+                                              **workload.constants()})
     except Exception as exc:
         if isinstance(exc, StudyError | WorkloadError):
             raise
@@ -246,11 +236,24 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
             points.insert(0, baseline)
     if repeats is not None:
         spec = spec.model_copy(update={"repeats": repeats})
-    study = Study(spec, workload, space, objective, points, baseline, strategy.adaptive)
+    study = Study(spec, workload, space, objective, points, baseline, strategy.adaptive,
+                  launcher)
     if study.planned_runs > LIMITS.runs:
         raise StudyError(f"{spec.where('repeats')}: the study would make {study.planned_runs:,} "
                          f"runs, more than {LIMITS.runs:,}; use fewer points or repeats")
     return study
+
+
+def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, Any]:
+    """``cores_per_node`` and, on a cluster, ``cores``: the cores a run may use (the nodes'
+    size times the most nodes a run asks for)."""
+    per_node = launcher.cores_per_node or os.cpu_count() or 1
+    if not launcher.batch:
+        return {"cores_per_node": per_node}
+    nodes = [int(v) for p in spec.parameters if p.name == "nodes" for v in p.values
+             if isinstance(v, int | float) and not isinstance(v, bool)]
+    most = max([launcher.nodes or 1, *nodes])
+    return {"cores_per_node": per_node, "cores": per_node * most}
 
 
 def _parse_rule(expr: str, workload: Workload) -> Any:
@@ -302,12 +305,15 @@ def describe_commands(study: Study, study_dir: Path) -> list[str]:
     that is removed afterwards; the lines show the run directories a real run would use.
     """
     lines = []
+    launcher = make_launcher(study.launcher)
     with tempfile.TemporaryDirectory(prefix="tunelab-dry-") as tmp:
         for point in study.points:
             scratch = Path(tmp) / point_dir_name(point)
             scratch.mkdir()
             real = study_dir / "runs" / point_dir_name(point) / "r0"
-            ctx = study.context(point, scratch, study_dir)
+            needs = study.workload.needs(study.space.values(point))
+            ctx = study.context(point, scratch, study_dir, placement=launcher.placement(
+                needs, scratch), cores=launcher.cores_per_node)
             cmd = study.workload.command(ctx)
             env = {**ctx.env, **cmd.env}
             prefix = " ".join(f"{k}={shell_quote(v)}" for k, v in sorted(env.items()))
@@ -340,23 +346,24 @@ def _identity_check(store: Store, study: Study) -> None:
         )
 
 
-def _tail(path: Path) -> str:
-    text = read_output(path).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1][-_TAIL_CHARS:] if lines else ""
-
-
 def run_study(
     study: Study,
     study_dir: Path,
     *,
     on_event: Callable[[RunEvent], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
-    launcher: LocalLauncher | None = None,
+    launcher: Launcher | None = None,
+    detach: bool = False,
 ) -> StudyOutcome:
-    """Run every missing (point, repeat) of ``study`` in ``study_dir``; resumable."""
+    """Run every missing (point, repeat) of ``study`` in ``study_dir``; resumable.
+
+    Runs go through ``launcher`` (default: the study's ``launcher:`` section). Jobs an
+    earlier, interrupted controller left in a batch queue are re-attached first. With
+    ``detach`` the jobs are submitted and the call returns without waiting for them
+    (``tunelab status`` collects them).
+    """
     study_dir = Path(study_dir)
-    launcher = launcher or LocalLauncher()
+    launcher = launcher or make_launcher(study.launcher)
     study.workload.check()
     check_study_dir(study_dir)
     lock = StudyLock(study_dir)
@@ -386,40 +393,63 @@ def run_study(
         sys_id = store.add_sysinfo(_now(), snapshot(study.workload.tool_versions()))
         if on_start is not None:
             on_start(previously, total)
-        host = socket.gethostname()
         finished = previously
         fail_fast = FailFast(len({p.key for p, _ in todo}) if not study.adaptive
                              else study.spec.samples or 0)
 
-        def run_one(point: Point, repeat: int) -> bool:
-            """Run and store one run; False when the study must stop."""
+        def record(run: RunRecord) -> None:
             nonlocal finished
-            record = _execute(study, store, study_dir, point, repeat, launcher, host, sys_id)
-            store.record_run(record)
+            store.record_run(run)
             finished += 1
-            fail_fast.add(record, study_dir)
+            fail_fast.add(run, study_dir)
             if on_event is not None:
                 fom = study.objective.fom
-                on_event(RunEvent(point, repeat, record.status, record.reason, finished,
-                                  total, record.wall_s, fom, record.foms.get(fom)))
-            return fail_fast.stop_reason is None
+                on_event(RunEvent(Point.from_key(run.point_key), run.repeat, run.status,
+                                  run.reason, finished, total, run.wall_s, fom,
+                                  run.foms.get(fom)))
 
-        if not study.adaptive:
-            for point, repeat in todo:
-                if not run_one(point, repeat):
-                    break
-        else:
-            strategy = study.new_strategy()
-            while not strategy.done and (batch := strategy.ask(1)):
-                point = batch[0]
-                for repeat in range(study.spec.repeats):
-                    if (point.key, repeat) not in done and not run_one(point, repeat):
+        executor = Executor(study, store, study_dir, launcher, host=socket.gethostname(),
+                            sysinfo_id=sys_id, on_record=record,
+                            stop=lambda: fail_fast.stop_reason is not None)
+        with executor.session(detach=detach):
+            if not study.adaptive:
+                executor.execute(todo)
+            else:
+                strategy = study.new_strategy()
+                while not strategy.done and (batch := strategy.ask(1)):
+                    point = batch[0]
+                    executor.execute([(point, r) for r in range(study.spec.repeats)])
+                    if executor.detached and executor.active:
+                        break  # an adaptive search needs the results: resume collects them
+                    if fail_fast.stop_reason is not None:
                         break
-                if fail_fast.stop_reason is not None:
-                    break
-                strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
+                    strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
         return StudyOutcome(study_dir, total, previously, finished - previously,
-                            store.status_counts(), fail_fast.stop_reason)
+                            store.status_counts(), fail_fast.stop_reason,
+                            queued_jobs=len(executor.active))
+
+
+def collect_study(study: Study, study_dir: Path) -> tuple[StudyOutcome, dict[str, int]]:
+    """Collect what the study's batch jobs finished (``tunelab status``): re-attach, record,
+    close ended jobs; submit nothing. Returns the outcome and the active jobs per phase
+    (``queued``, ``running``)."""
+    study_dir = Path(study_dir)
+    launcher = make_launcher(study.launcher)
+    with StudyLock(study_dir).held(), open_store(study_dir, write=True) as store:
+        _identity_check(store, study)
+        before = len(store.completed())
+        executor = Executor(study, store, study_dir, launcher, host=socket.gethostname(),
+                            sysinfo_id=None, on_record=store.record_run)
+        executor.reattach()
+        phases: dict[str, int] = {}
+        statuses = launcher.poll([a.job_id for a in executor.active.values()]) \
+            if executor.active else {}
+        for status in statuses.values():
+            phases[status.phase] = phases.get(status.phase, 0) + 1
+        done = len(store.completed())
+        total = int(store.get_meta("planned_runs") or study.planned_runs)
+        return (StudyOutcome(study_dir, total, before, done - before, store.status_counts(),
+                             queued_jobs=len(executor.active)), phases)
 
 
 def _study_text(path: Path | None) -> str:
@@ -434,97 +464,3 @@ def _study_text(path: Path | None) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: int,
-             launcher: LocalLauncher, host: str, sysinfo_id: int) -> RunRecord:
-    run_dir = study_dir / "runs" / point_dir_name(point) / f"r{repeat}"
-    try:
-        if run_dir.exists():  # left over by an interrupted run: start clean
-            shutil.rmtree(run_dir)
-        run_dir.mkdir(parents=True)
-    except OSError as exc:
-        raise write_fault(exc, run_dir) from None
-    stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
-    ctx = study.context(point, run_dir, study_dir, repeat)
-    started = _now()
-    argv: list[str] = []
-    env_extra: dict[str, str] = dict(ctx.env)
-    status: str = "failed"
-    reason: str | None = None
-    rc: int | None = None
-    wall = 0.0
-    foms: dict[str, float] = {}
-    try:
-        cmd = study.workload.command(ctx)
-        argv = list(cmd.argv)
-        env_extra.update(cmd.env)
-        problem = command_problem(argv, env_extra, cmd.cwd or run_dir)
-        if problem is not None:
-            raise LaunchError(problem)
-        try:
-            outcome = launcher.run(
-                argv, env={**os.environ, **env_extra}, cwd=cmd.cwd or run_dir,
-                timeout_s=study.spec.timeout_s, stdout_path=stdout_path,
-                stderr_path=stderr_path,
-            )
-        except OSError as exc:  # the run's own output files could not be written
-            raise write_fault(exc, run_dir) from None
-        check_run_dir(run_dir, stdout_path, stderr_path)
-        rc, wall = outcome.rc, outcome.wall_s
-        if outcome.status == "timeout":
-            status, reason = "timeout", f"killed after the {study.spec.timeout_s:g} s timeout"
-        else:
-            status, reason, foms = _parse(study, outcome.rc, stdout_path, stderr_path, run_dir)
-    except (LaunchError, WorkloadError) as exc:
-        status, reason = "failed", str(exc)
-    foms = {**foms, "wall_s": wall}
-    if status == "ok":
-        status, reason = _check_invariants(study, store, foms)
-    return RunRecord(
-        point_key=point.key, params=dict(point), repeat=repeat, status=status, reason=reason,
-        rc=rc, wall_s=wall, started_at=started, ended_at=_now(), host=host, command=argv,
-        env=env_extra, run_dir=str(run_dir.relative_to(study_dir)), foms=foms,
-        sysinfo_id=sysinfo_id,
-    )
-
-
-def _parse(study: Study, rc: int | None, stdout_path: Path, stderr_path: Path,
-           run_dir: Path) -> tuple[str, str | None, dict[str, float]]:
-    stdout, stderr = read_output(stdout_path), read_output(stderr_path)
-    try:
-        foms, not_finite = split_finite(study.workload.parse(stdout, stderr, run_dir))
-    except RunReportedError as exc:
-        return "failed", (f"exit code {rc}: {exc}" if rc else str(exc)), {}
-    except ParseError as exc:
-        if rc == 0:
-            return "failed", f"unparsable output: {exc}", {}
-        foms, not_finite = {}, None
-    if rc != 0:
-        tail = _tail(stderr_path) or _tail(stdout_path)
-        return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
-    if not_finite is not None:
-        return "failed", not_finite, foms
-    if study.objective.fom != "wall_s" and study.objective.fom not in foms:
-        have = ", ".join(sorted(foms)) or "none"
-        return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "
-                          f"parsed: {have}"), foms
-    return "ok", None, foms
-
-
-def _check_invariants(study: Study, store: Store,
-                      foms: dict[str, float]) -> tuple[str, str | None]:
-    problems = []
-    for name, tolerance in study.workload.invariants().items():
-        if name not in foms:
-            continue
-        ref_raw = store.get_meta(f"reference.{name}")
-        if ref_raw is None:
-            store.set_meta({f"reference.{name}": repr(foms[name])})
-            continue
-        ref = float(ref_raw)
-        diff = abs(foms[name] - ref)
-        if diff > tolerance:
-            problems.append(f"{name} differs by {diff:.2g} > {tolerance:g} from the study's "
-                            f"reference ({foms[name]!r} vs {ref!r})")
-    return ("invalid", "; ".join(problems)) if problems else ("ok", None)

@@ -356,6 +356,8 @@ class StatusData:
     planned: int
     counts: dict[str, int]
     failures: tuple[FailureLine, ...]
+    jobs: str = ""
+    """A line on the study's open batch jobs (empty without any)."""
 
     @property
     def done(self) -> int:
@@ -368,7 +370,7 @@ def status_view(data: StatusData) -> View:
     detail = ", ".join(f"{n} {s}" for s, n in sorted(data.counts.items())) or "no runs yet"
     headline = (f"study {data.name!r} in {data.directory}: {data.done}/{data.planned} runs "
                 f"done ({detail})")
-    blocks: list[TextTable | Lines] = [Lines((headline,))]
+    blocks: list[TextTable | Lines] = [Lines((headline, data.jobs) if data.jobs else (headline,))]
     if data.failures:
         blocks.append(TextTable(
             f"latest runs that were not ok ({len(data.failures)})",
@@ -380,7 +382,8 @@ def status_view(data: StatusData) -> View:
                  "status": f.status, "reason": f.reason} for f in data.failures]
     document = {"schema": "tunelab.status", "version": SCHEMA_VERSION, "study": data.name,
                 "directory": data.directory, "planned": data.planned, "done": data.done,
-                "counts": dict(sorted(data.counts.items())), "failures": failures}
+                "counts": dict(sorted(data.counts.items())), "jobs": data.jobs or None,
+                "failures": failures}
     records = tuple({k: v for k, v in f.items() if k != "point"} for f in failures)
     return View(tuple(blocks), document, records)
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunelab.cluster.mpi import mpirun_argv, mpirun_env
 from tunelab.errors import LaunchError, ParseError, WorkloadError
 from tunelab.execute.launchers import LocalLauncher
-from tunelab.execute.mpi import mpirun_argv, mpirun_env
 from tunelab.workloads.qe.parser import parse_pw_output
 from tunelab.workloads.qe.pwinput import STAGED_OUTDIR, PwInput, stage_input
 

@@ -25,8 +25,20 @@ from tunelab.errors import WorkloadError
 
 if TYPE_CHECKING:
     import pandas as pd
-from tunelab.execute.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
-from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+from tunelab.cluster.mpi import (
+    MPI_PACKAGE_HINT,
+    mpi_launch_argv,
+    mpirun_env,
+    require_executable,
+)
+from tunelab.workloads.base import (
+    Command,
+    Needs,
+    Objective,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+)
 from tunelab.workloads.qe.kpoints import is_hybrid_dft
 from tunelab.workloads.qe.parser import parse_pw_output
 from tunelab.workloads.qe.prepare import Launch, Step, copy_outdir, prepared_outdir
@@ -309,58 +321,52 @@ class QEWorkload(Workload):
         require_executable(self.opts.mpirun, MPI_PACKAGE_HINT)
         self.setup  # noqa: B018 - resolves (and generates) everything, or raises
 
+    def needs(self, values: Mapping[str, Any]) -> Needs:
+        """``np`` ranks of ``omp`` threads, over ``nodes`` nodes (or ``ppn`` per node)."""
+        return Needs.from_values(values, ranks=values.get("np", 1), threads=values.get("omp", 1))
+
     def command(self, ctx: RunContext) -> Command:
         """``mpirun -np N … pw.x -npool P -ndiag D [-ntg T] -inp pw.in`` in ``ctx.run_dir``,
         on a private copy of the input, its pseudopotentials and outdir (which starts from
-        the prepared data and seed files, when the study has any: not in a dry run)."""
+        the prepared data and seed files, when the study has any: not in a dry run; in a job
+        script for another machine: the input by its own name, next to the script)."""
         values = ctx.values
-        n = int(values.get("np", 1))
-        omp = int(values.get("omp", 1))
+        needs = self.needs(values)
         setup = self.setup
-        if not self.dry_run and (setup.steps or setup.seeds):
-            launch = Launch(self.opts.pw, self.opts.mpirun, self.opts.mpi_args)
-            source = (prepared_outdir(setup.steps, ctx.study_dir, launch, values, ctx.env,
-                                      ctx.cores) if setup.steps else None)
-            out = copy_outdir(source, setup.seeds, ctx.run_dir)
-            why = setup.input.reads_previous_run
-            save = f"{setup.input.prefix}.save"
-            if why is not None and not (out / save).is_dir():
-                raise WorkloadError(
-                    f"{setup.input.path.name} reads {save} from outdir ({why}), but the "
-                    f"preparation steps and seed files left none there")
-        staged = stage_input(setup.input, ctx.run_dir, setup.pseudos.files)
-        argv = mpirun_argv(
-            n,
+        if ctx.placement.where == "script":
+            input_name, pw = self.input_path.name, self.opts.pw
+        else:
+            if not self.dry_run and (setup.steps or setup.seeds):
+                launch = Launch(self.opts.pw, self.opts.mpirun, self.opts.mpi_args)
+                source = (prepared_outdir(setup.steps, ctx.study_dir, launch, values, ctx.env,
+                                          ctx.cores) if setup.steps else None)
+                out = copy_outdir(source, setup.seeds, ctx.run_dir)
+                why = setup.input.reads_previous_run
+                save = f"{setup.input.prefix}.save"
+                if why is not None and not (out / save).is_dir():
+                    raise WorkloadError(
+                        f"{setup.input.path.name} reads {save} from outdir ({why}), but the "
+                        f"preparation steps and seed files left none there")
+            input_name = stage_input(setup.input, ctx.run_dir, setup.pseudos.files).name
+            pw = shutil.which(self.opts.pw) or self.opts.pw
+        argv = mpi_launch_argv(
+            needs.ranks,
+            ctx.placement,
+            threads=needs.threads,
             mpirun=self.opts.mpirun,
             extra_args=self.opts.mpi_args,
             cores=ctx.cores,
         )
-        argv.append(shutil.which(self.opts.pw) or self.opts.pw)
+        argv.append(pw)
         argv += pw_flags(values)
-        argv += ["-inp", staged.name]
-        env = {**ctx.env, **mpirun_env(n * omp, ctx.cores), "OMP_NUM_THREADS": str(omp)}
+        argv += ["-inp", input_name]
+        per_node = needs.ranks_per_node * needs.threads
+        env = {**ctx.env, **mpirun_env(per_node, ctx.cores), "OMP_NUM_THREADS": str(needs.threads)}
         return Command(tuple(argv), env, ctx.run_dir)
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """Figures of merit of a pw.x run (see :mod:`tunelab.workloads.qe.parser`)."""
         return parse_pw_output(stdout, run_dir)
-
-    def job_script(self, values: Mapping[str, Any], *, scheduler: str, env: Mapping[str, str],
-                   measured_s: float, **resources: Any) -> str:
-        """PBS or Slurm script in the style of the seed's (see :mod:`.jobscript`)."""
-        from tunelab.workloads.qe.jobscript import (
-            JobResources,
-            render_for_workload,
-            suggest_walltime,
-        )
-
-        requests = {k: v for k, v in resources.items() if v not in (None, (), [])}
-        requests.setdefault("walltime_s", suggest_walltime(measured_s))
-        for key in ("modules", "directives"):
-            if key in requests:
-                requests[key] = tuple(requests[key])
-        return render_for_workload(self, values, scheduler=scheduler,
-                                   resources=JobResources(**requests), env=env)
 
     @classmethod
     def report_plots(
