@@ -17,9 +17,10 @@ time holds the study directory's lock (see :class:`StudyLock`).
 Only ``tunelab run`` (and ``status`` collecting batch jobs) opens a store for writing
 (``open_store(dir, create=True)`` or ``write=True``); every other command opens it read-only
 (SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot work, e.g. a WAL database on
-a read-only file system), so a study on a read-only medium can still be read. A write that fails (read-only, disk full, I/O error) rolls its transaction
-back and raises :class:`~tunelab.errors.StoreError` naming the database: the store stays as
-it was, and the study resumes once the cause is fixed.
+a read-only file system), so a study on a read-only medium can still be read. A write that
+fails (read-only, disk full, I/O error) rolls its transaction back and raises
+:class:`~tunelab.errors.StoreError` naming the database: the store stays as it was, and the
+study resumes once the cause is fixed.
 """
 
 from __future__ import annotations
