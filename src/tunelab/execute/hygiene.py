@@ -8,10 +8,10 @@ A run's processes are found four ways, so that none escapes:
   process that calls ``setsid()`` or double-forks stays in it; ``cgroup.kill`` ends them all.
   The cgroup outlives a controller killed with ``kill -9``, so the next start finds what it
   left.
-* **subreaper** — the controller is a child subreaper (``PR_SET_CHILD_SUBREAPER``): an
-  orphaned descendant of a run becomes the controller's child instead of init's, and is
-  killed and reaped when the run ends. Used everywhere; it is all there is where cgroups are
-  not writable.
+* **subreaper** — while a run is in flight the controller is a child subreaper
+  (``PR_SET_CHILD_SUBREAPER``): an orphaned descendant of the run becomes the controller's
+  child instead of init's, and is killed and reaped when the run ends. Used everywhere; it is
+  all there is where cgroups are not writable.
 * **environment marker** — every run's environment holds ``TUNELAB_RUN=<study>/<run>``,
   inherited by its descendants; ``/proc/*/environ`` finds those that escaped the rest after
   a controller was killed with ``kill -9``.
@@ -178,17 +178,28 @@ def _cgroup_remove(cgroup: Path) -> None:
 
 @contextlib.contextmanager
 def _interrupts_held() -> Iterator[Callable[[], bool]]:
-    """Block SIGINT and SIGTERM; yield a function that tells whether one arrived meanwhile.
-    On exit they are unblocked, and a held one is handled as usual (after the kill)."""
+    """Hold SIGINT and SIGTERM back; yield a function that tells whether one arrived
+    meanwhile. On exit the usual handlers are back and a held signal is raised again, so it
+    is handled as usual — after the kill. (Python runs signal handlers in the main thread
+    only, whichever thread the kernel delivered the signal to, so replacing the handlers is
+    what holds them; away from the main thread no KeyboardInterrupt can arrive anyway.)"""
+    arrived: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        arrived.append(signum)
+
     try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
-    except (OSError, ValueError):  # not the main thread's business, or no such call
+        old = {sig: signal.signal(sig, note) for sig in _INTERRUPTS}
+    except ValueError:  # not the main thread
         yield lambda: False
         return
     try:
-        yield lambda: bool(signal.sigpending() & _INTERRUPTS)
+        yield lambda: bool(arrived)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])
 
 
 # --- a study's processes ------------------------------------------------------------------
@@ -223,7 +234,6 @@ class StudyProcesses:
             with contextlib.suppress(OSError):
                 candidate.mkdir(exist_ok=True)
                 self.cgroup = candidate
-        _become_subreaper()
 
     def sweep(self) -> int:
         """Kill every process a killed controller of this study left running (cgroups, the
@@ -301,15 +311,17 @@ def current(run_dir: Path) -> RunProcesses:
     return RunProcesses(StudyProcesses(run_dir), name, owns_study=True)
 
 
-def _become_subreaper() -> None:
+def _subreaper(on: bool) -> None:
+    """Make this process a child subreaper (or stop being one)."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
 
 
 def _wait_gone(procs: list[_Proc]) -> None:
     """Wait until every process of ``procs`` has ended (or a few seconds have passed)."""
     deadline = time.monotonic() + _GONE_WAIT_S
+    every = list(procs)
     while procs and time.monotonic() < deadline:
         for proc in procs:
             _reap(proc.pid)
@@ -317,6 +329,8 @@ def _wait_gone(procs: list[_Proc]) -> None:
                  (p.start == 0 or now.start == p.start)]
         if procs:
             time.sleep(0.01)
+    for proc in every:  # an adopted orphan that died meanwhile is a zombie until reaped
+        _reap(proc.pid)
 
 
 # --- one run's processes ------------------------------------------------------------------
@@ -347,6 +361,7 @@ class RunProcesses:
         """Keyword arguments for :class:`subprocess.Popen`: a new session, and entering the
         run's cgroup between ``fork`` and ``exec`` (so no descendant starts outside it)."""
         options: dict[str, Any] = {"start_new_session": True}
+        _subreaper(True)  # for this run only: what it orphans is adopted, killed and reaped
         fd = self._cgroup_fd
         if fd is not None:
             def enter_cgroup() -> None:  # in the child, between fork and exec
@@ -399,6 +414,7 @@ class RunProcesses:
             if self._leader is not None:
                 self._leader = None
                 self.study.record(None)
+            _subreaper(False)  # orphans of anything else go to init, as usual
             if self._owns_study:
                 self.study.close()
 
