@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -263,9 +264,13 @@ def test_corrupt_pseudopotential_real_pw_x(cli, tmp_path):
         repeats: 1
         timeout: 120
         """)
-    upf = '<UPF version="2.0.1">\n<PP_INFO>x</PP_INFO>\n</UPF>\n'
-    answer = cli.run({"s.yaml": study, "si.in": si.read_text(), "pp/Si.pz-vbc.UPF": upf},
-                     ["run", "s.yaml", "-q"])
+    (tmp_path / "pp").mkdir()
+    (tmp_path / "pp" / "Si.pz-vbc.UPF").write_text(
+        '<UPF version="2.0.1">\n<PP_INFO>x</PP_INFO>\n</UPF>\n')  # no PP_HEADER
+    text = re.sub(r"pseudo_dir\s*=\s*'[^']*'", f"pseudo_dir = '{tmp_path / 'pp'}'",
+                  si.read_text())
+    answer = cli.run({"s.yaml": study, "si.in": text}, ["run", "s.yaml", "-q"],
+                     cwd=str(tmp_path))
     assert_clean(answer, 1)
     rows = store_rows(Path(answer["dir"], "runs/bad/tunelab.db"))
     assert "tag PP_HEADER not found" in (rows[0][3] or ""), rows
