@@ -7,7 +7,7 @@ request is ``{"files": {name: text}, "argv": [...]}``: the files are written int
 directory, the worker changes into it and calls :func:`tunelab.cli.main` exactly as the
 console script does (``sys.argv`` set, standard streams captured, ``SystemExit`` taken as the
 exit status). The answer holds the exit status, both streams, the CPU seconds and wall
-seconds the request took, the process's peak RSS so far, and the traceback of any exception
+seconds the request took, the process's peak RSS during it, and the traceback of any exception
 that escaped ``main`` (which must never happen).
 
 The process runs under ``RLIMIT_AS`` (address space) and ``RLIMIT_CPU``, so a runaway input
@@ -45,6 +45,21 @@ def _text(stream: io.TextIOWrapper, keep: int = 20_000) -> str:
     return buffer.getvalue().decode(errors="replace")[-keep:]
 
 
+def _reset_peak_rss() -> None:
+    """Start this request's peak RSS at the current RSS (``VmHWM``; ``ru_maxrss`` would
+    also hold the RSS of the pytest process this worker was forked from)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process (since the last reset), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _serve() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_BYTES, ADDRESS_SPACE_BYTES))
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
@@ -66,6 +81,7 @@ def _serve() -> None:
         sys.argv = ["tunelab", *request["argv"]]
         escaped = None
         rc: Any = 0
+        _reset_peak_rss()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
@@ -83,7 +99,7 @@ def _serve() -> None:
             "children_cpu_s": (children.ru_utime + children.ru_stime
                                - children0.ru_utime - children0.ru_stime),
             "wall_s": time.perf_counter() - wall0,
-            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "maxrss_mb": _peak_rss_mb(),
             "escaped": escaped, "dir": str(workdir),
         }
         os.chdir(root)
