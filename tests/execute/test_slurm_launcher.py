@@ -126,7 +126,7 @@ def test_per_run_detach_then_status_collects(write_study, slurm_env, tmp_path):
     d = tmp_path / "d"
     res = tunelab("run", path, "--dir", d, "--detach", "-q")
     assert res.returncode == 0, res.stderr
-    assert "2 job(s) in the queue" in res.stdout  # max_queued
+    assert "2 job(s) in the queue" in res.stderr  # max_queued
     unreachable = subprocess.run([PY, "-m", "tunelab", "status", str(d)], capture_output=True,
                                  text=True, env={**os.environ, "SLURM_CONF": "/nonexistent"})
     assert unreachable.returncode == 2 and "squeue failed" in unreachable.stderr

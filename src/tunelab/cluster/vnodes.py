@@ -116,6 +116,12 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def tbf_burst_bytes(bits_per_s: int) -> int:
+    """The token bucket a link limit of ``bits_per_s`` allows at once: at least one 4 ms
+    tick at HZ 250, so a full bucket passes that many bytes faster than the rate."""
+    return max(256 * 1024, bits_per_s // 8 // 250)
+
+
 def parse_rate(rate: str) -> int:
     """Bits per second of a tc rate such as ``1gbit`` or ``500mbit``."""
     match = _RATE.fullmatch(rate.strip().lower())
@@ -305,7 +311,7 @@ class VirtualNodes:
                                capture_output=True)
             return
         bits = parse_rate(rate)
-        burst = max(256 * 1024, bits // 8 // 250)  # at least one 4 ms tick at HZ 250
+        burst = tbf_burst_bytes(bits)
         for prefix, dev in (([], node.host_link), (["-n", node.netns], "eth0")):
             _run(["tc", *prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
                   f"{bits}bit", "burst", str(burst), "latency", "10ms"])

@@ -401,7 +401,8 @@ class SpaceView:
     study: str
     names: tuple[str, ...]
     total: int
-    valid: int
+    valid: int | None
+    """None when the space is too large to enumerate (a sampling search draws from it)."""
     exclusions: tuple[tuple[str, int, str, str], ...]
     """(constraint, points excluded, source, why) per constraint, most first."""
     points: tuple[Mapping[str, Any], ...]
@@ -415,9 +416,11 @@ class SpaceView:
 def space_view(data: SpaceView) -> View:
     """The valid points of a study's space and what each constraint excluded."""
     names = ", ".join(data.names) or "no parameters"
-    blocks: list[TextTable | Lines] = [
-        Lines((f"{data.valid} valid points of {data.total} combinations ({names})",
-               *data.facts))]
+    counted = (f"{data.valid} valid points of {data.total} combinations ({names})"
+               if data.valid is not None else
+               f"{data.total:,} combinations ({names}): too many to enumerate, so the valid "
+               "ones are not counted; the search samples them")
+    blocks: list[TextTable | Lines] = [Lines((counted, *data.facts))]
     if data.exclusions:
         blocks.append(TextTable(
             "excluded by constraint",
@@ -426,7 +429,7 @@ def space_view(data: SpaceView) -> View:
             tuple({"count": str(n), "constraint": label, "source": source, "why": why}
                   for label, n, source, why in data.exclusions)))
     if data.points:
-        more = data.valid - len(data.points)
+        more = (data.valid or 0) - len(data.points)
         notes = (f"… and {more} more (--show N to list them)",) if more > 0 else ()
         blocks.append(TextTable(
             f"valid points (first {len(data.points)})" if more > 0 else "valid points",

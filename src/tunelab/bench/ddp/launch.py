@@ -223,7 +223,9 @@ class _Run:
             r, st = failed[0]
             return f"{self._where(r)} failed: {st.get('error')}"
         causes = [(int(r), int(c)) for r, c in _ROOT_CAUSE.findall(text)]
-        signalled = [(r, c) for r, c in causes if c < 0]
+        # torchrun SIGTERMs the survivors of a dead worker: another signal is the root cause
+        signalled = sorted(((r, c) for r, c in causes if c < 0),
+                           key=lambda rc: rc[1] == -signal.SIGTERM)
         if signalled:
             rank, code = signalled[0]
             return f"{self._where(rank)} died: killed by {_signal_name(-code)}"
