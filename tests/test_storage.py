@@ -108,6 +108,12 @@ def test_compare_view_gains_the_storage_table(tmp_path: Path) -> None:
     assert "Storage: AU (busy / step)" in text and "input-bound" in text
     assert "MB/s" in text and "per accelerator for AU >= 90%" in text
     assert "up to 2 worker(s) of the 8 measured" in text
+    # each point's own need per worker: 0.9 x B / busy at 8 workers on the cold source
+    assert "needed per worker" in text and f"{0.9 * B / (COMPUTE + 0.14) / 1e6:,.1f}" in text
+    starved = make_runs()
+    starved.loc[starved["source"] == "cold", "fom.au"] = 0.5
+    assert "source=cold, 1 node(s): AU < 90% at every worker count measured (up to 8)" in \
+        render(with_storage(base, starved), "text")
     plain = with_storage(base, make_runs().drop(columns=["fom.au"]))
     assert plain is base
 

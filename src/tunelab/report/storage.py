@@ -40,8 +40,10 @@ def needed_text(data: StorageAnalysis) -> list[str]:
     for r in data.needed:
         interval = ("" if math.isnan(r.low) else f" [{r.low / MB:,.1f}, {r.high / MB:,.1f}]")
         who = f"{r.series}: " if r.series else ""
+        free = ("" if math.isnan(r.compute_low)
+                else f" [{r.compute_low / MB:,.1f}, {r.compute_high / MB:,.1f}]")
         out.append(f"{who}{r.needed / MB:,.1f} MB/s{interval} per accelerator for AU >= "
-                   f"{data.target:.0%} ({r.needed_compute / MB:,.1f} MB/s with a free "
+                   f"{data.target:.0%} ({r.needed_compute / MB:,.1f} MB/s{free} with a free "
                    f"all-reduce; {r.n} runs)")
     return out
 
@@ -52,6 +54,10 @@ def storage_lines(data: StorageAnalysis) -> list[str]:
     lines = [f"AU >= {data.target:.0%}: {line}" for line in needed_text(data)]
     for s in data.sustained:
         who = f"{s.series}, " if s.series else ""
+        if not s.workers:
+            lines.append(f"{who}{s.nodes} node(s): AU < {data.target:.0%} at every worker "
+                         f"count measured (up to {s.measured_max})")
+            continue
         lines.append(f"{who}{s.nodes} node(s): AU >= {data.target:.0%} up to {s.workers} "
                      f"worker(s) of the {s.measured_max} measured"
                      + (" (the interval's low end too)" if s.confident else ""))

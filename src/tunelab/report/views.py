@@ -495,6 +495,7 @@ def storage_blocks(runs: Any) -> tuple[tuple[TextTable | Lines, ...], dict[str, 
             "n": str(p.n), "au": f"{p.au:.1%}",
             "au_ci": "" if math.isnan(p.au_low) else f"[{p.au_low:.1%}, {p.au_high:.1%}]",
             "read": f"{p.read_Bps / mb:,.1f}", "per": f"{p.read_per_worker / mb:,.1f}",
+            "need": "" if math.isnan(p.needed) else f"{p.needed / mb:,.1f}",
             "wait": f"{p.wait_share:.1%}", "comm": f"{p.comm_share:.1%}",
             "bound": ("input-bound", "red") if p.input_bound >= 0.5 else ""})
     columns = (Column("series", "series", wrap=True), Column("workers", "workers", "right"),
@@ -502,6 +503,7 @@ def storage_blocks(runs: Any) -> tuple[tuple[TextTable | Lines, ...], dict[str, 
                Column("au", "AU", "right"), Column("au_ci", "95% CI", "right", drop=3),
                Column("read", "read MB/s", "right"),
                Column("per", "MB/s per worker", "right", drop=2),
+               Column("need", "needed per worker", "right", drop=2),
                Column("wait", "data wait", "right", drop=1),
                Column("comm", "all-reduce", "right", drop=1), Column("bound", "label"))
     notes = storage_lines(data)
