@@ -52,9 +52,11 @@ def test_cold_files_bytes_agree_with_proc_io_cache_is_stated_corrupt_is_named(
     assert r["read_bytes"] > 0
     assert r["proc_rchar_Bps"] == pytest.approx(r["read_Bps"], rel=0.05)
     assert 0.95 <= r["io_check"] <= 1.05
-    # cold: the device delivered the bytes (small files round up to whole blocks)
+    # cold: the device delivered the bytes; these ~11 kB files round up to whole 4 KiB pages
+    # and, after drop_caches, opening each one reads its inode and directory blocks too
     assert r["cache"] == "cold" and "posix_fadvise(DONTNEED)" in r["cache_actions"][0]
-    assert 0.9 <= r["device_share"] <= 1.6
+    files = r["samples"] + r["corrupt_samples"]
+    assert 0.9 * r["read_bytes"] <= r["proc_device_bytes"] <= r["read_bytes"] + 3 * 4096 * files
     assert "measured: " in proc.stdout and "of the bytes read came from the device" in proc.stdout
     assert "MiB/s (mebibytes per second)" in proc.stdout and "MB/s (megabytes per second)" in \
         proc.stdout
