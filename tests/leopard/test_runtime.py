@@ -104,6 +104,26 @@ def test_bad_choices_are_one_line_errors() -> None:
         runtime.prepare(_small(), "cpu", "fp32", "maybe")
 
 
+def test_training_layout_is_measured_without_touching_the_model() -> None:
+    """auto times a training step of both forms on a copy; asked forms are kept; the 2-D
+    form is never chosen around a synchronised BatchNorm; a bad value is one line."""
+    from tunelab.leopard.distributed import _global_batch_norm_cls
+
+    model = _small().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    layout, why = runtime.choose_training_layout(model, "auto", 8, 256)
+    assert layout in ("1d", "2d") and "ran a training step" in why
+    assert not model.channels_last_training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert model.stem[0].weight.grad is None
+    assert runtime.choose_training_layout(model, "2d", 8, 256) == ("2d", "asked")
+    bn = model.stem[2]
+    model.stem[2] = _global_batch_norm_cls()(bn.num_features)
+    assert runtime.choose_training_layout(model, "2d", 8, 256)[0] == "1d"
+    with pytest.raises(LeopardError, match="layout: unknown value '3d'"):
+        runtime.choose_training_layout(model, "3d", 8, 256)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not runtime.bf16_capable(runtime.cpu_flags()),
                     reason="this CPU has no native bf16 (no avx512_bf16/amx_bf16)")
