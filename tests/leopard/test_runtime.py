@@ -90,6 +90,20 @@ def test_compile_falls_back_to_eager(monkeypatch: pytest.MonkeyPatch) -> None:
         assert torch.allclose(eng(x), torch.sigmoid(m(x)), atol=1e-6)
 
 
+def test_a_compiled_network_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real dynamo-compiled module (its eager backend: no minutes of Inductor here) runs
+    the engine: a compiled module refuses bool(), which once broke every compiled job."""
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile",
+                        lambda net, **kw: real(net, backend="eager", dynamic=False))
+    m = _small()
+    eng = runtime.prepare(m, "cpu", "fp32", "on", threads=1, window=128, batch=4)
+    assert eng.runtime.compiled
+    x = torch.randn(3, 5, 128)  # padded to the compiled batch of 4
+    with torch.no_grad():
+        assert torch.allclose(eng(x), torch.sigmoid(m(x)), atol=1e-5)
+
+
 def test_auto_compile_only_for_long_jobs() -> None:
     eng = runtime.prepare(_small(), "cpu", "fp32", "auto", threads=1, window=128, batch=4,
                           expected_windows=10)

@@ -127,7 +127,7 @@ class Engine:
         self.net = net
         self.runtime = runtime
         self.batch = batch
-        self._fn = fn or net
+        self._fn = fn if fn is not None else net  # (a compiled module refuses bool())
         self.device = torch.device(runtime.device)
         self.in_channels = net.in_channels
         self.multiple = net.multiple
