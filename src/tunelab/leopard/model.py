@@ -14,8 +14,9 @@ On a CPU, inference (eval mode, no gradients: evaluation during training, predic
 the plain model) runs the same parameters as 2-D operations on ``(N, C, 1, L)`` tensors in
 ``torch.channels_last`` memory, where oneDNN's kernels ran these narrow convolutions 1.2-2x
 faster than its 1-D ones; results are unchanged (``tests/leopard/test_model.py``). Training
-keeps the 1-D modules (see docs/workloads/leopard.md for why); so do CUDA and models whose
-BatchNorm was replaced by a synchronised one.
+runs the same form when :attr:`LeopardUNet.channels_last_training` is set (``--layout``;
+gradients and running statistics equal the 1-D modules' up to rounding). CUDA and models
+whose BatchNorm was replaced by a synchronised one always take the 1-D modules.
 """
 
 from __future__ import annotations
