@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any, cast
 from tunelab.stats import (
     DEFAULT_RESAMPLES,
     BestResult,
+    NoiseLevel,
     PointComparison,
     PointSummary,
     StatsError,
+    Verdict,
     best,
     compare_to_baseline,
+    noise_level,
     summarize,
 )
 from tunelab.workloads.base import Direction, Objective
@@ -38,6 +41,10 @@ class StudyResults:
 
     ``comparisons`` is empty when the study has no baseline or the baseline has no
     successful run (``notes`` then says why); ``summaries`` always lists every point.
+    ``noise`` is the study's run-to-run noise with its power hint (None without two runs of
+    a point); ``notes`` also say when verdicts were adjusted for multiple comparisons, which
+    comparisons were paired by round, and which points have runs taken while the machine
+    was busier than at the start.
     """
 
     name: str
@@ -54,6 +61,7 @@ class StudyResults:
     n_resamples: int = DEFAULT_RESAMPLES
     seed: int = 0
     directory: Path | None = None
+    noise: NoiseLevel | None = None
 
     def best_result(self) -> BestResult:
         """The best point and its runner-up (raises :class:`StatsError` without a
@@ -112,6 +120,13 @@ def results_from_frame(
             notes.append(f"No comparison with the baseline: {exc}.")
     else:
         notes.append("The study names no baseline: points are ranked by mean only.")
+    noise = None
+    if len(runs):
+        try:
+            noise = noise_level(runs, objective.fom, confidence=confidence)
+        except StatsError:
+            noise = None
+    notes.extend(_trust_notes(comparisons, summaries, noise, confidence))
     return StudyResults(
         name=name,
         objective=objective,
@@ -127,7 +142,46 @@ def results_from_frame(
         n_resamples=n_resamples,
         seed=seed,
         directory=directory,
+        noise=noise,
     )
+
+
+def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[PointSummary, ...],
+                 noise: NoiseLevel | None, confidence: float) -> list[str]:
+    """Sentences on multiple comparisons, pairing, disturbed runs and the power hint."""
+    notes: list[str] = []
+    others = [pc for pc in comparisons if not pc.is_baseline]
+    tested = [pc for pc in others if not math.isnan(pc.comparison.p_adjusted)]
+    if len(tested) > 1:
+        held = [pc for pc in tested if pc.comparison.verdict is Verdict.INDISTINGUISHABLE
+                and pc.comparison.verdict_unadjusted is not Verdict.INDISTINGUISHABLE]
+        notes.append(
+            f"Verdicts keep the false discovery rate at {1 - confidence:.0%} over the "
+            f"{len(tested)} comparisons with the baseline (Benjamini–Hochberg adjusted p)"
+            + (f"; {len(held)} interval(s) excluding 1 did not survive it." if held else "."))
+    paired = [pc for pc in others if pc.comparison.method == "paired"]
+    if paired:
+        notes.append(f"{len(paired)} of {len(others)} comparisons are paired by round (the "
+                     "ratio within each round, then the interval over rounds); their verdicts "
+                     "use the paired interval.")
+    disturbed = [s for s in summaries if s.disturbed]
+    if disturbed:
+        listed = ", ".join(f"{_label(s.params)} ({s.disturbed} of {s.n})" for s in disturbed[:5])
+        more = f" and {len(disturbed) - 5} more" if len(disturbed) > 5 else ""
+        notes.append(f"Warning: runs taken while the machine was busier than at the start: "
+                     f"{listed}{more}; their verdicts may not hold on a quiet machine.")
+    if noise is not None:
+        need = (f"about {noise.repeats_needed} repeats per point" if noise.repeats_needed
+                else "more repeats than is practical")
+        have = max((s.n for s in summaries), default=0)
+        notes.append(f"Noise: runs of one point vary by about {noise.sd_log:.1%} (sd); a "
+                     f"{noise.change:.0%} change needs {need} to be seen in 80 % of studies "
+                     f"(up to {have} here).")
+    return notes
+
+
+def _label(params: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items()) or "(default)"
 
 
 def load_results(directory: str | Path) -> StudyResults:
