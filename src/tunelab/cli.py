@@ -62,6 +62,9 @@ def run(
     repeats: Annotated[int | None, typer.Option("--repeats", help="Override the study's "
                                                 "repeats.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    wait_quiet: Annotated[bool, typer.Option("--wait-quiet", help="Before each run, wait "
+                                             "until other processes leave the machine "
+                                             "quiet (at most 10 minutes).")] = False,
 ) -> None:
     """Run a study (resumes where a previous run of it stopped)."""
     from tunelab.execute.runner import describe_commands, prepare_study, run_study
@@ -81,7 +84,7 @@ def run(
     with StudyProgress(console, enabled=not quiet) as progress:
         try:
             outcome = run_study(study, study_dir, on_start=progress.start,
-                                on_event=progress.update)
+                                on_event=progress.update, wait_quiet=wait_quiet)
         except KeyboardInterrupt:
             progress.stop()
             err_console.print(f"tunelab: interrupted; finished runs are stored in {study_dir}. "
@@ -149,6 +152,9 @@ def space(
 
 
 def _plan_text(study: Any) -> str:
+    if study.decides_repeats:
+        return (f"runs chosen by {study.spec.strategy} (repeats where they decide), "
+                f"up to {study.planned_runs} runs")
     if study.adaptive:
         return (f"up to {study.spec.samples} points chosen by {study.spec.strategy} x "
                 f"{study.spec.repeats} repeats = up to {study.planned_runs} runs")
@@ -250,6 +256,22 @@ def combine(
     for name, verdict in combination.left_out:
         console.print(f"left out: {name} ({verdict})", markup=False)
     console.print(f"wrote {output}; run it with: tunelab run {output}", markup=False)
+
+
+@app.command()
+def replay(
+    directory: DirArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Replay study file to write.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a replay study: the finished study as a workload answering with its recorded runs."""
+    from tunelab.replay import write_replay_study
+
+    if output.exists() and not force:
+        raise TunelabError(f"{output} exists; pass --force to overwrite it")
+    write_replay_study(directory, output)
+    console.print(f"wrote {output}; run any strategy on it offline: tunelab run {output}",
+                  markup=False)
 
 
 @app.command()

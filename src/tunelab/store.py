@@ -7,11 +7,17 @@ Schema (``tunelab.db``)::
     runs(id, point_id, repeat, status, …)    one row per finished run, UNIQUE(point_id, repeat)
     foms(run_id, name, value)                figures of merit of a run
     sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
+    noise(run_id, load_before, …, disturbed) how busy the machine was around a run (schema 2)
 
 A run is written in one transaction together with its figures of merit, only once it has
 finished: a crash or ``kill -9`` loses at most the run in flight, never a finished one, and
 never leaves half a run behind. The database runs in WAL mode; one ``tunelab run`` at a
 time holds the study directory's lock (see :class:`StudyLock`).
+
+Schema versions (``meta.schema_version``): 1 — the tables above but ``noise``; 2 — adds
+``noise`` (one row per run recorded since; see :mod:`tunelab.noise`). Opening a version-1
+database creates the table and sets version 2: nothing is rewritten, older runs simply have
+no noise row (their ``noise.*`` columns are NaN in :meth:`Store.runs_frame`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,10 @@ from tunelab.errors import StoreError
 __all__ = ["DB_NAME", "RunRecord", "Store", "StudyLock", "open_store"]
 
 DB_NAME = "tunelab.db"
+SCHEMA_VERSION = 2
 STATUSES = ("ok", "failed", "timeout", "invalid")
+NOISE_COLUMNS = ("load_before", "load_after", "others_cpu", "steal", "mhz_before", "mhz_after",
+                 "disturbed")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,6 +69,10 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS foms (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
+CREATE TABLE IF NOT EXISTS noise (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    load_before REAL, load_after REAL, others_cpu REAL, steal REAL,
+    mhz_before REAL, mhz_after REAL, disturbed INTEGER NOT NULL DEFAULT 0);
 """
 
 
@@ -82,6 +95,8 @@ class RunRecord:
     run_dir: str
     foms: Mapping[str, float]
     sysinfo_id: int | None = None
+    noise: Mapping[str, float | None] | None = None
+    """How busy the machine was around the run (:meth:`tunelab.noise.NoiseSample.as_dict`)."""
 
 
 class Store:
@@ -154,6 +169,13 @@ class Store:
                 "INSERT INTO foms (run_id, name, value) VALUES (?, ?, ?)",
                 [(run_id, k, float(v)) for k, v in run.foms.items()],
             )
+            if run.noise is not None:
+                self._conn.execute(
+                    f"INSERT INTO noise (run_id, {', '.join(NOISE_COLUMNS)}) "
+                    f"VALUES (?{', ?' * len(NOISE_COLUMNS)})",
+                    (run_id, *(run.noise.get(c) for c in NOISE_COLUMNS[:-1]),
+                     int(bool(run.noise.get("disturbed")))),
+                )
         return run_id
 
     def _point_id(self, key: str, params: Mapping[str, Any]) -> int:
@@ -184,6 +206,16 @@ class Store:
             "SELECT p.key, r.repeat FROM runs r JOIN points p ON p.id = r.point_id"
         )
         return {(k, int(rep)) for k, rep in rows}
+
+    def run_value(self, point_key: str, repeat: int, fom: str) -> float | None:
+        """``fom`` of run ``repeat`` of a point when that run is ok, else None."""
+        row = self._conn.execute(
+            "SELECT f.value FROM foms f JOIN runs r ON r.id = f.run_id "
+            "JOIN points p ON p.id = r.point_id "
+            "WHERE p.key = ? AND r.repeat = ? AND f.name = ? AND r.status = 'ok'",
+            (point_key, repeat, fom),
+        ).fetchone()
+        return float(row[0]) if row and row[0] is not None else None
 
     def objective_mean(self, point_key: str, fom: str) -> float | None:
         """Mean of ``fom`` over a point's ok runs, or None if it has none."""
@@ -230,8 +262,12 @@ class Store:
             wide = wide.reindex(runs["run_id"]).reset_index(drop=True)
         else:
             wide = pd.DataFrame(index=runs.index)
+        noise = pd.read_sql_query(
+            f"SELECT run_id, {', '.join(NOISE_COLUMNS)} FROM noise", self._conn
+        ).set_index("run_id").reindex(runs["run_id"]).reset_index(drop=True)
+        noise.columns = [f"noise.{c}" for c in noise.columns]
         params = params.drop(columns=[c for c in params.columns if c in runs.columns])
-        return pd.concat([runs, params, wide], axis=1)
+        return pd.concat([runs, params, wide, noise.astype(float)], axis=1)
 
 
 def open_store(study_dir: str | Path, *, create: bool = False) -> Store:
@@ -248,6 +284,11 @@ def open_store(study_dir: str | Path, *, create: bool = False) -> Store:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(_SCHEMA)
+        with conn:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+                         "WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                         (str(SCHEMA_VERSION),))
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path}: cannot open the results database: {exc}") from exc
     return Store(conn, path)

@@ -35,7 +35,15 @@ from tunelab.errors import (
     WorkloadError,
 )
 from tunelab.execute.launchers import LocalLauncher
-from tunelab.search import Strategy, make_strategy
+from tunelab.noise import NoiseWatch
+from tunelab.search import (
+    RUN_STRATEGIES,
+    RunStrategy,
+    SearchSettings,
+    Strategy,
+    make_run_strategy,
+    make_strategy,
+)
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
 from tunelab.store import RunRecord, Store, StudyLock, open_store
@@ -60,16 +68,43 @@ class Study:
     adaptive: bool = False
 
     @property
+    def decides_repeats(self) -> bool:
+        """True when the strategy decides the runs (racing, one-at-a-time, hierarchical)."""
+        return self.spec.strategy in RUN_STRATEGIES
+
+    @property
     def planned_runs(self) -> int:
         """How many runs the study makes in all (an upper bound for adaptive searches)."""
+        if self.decides_repeats:
+            settings = self.search_settings()
+            if settings.max_runs is not None:
+                return settings.max_runs
+            n_points = settings.samples or len(self.space.points())
+            return n_points * settings.max_repeats
         n_points = (self.spec.samples or 0) if self.adaptive else len(self.points)
         return n_points * self.spec.repeats
+
+    def search_settings(self) -> SearchSettings:
+        """The study's ``search`` section."""
+        options = dict(self.spec.search_options)
+        if "max_wall" in options:
+            options["max_wall_s"] = options.pop("max_wall")
+        return SearchSettings(strategy=self.spec.strategy, seed=self.spec.seed,
+                              samples=self.spec.samples, **options)
+
+    def new_run_strategy(self) -> RunStrategy:
+        """A fresh run strategy (it replays its history from the store)."""
+        return make_run_strategy(self.search_settings(), self.space,
+                                 direction=self.objective.direction, repeats=self.spec.repeats,
+                                 baseline=self.baseline, env_sets=self.spec.env_sets,
+                                 noise_threshold=self.spec.noise_threshold)
 
     def new_strategy(self) -> Strategy:
         """A fresh strategy (adaptive searches replay their history from the store)."""
         return make_strategy(self.spec.strategy, self.space, seed=self.spec.seed,
                              samples=self.spec.samples, direction=self.objective.direction,
-                             first=self.baseline)
+                             first=self.baseline, env_sets=self.spec.env_sets,
+                             **_sampler(self.spec))
 
     def context(self, point: Point, run_dir: Path, study_dir: Path,
                 repeat: int = 0) -> RunContext:
@@ -150,10 +185,14 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
     objective = workload.objective
     if spec.objective_fom is not None:
         objective = Objective(spec.objective_fom, spec.objective_direction or "minimize")
-    strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
-                             direction=objective.direction, first=baseline)
+    adaptive = True
     points: list[Point] = []
-    if strategy.adaptive:  # proposals depend on results: only the baseline is known now
+    if spec.strategy not in RUN_STRATEGIES:
+        strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
+                                 direction=objective.direction, first=baseline,
+                                 env_sets=spec.env_sets, **_sampler(spec))
+        adaptive = strategy.adaptive
+    if adaptive:  # proposals depend on results: only the baseline is known now
         points = [baseline] if baseline is not None else []
     else:
         while not strategy.done and (batch := strategy.ask(1024)):
@@ -164,7 +203,12 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
         if repeats < 1:
             raise StudyError(f"--repeats must be at least 1, got {repeats}")
         spec = spec.model_copy(update={"repeats": repeats})
-    return Study(spec, workload, space, objective, points, baseline, strategy.adaptive)
+    return Study(spec, workload, space, objective, points, baseline, adaptive)
+
+
+def _sampler(spec: StudySpec) -> dict[str, Any]:
+    sampler = spec.search_options.get("sampler")
+    return {"sampler": sampler} if sampler else {}
 
 
 def _parse_rule(expr: str, workload: Workload) -> Any:
@@ -252,10 +296,16 @@ def run_study(
     on_event: Callable[[RunEvent], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     launcher: LocalLauncher | None = None,
+    wait_quiet: bool = False,
 ) -> StudyOutcome:
-    """Run every missing (point, repeat) of ``study`` in ``study_dir``; resumable."""
+    """Run every missing (point, repeat) of ``study`` in ``study_dir``; resumable.
+
+    Every run is sampled by a :class:`~tunelab.noise.NoiseWatch`; with ``wait_quiet`` each
+    run waits first until other processes leave the machine quiet (at most
+    :data:`tunelab.noise.MAX_QUIET_WAIT_S`)."""
     study_dir = Path(study_dir)
     launcher = launcher or LocalLauncher()
+    watch = NoiseWatch()
     study.workload.check()
     lock = StudyLock(study_dir)
     with lock.held(), open_store(study_dir, create=True) as store:
@@ -286,14 +336,26 @@ def run_study(
 
         def run_one(point: Point, repeat: int) -> None:
             nonlocal finished
-            record = _execute(study, store, study_dir, point, repeat, launcher, host, sys_id)
+            if wait_quiet:
+                watch.wait_quiet()
+            record = _execute(study, store, study_dir, point, repeat, launcher, host, sys_id,
+                              watch)
             store.record_run(record)
             finished += 1
             if on_event is not None:
                 on_event(RunEvent(point, repeat, record.status, record.reason, finished,
                                   total))
 
-        if not study.adaptive:
+        if study.decides_repeats:  # the strategy asks for runs; stored ones answer at once
+            fom = study.objective.fom
+            runner = study.new_run_strategy()
+            while not runner.done and (requests := runner.ask_runs(64)):
+                for request in requests:
+                    if (request.point.key, request.repeat) not in done:
+                        run_one(request.point, request.repeat)
+                    runner.tell_run(request, store.run_value(request.point.key, request.repeat,
+                                                             fom))
+        elif not study.adaptive:
             for point, repeat in todo:
                 run_one(point, repeat)
         else:
@@ -313,7 +375,8 @@ def _now() -> str:
 
 
 def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: int,
-             launcher: LocalLauncher, host: str, sysinfo_id: int) -> RunRecord:
+             launcher: LocalLauncher, host: str, sysinfo_id: int,
+             watch: NoiseWatch | None = None) -> RunRecord:
     run_dir = study_dir / "runs" / point_dir_name(point) / f"r{repeat}"
     if run_dir.exists():  # left over by an interrupted run: start clean
         shutil.rmtree(run_dir)
@@ -328,14 +391,18 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
     rc: int | None = None
     wall = 0.0
     foms: dict[str, float] = {}
+    noise: dict[str, float | None] | None = None
     try:
         cmd = study.workload.command(ctx)
         argv = list(cmd.argv)
         env_extra.update(cmd.env)
+        before = watch.start() if watch is not None else None
         outcome = launcher.run(
             argv, env={**os.environ, **env_extra}, cwd=cmd.cwd or run_dir,
             timeout_s=study.spec.timeout_s, stdout_path=stdout_path, stderr_path=stderr_path,
         )
+        if watch is not None and before is not None:
+            noise = watch.stop(before).as_dict()
         rc, wall = outcome.rc, outcome.wall_s
         if outcome.status == "timeout":
             status, reason = "timeout", f"killed after the {study.spec.timeout_s:g} s timeout"
@@ -350,7 +417,7 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
         point_key=point.key, params=dict(point), repeat=repeat, status=status, reason=reason,
         rc=rc, wall_s=wall, started_at=started, ended_at=_now(), host=host, command=argv,
         env=env_extra, run_dir=str(run_dir.relative_to(study_dir)), foms=foms,
-        sysinfo_id=sysinfo_id,
+        sysinfo_id=sysinfo_id, noise=noise,
     )
 
 

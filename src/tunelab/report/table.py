@@ -153,6 +153,10 @@ def table_rows(
             speedup = fmt_ratio(c.speedup) + ("×" if not math.isnan(c.speedup) else "")
             if not math.isnan(c.ci_low):
                 speedup += f" [{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
+            if c.paired is not None and c.method == "paired":
+                pr = c.paired
+                speedup += (f"; paired {fmt_ratio(pr.speedup)}× [{fmt_ratio(pr.ci_low)}, "
+                            f"{fmt_ratio(pr.ci_high)}]")
             verdict = verdict_label(c.verdict, objective.fom, objective.direction)
             kind = c.verdict.value
             p = _p_text(c.p_value)
@@ -250,7 +254,8 @@ def summary_table(
         texts = [Text(c) for c in cells]
         if compared:
             # the interval on its own line keeps the table narrow
-            speedup = row.speedup.replace(" [", "\n[", 1).replace(" (", "\n(", 1)
+            speedup = "\n".join(part.replace(" [", "\n[", 1).replace(" (", "\n(", 1)
+                                 for part in row.speedup.split("; "))
             texts += [
                 Text(speedup),
                 Text(row.p_value),
