@@ -6,7 +6,9 @@
    part of its own). Repeats go where the verdict is open: each round, the baseline and every
    undecided option run once more; an option is decided *better* when its one-sided interval
    against the baseline lies above the noise threshold, *not better* when it lies below it,
-   or undecided at ``max_repeats``.
+   or undecided at ``max_repeats``. An option is looked at after every round, so each look
+   uses the confidence divided among the looks it may get (Bonferroni): an option without
+   effect is called better in at most ``1 - confidence`` of studies.
 2. **Combine**: the options judged better, together — per parameter the value with the best
    mean, and the env set whose variables are the union of the better sets' (when the study
    has it). If the combination is not a valid point, the weakest option is left out until it
@@ -63,13 +65,16 @@ def neighbours(point: Point, space: Space, env_sets: dict[str, dict[str, str]] |
     return [p for p in out if space.contains(p)]
 
 
+def _atoms(env_sets: dict[str, dict[str, str]]) -> set[frozenset[str]]:
+    """The options among the env sets: non-empty sets no other non-empty set is part of."""
+    items = {_env_items(env_sets, n) for n in env_sets} - {frozenset()}
+    return {a for a in items if not any(o < a for o in items)}
+
+
 def _one_option_apart(a: frozenset[str], b: frozenset[str],
                       env_sets: dict[str, dict[str, str]]) -> bool:
     small, large = (a, b) if len(a) < len(b) else (b, a)
-    if not small < large:
-        return False
-    extra = large - small
-    return any(_env_items(env_sets, n) == extra for n in env_sets)
+    return small < large and (large - small) in _atoms(env_sets)
 
 
 class OneAtATime(RoundStrategy):
@@ -114,6 +119,8 @@ class OneAtATime(RoundStrategy):
     def _judge_options(self) -> list[Point]:
         """Decide what can be decided; the options still open."""
         ev, s = self.evidence, self.settings
+        looks = s.max_repeats - s.min_repeats + 1
+        confidence = 1 - (1 - s.confidence) / looks
         open_: list[Point] = []
         for option in self.options:
             if option in self.verdicts:
@@ -123,7 +130,7 @@ class OneAtATime(RoundStrategy):
                 continue
             iv = None
             if ev.attempts(option) >= s.min_repeats and ev.n(self.baseline) >= 2:
-                iv = ev.advantage(self.baseline, option, s.confidence)
+                iv = ev.advantage(self.baseline, option, confidence)
             if iv is not None and iv.low > s.margin:
                 self.verdicts[option] = "better"
             elif iv is not None and iv.high < s.margin:
