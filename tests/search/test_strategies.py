@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.search.conftest import make_landscape
 from tunelab.errors import StudyError
 from tunelab.replay import Landscape, replay_strategy
 from tunelab.search import (
@@ -16,7 +17,6 @@ from tunelab.search import (
 from tunelab.search._one_at_a_time import env_options, neighbours
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS
-from tests.search.conftest import make_landscape
 
 
 def run_strategy(landscape: Landscape, seed: int = 0, repeats: int = 3,
@@ -157,7 +157,7 @@ def test_hierarchical_tunes_groups_in_order_and_freezes_winners(qe_like: Landsca
 
 
 def test_hierarchical_rejects_unknown_groups(qe_like: Landscape) -> None:
-    with pytest.raises(StudyError, match="threads is not a parameter; parameters: np, npool, ndiag"):
+    with pytest.raises(StudyError, match="threads is not a parameter; parameters: np, npool"):
         make_run_strategy(SearchSettings("hierarchical", groups=[["threads"]]), qe_like.space,
                           direction="minimize", repeats=3, baseline=qe_like.baseline)
 
