@@ -212,25 +212,47 @@ class Row:
     seconds: float
 
 
-def evaluate(name: str, chosen: list[Entry], seeds: int, gp_seeds: int, budget: int,
-             pool: Any) -> list[Row]:
-    """Rows for ``chosen`` strategies on landscape ``name`` at ``budget`` runs."""
+def _model_based(entry: Entry) -> bool:
+    """Whether the strategy runs an Optuna sampler (the slow ones to replay)."""
+    s = entry.settings
+    return entry.plain_tpe or s.strategy == "optuna" or (
+        s.strategy == "racing" and s.propose == "optuna")
+
+
+def evaluate(name: str, chosen: list[Entry], seeds: int, model_seeds: int, gp_seeds: int,
+             budget: int, pool: Any, show: bool = False) -> list[Row]:
+    """Rows for ``chosen`` strategies on landscape ``name`` at ``budget`` runs (printed as
+    they come with ``show``)."""
     landscape = _CACHE.setdefault(name, load(name))
     grid5 = 5 * len(landscape.space.points())
     rows = []
     for entry in chosen:
-        n = gp_seeds if entry.settings.sampler == "gp" and not entry.plain_tpe else seeds
+        n = seeds
+        if _model_based(entry):
+            n = min(n, model_seeds)
+            if entry.settings.sampler == "gp" and not entry.plain_tpe:
+                n = min(n, gp_seeds)
+        if n == 0:
+            continue
         results = pool.map(_task, [(name, entry, seed, budget) for seed in range(n)])
         hits = [r[0] for r in results]
         runs = [r[1] for r in results]
         mean_runs = statistics.fmean(runs)
         rows.append(Row(entry.label, mean_runs, mean_runs / grid5, sum(hits) / n, n,
                         statistics.fmean(r[2] for r in results)))
+        if show:
+            print_row(rows[-1])
     return rows
 
 
-def print_table(name: str, landscape: Landscape, budget: int, rows: list[Row]) -> None:
-    """A Markdown table of ``rows``."""
+def print_row(r: Row) -> None:
+    """One Markdown line."""
+    print(f"| {r.label} | {r.runs:.1f} | {r.ratio:.2f} | {r.p_within:.2f} | {r.seeds} | "
+          f"{r.seconds:.3f} |", flush=True)
+
+
+def print_header(name: str, landscape: Landscape, budget: int) -> None:
+    """The title and head of a landscape's Markdown table."""
     point, value = landscape.true_best()
     n = len(landscape.space.points())
     near = sum(landscape.within(p, TOLERANCE) for p in landscape.runs)
@@ -238,11 +260,7 @@ def print_table(name: str, landscape: Landscape, budget: int, rows: list[Row]) -
           f"({landscape.fom}, {landscape.direction}); {near} point(s) within 5 %; "
           f"budget {budget} runs = 20 % of grid x 5 ({5 * n})\n")
     print("| strategy | runs (mean) | runs / grid x5 | P(within 5 %) | seeds | s/seed |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r.label} | {r.runs:.1f} | {r.ratio:.2f} | {r.p_within:.2f} | {r.seeds} | "
-              f"{r.seconds:.3f} |")
-    sys.stdout.flush()
+    print("|---|---:|---:|---:|---:|---:|", flush=True)
 
 
 def sweep(name: str, labels: list[str], seeds: int, pool: Any,
@@ -255,7 +273,7 @@ def sweep(name: str, labels: list[str], seeds: int, pool: Any,
         found: tuple[int | None, float] = (None, math.nan)
         for budget in range(n, 5 * n + 1):
             entry = next(e for e in entries(budget) if e.label == label)
-            row = evaluate(name, [entry], seeds, seeds, budget, pool)[0]
+            row = evaluate(name, [entry], seeds, seeds, seeds, budget, pool)[0]
             if row.p_within >= target:
                 found = (round(row.runs), row.p_within)
                 break
@@ -267,8 +285,11 @@ def main(argv: list[str] | None = None) -> None:
     """Print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--model-seeds", type=int, default=200,
+                        help="seeds for strategies running an Optuna sampler (slow)")
     parser.add_argument("--gp-seeds", type=int, default=40,
-                        help="seeds for the GP sampler (slow: torch per trial)")
+                        help="seeds for the GP sampler (slowest: torch per trial; 0: skip it "
+                             "on spaces over 100 points)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--landscape", action="append", choices=[*RECORDED, "synthetic"])
     parser.add_argument("--only", action="append", help="strategy labels to run")
@@ -278,16 +299,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="small spaces: fewest runs reaching grid x 5's probability")
     args = parser.parse_args(argv)
     names = args.landscape or [*RECORDED, "synthetic"]
-    print(f"search efficiency: {args.seeds} seeds per strategy (GP sampler: {args.gp_seeds}), "
+    print(f"search efficiency: {args.seeds} seeds per strategy ({args.model_seeds} with an "
+          f"Optuna sampler, {args.gp_seeds} with GP; GP not run over 100 points), "
           f"budget {args.fraction:.0%} of grid x 5, P(true value within {TOLERANCE:.0%} of "
-          "the best)")
+          "the best)", flush=True)
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
         for name in names:
             landscape = _CACHE.setdefault(name, load(name))
             budget = max(1, round(args.fraction * 5 * len(landscape.space.points())))
             chosen = [e for e in entries(budget) if not args.only or e.label in args.only]
-            rows = evaluate(name, chosen, args.seeds, args.gp_seeds, budget, pool)
-            print_table(name, landscape, budget, rows)
+            print_header(name, landscape, budget)
+            gp = args.gp_seeds if len(landscape.space.points()) <= 100 else 0
+            rows = evaluate(name, chosen, args.seeds, args.model_seeds, gp, budget, pool,
+                            show=True)
             if args.sweep and len(landscape.space.points()) < SMALL_SPACE:
                 target = rows[0].p_within if rows and "reference" in rows[0].label else 0.0
                 labels = [e.label for e in chosen[1:] if e.settings.sampler != "gp"]

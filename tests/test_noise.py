@@ -124,3 +124,22 @@ def test_disturbed_runs_are_counted_and_warned_about(tmp_path: Path):
     assert by_x[1].disturbed == 0 and by_x[2].disturbed == 1
     warning = [n for n in results.notes if n.startswith("Warning: runs taken while")]
     assert warning and "x=2 (1 of 3)" in warning[0]
+
+
+def test_a_pruned_run_rebuilds_an_old_runs_table_keeping_every_row(tmp_path: Path):
+    conn = sqlite3.connect(tmp_path / "tunelab.db")
+    conn.executescript(OLD_SCHEMA)
+    conn.close()
+    pruned = RunRecord(
+        point_key='{"x": 2}', params={"x": 2}, repeat=0, status="pruned",
+        reason="pruned at step 2", rc=None, wall_s=0.5, started_at="t", ended_at="t",
+        host="h", command=[], env={}, run_dir="r", foms={"wall_s": 0.5})
+    with open_store(tmp_path) as store:
+        store.record_run(pruned)
+        assert store.status_counts() == {"ok": 1, "pruned": 1}
+        frame = store.runs_frame()
+    assert list(frame["run_id"]) == [1, 2] and frame.loc[0, "fom.wall_s"] == 1.0
+    conn = sqlite3.connect(tmp_path / "tunelab.db")
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    conn.close()

@@ -89,6 +89,7 @@ class _Search(BaseModel):
     max_wall: float | str | None = None
     per_round: int = Field(default=2, ge=1, le=1000)
     groups: list[list[str]] | None = Field(default=None, max_length=100)
+    prune: bool = False
 
 
 class _Constraint(BaseModel):

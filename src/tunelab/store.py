@@ -15,9 +15,12 @@ never leaves half a run behind. The database runs in WAL mode; one ``tunelab run
 time holds the study directory's lock (see :class:`StudyLock`).
 
 Schema versions (``meta.schema_version``): 1 — the tables above but ``noise``; 2 — adds
-``noise`` (one row per run recorded since; see :mod:`tunelab.noise`). Opening a version-1
-database creates the table and sets version 2: nothing is rewritten, older runs simply have
-no noise row (their ``noise.*`` columns are NaN in :meth:`Store.runs_frame`).
+``noise`` (one row per run recorded since; see :mod:`tunelab.noise`) and the run status
+``pruned`` (a training run stopped early by the search's pruner). Opening a version-1 database
+creates the table and sets version 2: nothing is rewritten, older runs simply have no noise
+row (their ``noise.*`` columns are NaN in :meth:`Store.runs_frame`). The status list lives in
+a CHECK constraint, which SQLite cannot alter: the first ``pruned`` run recorded into an older
+database rebuilds its ``runs`` table, rows and ids unchanged, in the same transaction.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ __all__ = ["DB_NAME", "RunRecord", "Store", "StudyLock", "open_store"]
 
 DB_NAME = "tunelab.db"
 SCHEMA_VERSION = 2
-STATUSES = ("ok", "failed", "timeout", "invalid")
+STATUSES = ("ok", "failed", "timeout", "invalid", "pruned")
 NOISE_COLUMNS = ("load_before", "load_after", "others_cpu", "steal", "mhz_before", "mhz_after",
                  "disturbed")
 
@@ -54,7 +57,7 @@ CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
     point_id INTEGER NOT NULL REFERENCES points(id),
     repeat INTEGER NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid')),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid', 'pruned')),
     reason TEXT,
     rc INTEGER,
     wall_s REAL NOT NULL,
@@ -154,6 +157,8 @@ class Store:
         """Store a finished run and its figures of merit in one transaction."""
         if run.status not in STATUSES:
             raise ValueError(f"unknown run status {run.status!r}")
+        if run.status == "pruned":
+            self._allow_pruned()
         with self._conn:
             point_id = self._point_id(run.point_key, run.params)
             cur = self._conn.execute(
@@ -177,6 +182,25 @@ class Store:
                      int(bool(run.noise.get("disturbed")))),
                 )
         return run_id
+
+    def _allow_pruned(self) -> None:
+        """Rebuild a version-1 ``runs`` table whose CHECK does not know ``pruned``."""
+        row = self._conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
+        if row is None or "'pruned'" in row[0]:
+            return
+        start = _SCHEMA.index("CREATE TABLE IF NOT EXISTS runs (")
+        create = _SCHEMA[start:_SCHEMA.index(";", start)].replace(
+            "CREATE TABLE IF NOT EXISTS runs (", "CREATE TABLE runs_v2 (")
+        self._conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with self._conn:
+                self._conn.execute(create)
+                self._conn.execute("INSERT INTO runs_v2 SELECT * FROM runs")
+                self._conn.execute("DROP TABLE runs")
+                self._conn.execute("ALTER TABLE runs_v2 RENAME TO runs")
+        finally:
+            self._conn.execute("PRAGMA foreign_keys=ON")
 
     def _point_id(self, key: str, params: Mapping[str, Any]) -> int:
         row = self._conn.execute("SELECT id FROM points WHERE key = ?", (key,)).fetchone()

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -21,7 +21,7 @@ from tunelab.errors import LaunchError
 
 __all__ = ["LocalLauncher", "Outcome"]
 
-Status = Literal["ok", "failed", "timeout"]
+Status = Literal["ok", "failed", "timeout", "stopped"]
 _KILL_GRACE_S = 3.0
 
 
@@ -46,9 +46,13 @@ class LocalLauncher:
         timeout_s: float,
         stdout_path: Path,
         stderr_path: Path,
+        should_stop: Callable[[], bool] | None = None,
+        poll_s: float = 0.5,
     ) -> Outcome:
         """Run ``argv`` to completion or until ``timeout_s``; raise LaunchError if it
-        cannot start at all (for example, the executable does not exist)."""
+        cannot start at all (for example, the executable does not exist). ``should_stop``
+        is asked every ``poll_s`` while the command runs; when it says True the command's
+        process group is killed and the outcome is ``stopped`` (a pruned run)."""
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             start = time.perf_counter()
             try:
@@ -63,7 +67,7 @@ class LocalLauncher:
             except OSError as exc:
                 raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
             try:
-                rc = proc.wait(timeout=timeout_s)
+                rc = _wait(proc, start + timeout_s, should_stop, poll_s)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
                 return Outcome("timeout", None, time.perf_counter() - start)
@@ -71,7 +75,27 @@ class LocalLauncher:
                 _kill_group(proc)
                 raise
             wall = time.perf_counter() - start
+            if rc is None:  # should_stop said so
+                _kill_group(proc)
+                return Outcome("stopped", None, wall)
         return Outcome("ok" if rc == 0 else "failed", rc, wall)
+
+
+def _wait(proc: subprocess.Popen[bytes], deadline: float,
+          should_stop: Callable[[], bool] | None, poll_s: float) -> int | None:
+    """The exit code; None when ``should_stop`` asked to stop; TimeoutExpired at the
+    deadline."""
+    if should_stop is None:
+        return proc.wait(timeout=max(deadline - time.perf_counter(), 0.0))
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, 0)
+        try:
+            return proc.wait(timeout=min(poll_s, left))
+        except subprocess.TimeoutExpired:
+            if should_stop():
+                return None
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shlex
@@ -38,6 +39,8 @@ from tunelab.execute.launchers import LocalLauncher
 from tunelab.noise import NoiseWatch
 from tunelab.search import (
     RUN_STRATEGIES,
+    IntermediateTail,
+    RunPruner,
     RunStrategy,
     SearchSettings,
     Strategy,
@@ -306,6 +309,7 @@ def run_study(
     study_dir = Path(study_dir)
     launcher = launcher or LocalLauncher()
     watch = NoiseWatch()
+    pruner = RunPruner(study.objective.direction) if study.search_settings().prune else None
     study.workload.check()
     lock = StudyLock(study_dir)
     with lock.held(), open_store(study_dir, create=True) as store:
@@ -339,7 +343,7 @@ def run_study(
             if wait_quiet:
                 watch.wait_quiet()
             record = _execute(study, store, study_dir, point, repeat, launcher, host, sys_id,
-                              watch)
+                              watch, pruner)
             store.record_run(record)
             finished += 1
             if on_event is not None:
@@ -376,7 +380,7 @@ def _now() -> str:
 
 def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: int,
              launcher: LocalLauncher, host: str, sysinfo_id: int,
-             watch: NoiseWatch | None = None) -> RunRecord:
+             watch: NoiseWatch | None = None, pruner: RunPruner | None = None) -> RunRecord:
     run_dir = study_dir / "runs" / point_dir_name(point) / f"r{repeat}"
     if run_dir.exists():  # left over by an interrupted run: start clean
         shutil.rmtree(run_dir)
@@ -397,14 +401,22 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
         argv = list(cmd.argv)
         env_extra.update(cmd.env)
         before = watch.start() if watch is not None else None
+        trial = pruner.begin() if pruner is not None else None
         outcome = launcher.run(
             argv, env={**os.environ, **env_extra}, cwd=cmd.cwd or run_dir,
             timeout_s=study.spec.timeout_s, stdout_path=stdout_path, stderr_path=stderr_path,
+            should_stop=_pruning_check(pruner, trial, stdout_path, study.objective.fom),
+            poll_s=0.2,
         )
         if watch is not None and before is not None:
             noise = watch.stop(before).as_dict()
         rc, wall = outcome.rc, outcome.wall_s
-        if outcome.status == "timeout":
+        if outcome.status == "stopped" and trial is not None:
+            last = trial.steps[-1] if trial.steps else (trial.pruned_at, math.nan)
+            status, reason = "pruned", (f"pruned at step {trial.pruned_at}: "
+                                        f"{study.objective.fom} {last[1]:.4g} behind the "
+                                        "median of earlier runs")
+        elif outcome.status == "timeout":
             status, reason = "timeout", f"killed after the {study.spec.timeout_s:g} s timeout"
         else:
             status, reason, foms = _parse(study, outcome.rc, stdout_path, stderr_path, run_dir)
@@ -413,12 +425,23 @@ def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: 
     foms = {**foms, "wall_s": wall}
     if status == "ok":
         status, reason = _check_invariants(study, store, foms)
+    if pruner is not None and trial is not None:
+        pruner.end(trial, foms.get(study.objective.fom) if status == "ok" else None)
     return RunRecord(
         point_key=point.key, params=dict(point), repeat=repeat, status=status, reason=reason,
         rc=rc, wall_s=wall, started_at=started, ended_at=_now(), host=host, command=argv,
         env=env_extra, run_dir=str(run_dir.relative_to(study_dir)), foms=foms,
         sysinfo_id=sysinfo_id, noise=noise,
     )
+
+
+def _pruning_check(pruner: RunPruner | None, trial: Any, stdout_path: Path,
+                   fom: str) -> Callable[[], bool] | None:
+    """What the launcher asks while a run runs: should the pruner stop it now?"""
+    if pruner is None or trial is None:
+        return None
+    tail = IntermediateTail(stdout_path, fom)
+    return lambda: any(pruner.report(trial, step, value) for step, value in tail.read())
 
 
 def _parse(study: Study, rc: int | None, stdout_path: Path, stderr_path: Path,

@@ -5,6 +5,7 @@ Point strategies (every point gets the study's ``repeats``): ``grid``, ``random`
 too): ``racing`` (races the proposals of grid, random or optuna), ``one-at-a-time`` (options
 alone against the baseline, their combination, a local check), ``hierarchical`` (groups of
 parameters tuned in order). :func:`make_run_strategy` gives every strategy as a run strategy.
+:class:`RunPruner` stops training runs whose intermediate figures fall behind (``prune: true``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tunelab.errors import StudyError
+from tunelab.search._pruning import IntermediateTail, RunPruner
 from tunelab.search._rounds import Budget, RaceSettings
 from tunelab.search._static import GridSearch, RandomSearch
 from tunelab.search.base import RunRequest, RunStrategy, Strategy
@@ -23,8 +25,10 @@ __all__ = [
     "STRATEGIES",
     "Budget",
     "GridSearch",
+    "IntermediateTail",
     "RaceSettings",
     "RandomSearch",
+    "RunPruner",
     "RunRequest",
     "RunStrategy",
     "SearchSettings",
@@ -55,6 +59,7 @@ class SearchSettings:
     max_wall_s: float | None = None
     per_round: int = 2
     groups: list[list[str]] | None = field(default=None)
+    prune: bool = False
 
     def race(self, noise_threshold: float) -> RaceSettings:
         """The race settings (indifference defaults to the study's noise threshold)."""
