@@ -28,7 +28,11 @@ def test_rows_follow_the_ranking_and_format_the_comparison(
     assert rows[-1].label == "env=broken np=2" and rows[-1].n == "0"
     am = rows[0]
     c = comparisons[0].comparison
-    assert am.speedup == f"{c.speedup:.3f}× [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+    assert am.speedup.startswith(f"{c.speedup:.3f}× [{c.ci_low:.3f}, {c.ci_high:.3f}]")
+    if c.method == "paired":  # the interval paired by round follows, and decides
+        assert c.paired is not None
+        assert am.speedup.endswith(f"; paired {c.paired.speedup:.3f}× "
+                                   f"[{c.paired.ci_low:.3f}, {c.paired.ci_high:.3f}]")
     assert am.verdict == "faster" and am.failed == "1 failed"
     base = next(r for r in rows if r.verdict_kind == "baseline")
     assert base.verdict == "baseline" and base.p_value == ""
@@ -51,7 +55,7 @@ def test_summary_table_renders_every_point_and_value(
     text = _render(summary_table(comparisons, objective))
     for row in table_rows(comparisons, objective):
         assert row.mean_std in text and row.verdict in text
-        for part in re.split(r" (?=[\[(])", row.speedup):  # interval on a second line
+        for part in re.split(r"; | (?=[\[(])", row.speedup):  # intervals on lines of their own
             assert part in text
     assert injected in text  # rich markup in a value is printed, not interpreted
     assert "speedup [CI]" in text and "2 failed" in text

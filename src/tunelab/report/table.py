@@ -303,10 +303,14 @@ def best_lines(result: BestResult) -> list[str]:
             "(fewer than 2 successful runs on one side)."
         )
         return lines
+    paired = ""
+    if c.paired is not None and c.method == "paired":
+        paired = (f"; paired by round {fmt_ratio(c.paired.speedup)}× [{fmt_ratio(c.paired.ci_low)}"
+                  f", {fmt_ratio(c.paired.ci_high)}], which decides")
     lines.append(
         f"Best vs runner-up: {fmt_ratio(c.speedup)}× [{fmt_ratio(c.ci_low)}, "
         f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {_p_text(c.p_value)} "
-        f"(Mann–Whitney U): {verdict}."
+        f"(Mann–Whitney U){paired}: {verdict}."
     )
     if c.verdict is Verdict.BETTER:
         lines.append(f"The best point beats the runner-up ({verdict}, beyond the noise threshold).")
