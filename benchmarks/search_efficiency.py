@@ -98,6 +98,7 @@ class Entry:
     repeats: int = 1
     budgeted: bool = True  # False: runs to its own end (grid x 5, the reference)
     plain_tpe: bool = False
+    worst_baseline: bool = False  # a control: the study's baseline moved to the worst point
 
 
 def entries(budget: int) -> list[Entry]:
@@ -116,6 +117,10 @@ def entries(budget: int) -> list[Entry]:
         Entry("racing (optuna tpe)", s("racing", propose="optuna", min_repeats=1)),
         Entry("one-at-a-time", s("one-at-a-time")),
         Entry("hierarchical", s("hierarchical")),
+        Entry("one-at-a-time, baseline at the worst point", s("one-at-a-time"),
+              worst_baseline=True),
+        Entry("hierarchical, baseline at the worst point", s("hierarchical"),
+              worst_baseline=True),
         Entry("plain Optuna TPE", s("optuna"), plain_tpe=True),
     ]
 
@@ -176,9 +181,14 @@ def run_one(landscape: Landscape, entry: Entry, seed: int, budget: int
         chosen, runs = plain_tpe(landscape, seed, budget)
     else:
         settings = replace(entry.settings, seed=seed)
+        baseline = landscape.baseline
+        if entry.worst_baseline:
+            medians = landscape.medians()
+            sign = 1.0 if landscape.direction == "minimize" else -1.0
+            baseline = max(medians, key=lambda p: (sign * medians[p], p.key))
         strategy = make_run_strategy(
             settings, landscape.space, direction=landscape.direction, repeats=entry.repeats,
-            baseline=landscape.baseline, env_sets=landscape.env_sets,
+            baseline=baseline, env_sets=landscape.env_sets,
             noise_threshold=landscape.noise_threshold,
             budget=Budget(budget if entry.budgeted else None))
         result = replay_strategy(strategy, landscape, seed)
