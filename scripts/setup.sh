@@ -6,8 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the workloads run for real: pw.x and its pseudopotentials, Open MPI with
-# UCX, and the compilers mpi4py needs.
-APT_PACKAGES=(quantum-espresso quantum-espresso-data openmpi-bin libopenmpi-dev ucx-utils)
+# UCX, and the compilers mpi4py needs. Slurm (with munge and its PBS-style qsub/qstat/qdel
+# wrappers) and iproute2 run the virtual test cluster (scripts/virtual-cluster.sh).
+# chromium: the HTML report is checked in a headless browser at desktop and phone widths.
+APT_PACKAGES=(quantum-espresso quantum-espresso-data openmpi-bin libopenmpi-dev ucx-utils
+              slurm-wlm slurm-wlm-torque munge iproute2 chromium)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -42,7 +45,7 @@ echo "setup: installing Python dependencies into .venv (pinned by requirements.l
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 # torch first and pinned: the CPU wheel lies on disk; an unpinned torch pulls a CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -c requirements.lock -e ".[leopard,merge,dev]"
+.venv/bin/python -m pip install -q -c requirements.lock -e ".[leopard,merge,ddp,dev]"
 .venv/bin/python -m tunelab.workloads.qe.pseudo --ensure || echo "setup: the Ce pseudopotential was not generated (needs ld1.x from quantum-espresso); the qe workload retries on first use" >&2
 echo "$want" > "$stamp"
 echo "setup: done"

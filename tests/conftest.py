@@ -30,3 +30,6 @@ def tunelab(*args: str | Path, cwd: Path | None = None,
     """Run the real ``tunelab`` command line."""
     return subprocess.run([PY, "-m", "tunelab", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, timeout=timeout)
+
+
+pytest_plugins = ["tests.cluster_fixtures"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tunelab.errors import ParseError, StoreError, TunelabError
 from tunelab.search.base import RunStrategy
@@ -49,6 +49,10 @@ __all__ = [
 
 MAX_RECORDED_RUNS = 1_000_000
 """Most recorded runs a replay file may hold."""
+
+REPLAYED_WALL_S = "replayed_wall_s"
+"""The figure a replay of a study tuned on ``wall_s`` answers with (tunelab measures the
+replay's own ``wall_s``)."""
 
 _PRINT = "import sys; print(sys.argv[1]); sys.exit(int(sys.argv[2]))"
 
@@ -82,6 +86,14 @@ class ReplayOptions(WorkloadOptions):
     constants: dict[str, int | float | str | bool] = Field(default_factory=dict)
     source: dict[str, Any] = Field(default_factory=dict)
     points: list[_RecordedPoint] = Field(min_length=1, max_length=MAX_RECORDED_RUNS)
+
+    @field_validator("fom")
+    @classmethod
+    def _not_wall_s(cls, value: str) -> str:
+        if value == "wall_s":
+            raise ValueError("'wall_s' is what tunelab measures of the replay itself; name the "
+                             f"recorded figure differently, e.g. {REPLAYED_WALL_S!r}")
+        return value
 
 
 def _draw(runs: tuple[float | None, ...] | None, seed: int, point: Point,
@@ -260,6 +272,8 @@ def landscape_from_study(directory: str | Path) -> dict[str, Any]:
     except TunelabError as exc:
         raise TunelabError(f"{directory}: cannot rebuild the study to replay it: {exc}") from exc
     column = f"fom.{fom}"
+    if fom == "wall_s":
+        fom = REPLAYED_WALL_S
     points: list[dict[str, Any]] = []
     for key, group in runs.sort_values(["point_id", "repeat"]).groupby("point", sort=False):
         values: list[float | None] = []

@@ -115,6 +115,7 @@ class _StudyFile(BaseModel):
     objective: _Objective | None = None
     search: _Search = Field(default_factory=_Search)
     noise_threshold: float = Field(default=0.02, ge=0, lt=1)
+    launcher: Any = None  # validated by tunelab.execute.launchers.config
 
     @field_validator("name")
     @classmethod
@@ -167,8 +168,10 @@ class StudySpec(BaseModel):
         return [*names, ENV_AXIS] if self.env_sets is not None else names
 
     def identity_hash(self) -> str:
-        """Hash of what makes two study files the same study (repeats may differ)."""
-        ident = {k: v for k, v in self.raw.items() if k not in ("repeats", "description")}
+        """Hash of what makes two study files the same study (repeats, the description and
+        where the runs execute — the launcher — may differ)."""
+        ident = {k: v for k, v in self.raw.items()
+                 if k not in ("repeats", "description", "launcher")}
         blob = json.dumps(ident, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -8,6 +8,7 @@ Schema (``tunelab.db``)::
     foms(run_id, name, value)                figures of merit of a run
     sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
     noise(run_id, load_before, …, disturbed) how busy the machine was around a run (schema 2)
+    jobs(token, launcher, job_id, state, …)  batch jobs and the runs each executes (resume)
 
 A run is written in one transaction together with its figures of merit, only once it has
 finished: a crash or ``kill -9`` loses at most the run in flight, never a finished one, and
@@ -39,7 +40,7 @@ import pandas as pd
 
 from tunelab.errors import StoreError
 
-__all__ = ["DB_NAME", "RunRecord", "Store", "StudyLock", "open_store"]
+__all__ = ["DB_NAME", "RunRecord", "Store", "StoredJob", "StudyLock", "open_store"]
 
 DB_NAME = "tunelab.db"
 SCHEMA_VERSION = 2
@@ -69,6 +70,14 @@ CREATE TABLE IF NOT EXISTS runs (
     run_dir TEXT NOT NULL,
     sysinfo_id INTEGER REFERENCES sysinfo(id),
     UNIQUE (point_id, repeat));
+CREATE TABLE IF NOT EXISTS jobs (
+    token TEXT PRIMARY KEY,
+    launcher TEXT NOT NULL,
+    job_id TEXT,
+    state TEXT NOT NULL CHECK (state IN ('submitting', 'active', 'closed')),
+    ended_state TEXT,
+    submitted_at TEXT NOT NULL,
+    runs TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS foms (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
@@ -100,6 +109,17 @@ class RunRecord:
     sysinfo_id: int | None = None
     noise: Mapping[str, float | None] | None = None
     """How busy the machine was around the run (:meth:`tunelab.noise.NoiseSample.as_dict`)."""
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A batch job as the store keeps it: token, launcher, scheduler id, state, runs."""
+
+    token: str
+    launcher: str
+    job_id: str | None
+    state: str
+    runs: list[dict[str, Any]]
 
 
 class Store:
@@ -222,6 +242,42 @@ class Store:
         row = self._conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM points").fetchone()
         return int(row[0])
 
+    # --- batch jobs -----------------------------------------------------------------------
+
+    def add_job(self, token: str, launcher: str, runs: list[dict[str, Any]],
+                submitted_at: str) -> None:
+        """Record a job about to be submitted (before ``sbatch``: a controller that dies in
+        between finds it by name when it comes back)."""
+        with self._conn:
+            self._conn.execute(
+                "INSERT INTO jobs (token, launcher, state, submitted_at, runs) "
+                "VALUES (?, ?, 'submitting', ?, ?)",
+                (token, launcher, submitted_at, json.dumps(runs)))
+
+    def set_job_id(self, token: str, job_id: str) -> None:
+        """The scheduler accepted the job: store its id."""
+        with self._conn:
+            self._conn.execute("UPDATE jobs SET job_id = ?, state = 'active' WHERE token = ?",
+                               (job_id, token))
+
+    def close_job(self, token: str, ended_state: str) -> None:
+        """The job will run nothing more (``ended_state``: the scheduler's word, or why)."""
+        with self._conn:
+            self._conn.execute("UPDATE jobs SET state = 'closed', ended_state = ? "
+                               "WHERE token = ?", (ended_state, token))
+
+    def open_jobs(self) -> list[StoredJob]:
+        """Jobs not yet closed, oldest first."""
+        rows = self._conn.execute(
+            "SELECT token, launcher, job_id, state, runs FROM jobs WHERE state != 'closed' "
+            "ORDER BY submitted_at, token")
+        return [StoredJob(t, lau, jid, st, json.loads(runs)) for t, lau, jid, st, runs in rows]
+
+    def job_counts(self) -> dict[str, int]:
+        """Number of jobs per state (``submitting``, ``active``, ``closed``)."""
+        rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        return {s: int(n) for s, n in rows}
+
     # --- reading ------------------------------------------------------------------------
 
     def completed(self) -> set[tuple[str, int]]:
@@ -286,9 +342,13 @@ class Store:
             wide = wide.reindex(runs["run_id"]).reset_index(drop=True)
         else:
             wide = pd.DataFrame(index=runs.index)
-        noise = pd.read_sql_query(
-            f"SELECT run_id, {', '.join(NOISE_COLUMNS)} FROM noise", self._conn
-        ).set_index("run_id").reindex(runs["run_id"]).reset_index(drop=True)
+        has_noise = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                       "AND name = 'noise'").fetchone() is not None
+        query = (f"SELECT run_id, {', '.join(NOISE_COLUMNS)} FROM noise" if has_noise else
+                 f"SELECT NULL AS run_id, {', '.join(f'NULL AS {c}' for c in NOISE_COLUMNS)} "
+                 "WHERE 0")  # an old store opened read-only has no noise table
+        noise = pd.read_sql_query(query, self._conn).set_index("run_id").reindex(
+            runs["run_id"]).reset_index(drop=True)
         noise.columns = [f"noise.{c}" for c in noise.columns]
         params = params.drop(columns=[c for c in params.columns if c in runs.columns])
         return pd.concat([runs, params, wide, noise.astype(float)], axis=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -51,12 +52,14 @@ def _tool_version(argv: Sequence[str]) -> str | None:
     if shutil.which(argv[0]) is None:
         return None
     try:
-        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=10)
+        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=10,
+                             stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in (out.stdout + out.stderr).splitlines():
         if line.strip():
-            return line.strip()
+            # a banner's date is not part of the version ("Program PWSCF v.6.7MaX starts on …")
+            return re.sub(r"\s+starts on .*$", "", line.strip())
     return None
 
 

@@ -2,31 +2,30 @@
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from rich.console import Console
 
-from tunelab.report import (
-    best_panel,
-    load_results,
-    results_from_frame,
-    summary_table,
-    write_report,
-)
+from tunelab.report import load_results, results_from_frame, write_report
+from tunelab.report.output import View, emit, render
+from tunelab.report.views import best_view, compare_view
 from tunelab.stats import StatsError, Verdict
 from tunelab.workloads.base import Objective
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _text(renderable: object) -> str:
-    console = Console(width=220, record=True, color_system=None)
-    console.print(renderable)
-    return console.export_text()
+def _text(view: View, width: int | None = None) -> str:
+    """Plain text, or a terminal of ``width`` columns."""
+    if width is None:
+        return render(view, "text")
+    out = io.StringIO()
+    emit(view, "text", stream=out, terminal=True, width=width)
+    return out.getvalue()
 
 
 def test_results_compare_with_the_baseline(
@@ -38,8 +37,8 @@ def test_results_compare_with_the_baseline(
     assert results.comparisons[0].comparison.verdict is Verdict.BETTER
     assert not [n for n in results.notes if n.startswith(("No ", "The study names no"))]
     assert results.best_result().best.params["env"] == "am"
-    text = _text(summary_table(results))
-    assert "speedup [CI]" in text and "faster" in text and "env=am np=2" in text
+    text = _text(compare_view(results))
+    assert "95% CI" in text and "faster" in text and "env=am np=2" in text
 
 
 def test_results_without_baseline_rank_by_mean_and_say_so(
@@ -47,7 +46,7 @@ def test_results_without_baseline_rank_by_mean_and_say_so(
 ) -> None:
     results = results_from_frame(runs, objective, None, n_resamples=500)
     assert results.comparisons == ()
-    text = _text(summary_table(results))
+    text = _text(compare_view(results))
     assert "speedup" not in text and "names no baseline" in text
     rows = [line for line in text.splitlines() if re.match(r"^\s*\d+\s+env=", line)]
     assert "env=am np=2" in rows[0]
@@ -84,11 +83,13 @@ def test_every_run_failed(
     assert "no successful run" in html
 
 
-def test_best_panel_accepts_the_objective(
+def test_best_view_names_the_winner(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
     results = results_from_frame(runs, objective, baseline, n_resamples=500)
-    assert "env=am np=2" in _text(best_panel(results.best_result(), results.objective))
+    view = best_view(results, results.best_result())
+    assert "env=am np=2" in _text(view)
+    assert view.document["best"]["point"] == {"env": "am", "np": 2}
 
 
 def test_load_results_from_a_real_store(
@@ -134,12 +135,26 @@ def test_load_results_from_a_real_store(
     assert results.comparisons[-1].summary.failed == {"failed": 2}
 
 
-def test_narrow_console_leaves_out_median_and_min(
+def test_narrow_terminal_leaves_out_median_and_min_first(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
     results = results_from_frame(runs, objective, baseline, n_resamples=300)
-    wide = _text(summary_table(results))
-    narrow = _text(summary_table(results, width=80))
-    header = next(line for line in narrow.splitlines() if "mean ± sd" in line)
-    assert "median" in wide and "median" not in header and "min " not in header
-    assert "median and min left out" in narrow and "faster" in narrow
+    wide = _text(compare_view(results), width=220)
+    narrow = _text(compare_view(results), width=90)
+    header = next(line for line in narrow.splitlines() if "speedup" in line and "point" in line)
+    assert "median" in wide and "median" not in header and " min " not in header
+    assert "left out at this width: min, median" in narrow and "faster" in narrow
+
+
+@pytest.mark.parametrize("width", [100, 72, 60, 45])
+def test_terminal_table_fits_and_never_cuts_a_value(
+    runs: pd.DataFrame, objective: Objective, baseline: str, width: int
+) -> None:
+    results = results_from_frame(runs, objective, baseline, n_resamples=300)
+    text = _text(compare_view(results), width=width)
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    for row in compare_view(results).blocks[0].rows:  # type: ignore[union-attr]
+        for key in ("speedup", "verdict"):
+            cell = row.get(key, "")
+            value = cell if isinstance(cell, str) else cell[0]
+            assert value in text, (width, key, value)

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
 from collections.abc import Callable
 
 import pandas as pd
-from rich.console import Console
 
-from tunelab.report import best_lines, best_panel, summary_table, table_rows
+from tunelab.report import best_lines, results_from_frame, table_rows
+from tunelab.report.output import emit
+from tunelab.report.views import compare_view
 from tunelab.stats import best, compare_to_baseline, summarize
 from tunelab.workloads.base import Objective
-
-
-def _render(renderable: object) -> str:
-    console = Console(width=200, record=True, color_system=None)
-    console.print(renderable)
-    return console.export_text()
 
 
 def test_rows_follow_the_ranking_and_format_the_comparison(
@@ -48,17 +45,45 @@ def test_rows_from_summaries_rank_by_direction(runs: pd.DataFrame) -> None:
     assert fastest.speedup == "" and fastest.verdict == ""
 
 
-def test_summary_table_renders_every_point_and_value(
+def test_terminal_table_renders_every_point_and_value(
     runs: pd.DataFrame, objective: Objective, baseline: str, injected: str
 ) -> None:
-    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=1000)
-    text = _render(summary_table(comparisons, objective))
-    for row in table_rows(comparisons, objective):
+    results = results_from_frame(runs, objective, baseline, n_resamples=1000)
+    out = io.StringIO()
+    emit(compare_view(results), "text", stream=out, terminal=True, width=200)
+    text = out.getvalue()
+    for row in table_rows(results.comparisons, objective):
         assert row.mean_std in text and row.verdict in text
-        for part in re.split(r"; | (?=[\[(])", row.speedup):  # intervals on lines of their own
-            assert part in text
+        for part in re.split(r" \[|; paired ", row.speedup):  # each in a column of its own
+            assert part.strip("]") in text
     assert injected in text  # rich markup in a value is printed, not interpreted
-    assert "speedup [CI]" in text and "2 failed" in text
+    assert "95% CI" in text and "2 failed" in text
+    paired = [pc for pc in results.comparisons if pc.comparison.method == "paired"]
+    assert paired and "paired CI" in text and "paired by round" in text  # it decides
+    assert "Benjamini–Hochberg" in text and "Noise: runs of one point vary" in text
+
+
+def test_json_and_csv_carry_the_paired_interval_and_adjusted_p(
+    runs: pd.DataFrame, objective: Objective, baseline: str
+) -> None:
+    results = results_from_frame(runs, objective, baseline, n_resamples=1000)
+    out = io.StringIO()
+    emit(compare_view(results), "json", stream=out)
+    doc = json.loads(out.getvalue())
+    assert doc["schema"] == "tunelab.compare" and doc["version"] == 1
+    assert doc["noise"]["sd_log"] > 0 and doc["noise"]["repeats_needed"] >= 2
+    by_label = {p["label"]: p for p in doc["points"]}
+    am = by_label["env=am np=2"]
+    c = next(pc.comparison for pc in results.comparisons
+             if pc.summary.params["env"] == "am")
+    assert am["method"] == c.method == "paired" and c.paired is not None
+    assert am["paired"]["ci_low"] == c.paired.ci_low and am["paired"]["n_rounds"] >= 2
+    assert am["p_adjusted"] >= c.p_test and am["disturbed"] == 0
+    assert by_label["env=baseline np=2"]["paired"] is None
+    out = io.StringIO()
+    emit(compare_view(results), "csv", stream=out)
+    header, first = out.getvalue().splitlines()[:2]
+    assert {"method", "p_adjusted", "paired_ci_low", "disturbed"} <= set(header.split(","))
 
 
 def test_best_panel_states_the_winner_and_confidence(runs: pd.DataFrame) -> None:
@@ -67,8 +92,6 @@ def test_best_panel_states_the_winner_and_confidence(runs: pd.DataFrame) -> None
     assert lines[0].startswith("Best point: env=am np=2")
     assert "beats the runner-up (faster" in lines[-2]
     assert "100.0% of bootstrap resamples" in lines[-1]
-    text = _render(best_panel(result))
-    assert "env=am np=2" in text and "faster" in text
 
 
 def test_best_lines_do_not_oversell_a_tie(runs_factory: Callable[..., pd.DataFrame]) -> None:

@@ -64,6 +64,34 @@ def test_replay_of_a_finished_study_answers_with_its_recorded_runs(write_study, 
     assert (frame["fom.value"] == frame["x"] * 2).all()
 
 
+def test_replay_of_a_wall_time_study_answers_under_its_own_name(write_study, tmp_path):
+    path = write_study(f"""\
+        name: walls
+        workload:
+          name: command
+          options:
+            argv: [{PY}, {PROG}, ok, "{{x}}"]
+        parameters:
+          x: [1, 2]
+        repeats: 2
+        objective: {{fom: wall_s}}
+        """)
+    _run(path, tmp_path / "d")
+    res = tunelab("replay", tmp_path / "d", "-o", tmp_path / "replay.yaml")
+    assert res.returncode == 0, res.stderr
+    landscape = load_landscape(tmp_path / "replay.yaml")
+    assert landscape.fom == "replayed_wall_s"  # tunelab measures the replay's own wall_s
+    _run(tmp_path / "replay.yaml", tmp_path / "r")
+    with open_store(tmp_path / "r") as store:
+        frame = store.runs_frame()
+    recorded = {v for runs in landscape.runs.values() for v in runs}
+    assert set(frame["fom.replayed_wall_s"]) <= recorded
+    text = (tmp_path / "replay.yaml").read_text().replace("replayed_wall_s", "wall_s")
+    (tmp_path / "bad.yaml").write_text(text)
+    bad = tunelab("space", tmp_path / "bad.yaml")
+    assert bad.returncode == 2 and "what tunelab measures" in bad.stderr
+
+
 def test_replay_of_a_directory_without_a_study_is_one_clear_error(tmp_path):
     res = tunelab("replay", tmp_path, "-o", tmp_path / "r.yaml")
     assert res.returncode == 2
@@ -120,6 +148,7 @@ def test_racing_study_runs_through_the_runner_and_resumes(tmp_path):
     per_point = frame.groupby("point").size()
     assert len(frame) <= 30 and per_point.min() >= 1
     assert per_point.max() > per_point.min()  # repeats went where they decide
+    assert frame["noise.load_before"].notna().all()  # the noise watch sampled every run
     again = tunelab("run", path, "--dir", tmp_path / "d", "-q")
-    assert again.returncode == 0 and f"0 runs now, {len(frame)} done before" in again.stdout
+    assert again.returncode == 0 and f"0 runs now, {len(frame)} done before" in again.stderr
     shutil.rmtree(tmp_path / "d")

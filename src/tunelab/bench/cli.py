@@ -1,4 +1,5 @@
-"""``tunelab bench …`` commands; ``python -m tunelab.bench.merge`` uses the same parser.
+"""``tunelab bench …`` commands; ``python -m tunelab.bench.merge`` and ``python -m
+tunelab.bench.ddp`` use the same parsers.
 
 Mount with ``main_app.add_typer(tunelab.bench.cli.app, name="bench")``.
 """
@@ -8,16 +9,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from tunelab.errors import TunelabError
 
-__all__ = ["app", "main_merge", "merge"]
+__all__ = ["app", "ddp", "main_ddp", "main_merge", "merge"]
+
+# plain help: the same on a terminal, in a pipe, at any width
+PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None,
+                    "context_settings": {"help_option_names": ["-h", "--help"]}}
 
 app = typer.Typer(help="Benchmark programs tunelab owns (run by hand or as study workloads).",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, **PLAIN_HELP)
 
 
 @app.callback()
@@ -104,6 +109,92 @@ def merge(
 
 def main_merge() -> None:
     """Entry point of ``python -m tunelab.bench.merge``."""
-    single = typer.Typer(add_completion=False)
+    single = typer.Typer(add_completion=False, **PLAIN_HELP)
     single.command()(merge)
+    single()
+
+
+@app.command("ddp")
+def ddp(
+    model: Annotated[str, typer.Option(help="resnet18 | resnet50 | leopard")] = "resnet50",
+    workers: Annotated[int, typer.Option("--workers", "-n", help="Workers in all.")] = 1,
+    nodes: Annotated[int, typer.Option(help="Nodes; workers are spread evenly.")] = 1,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", "-b", help="Global batch (divided evenly among the workers).")] = 64,
+    steps: Annotated[int, typer.Option("--steps", "-s", help="Timed steps.")] = 10,
+    warmup: Annotated[int, typer.Option(help="Untimed steps first.")] = 2,
+    compute: Annotated[str, typer.Option(
+        help="real, or emulate:SECONDS (wait SECONDS per step instead of computing; "
+             "gradients are still all-reduced for real).")] = "real",
+    image_size: Annotated[int, typer.Option(help="ResNet input height and width.")] = 224,
+    window: Annotated[int, typer.Option(help="Leopard window length (multiple of 32).")] = 2048,
+    data: Annotated[str, typer.Option(help="Data source: synthetic.")] = "synthetic",
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+    backend: Annotated[str, typer.Option(help="auto | gloo | nccl")] = "auto",
+    amp: Annotated[str, typer.Option(help="auto (on for CUDA) | on | off")] = "auto",
+    threads: Annotated[int | None, typer.Option(
+        help="Threads per worker (default: cores / workers).")] = None,
+    bucket_mb: Annotated[float, typer.Option(help="DDP gradient bucket size, MiB.")] = 25.0,
+    placement: Annotated[str, typer.Option(
+        help="local (nodes on this host) | vnodes (virtual nodes; root)")] = "local",
+    link_gbit: Annotated[float, typer.Option(
+        help="vnodes: bandwidth limit of each node's link, Gbit/s (0: none).")] = 0.0,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds a collective may wait for a peer before the run fails.")] = 120.0,
+    rendezvous_timeout: Annotated[float, typer.Option(
+        help="Seconds for every worker to join.")] = 180.0,
+    port: Annotated[int, typer.Option(help="Rendezvous port (0: a free one).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
+    inject_fault: Annotated[str | None, typer.Option(
+        hidden=True, help="Testing: rank=R,step=S,action=kill | node=I,action=absent.")] = None,
+    worker_config: Annotated[str | None, typer.Option(hidden=True)] = None,
+    status_dir: Annotated[str | None, typer.Option(hidden=True)] = None,
+    result_file: Annotated[str | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Data-parallel training throughput (PyTorch DDP) for a layout nodes x workers per node.
+
+    Prints a table and, last, one JSON line of figures of merit (samples/s, seconds per step
+    split into compute and all-reduce, gradient bytes, all-reduce bandwidth)."""
+    from tunelab.bench.ddp.config import DDPConfig, parse_fault
+
+    try:
+        if worker_config is not None:
+            cfg = DDPConfig.from_dict(json.loads(worker_config)).validate()
+        else:
+            cfg = DDPConfig(
+                model=model, image_size=image_size, window=window, batch_size=batch_size,
+                workers=workers, nodes=nodes, steps=steps, warmup=warmup, compute=compute,
+                data=data, device=device, backend=backend, amp=amp, threads=threads,
+                bucket_mb=bucket_mb, placement=placement, link_gbit=link_gbit,
+                timeout=timeout, rendezvous_timeout=rendezvous_timeout, port=port, seed=seed,
+                fault=parse_fault(inject_fault),
+            ).validate()
+        if cfg.model != "leopard":
+            from tunelab.bench.ddp.models import import_torchvision_models
+
+            import_torchvision_models()  # fail here, once, not in every worker
+        under_torchrun = "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+        if worker_config is not None or under_torchrun:
+            from tunelab.bench.ddp.worker import worker_main
+
+            code = worker_main(cfg, status_dir, result_file)
+            # leave at once: torch's teardown of a gloo group can block after the results
+            # are written, and torchrun reads only the exit status
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        else:
+            from tunelab.bench.ddp.launch import launch
+
+            code = launch(cfg)
+    except TunelabError as exc:
+        print(f"ddp: error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+def main_ddp() -> None:
+    """Entry point of ``python -m tunelab.bench.ddp``."""
+    single = typer.Typer(add_completion=False)
+    single.command()(ddp)
     single()

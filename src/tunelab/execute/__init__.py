@@ -1,1 +1,2 @@
-"""Running commands: launchers, the study runner, MPI command lines."""
+"""Running studies: the runner (plan, loop, resume), the executor (launch and collect) and
+the launchers (local, Slurm, PBS)."""

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import random
 import shlex
-import shutil
 import socket
 import tempfile
 from collections.abc import Callable
@@ -27,20 +25,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tunelab.errors import (
-    LaunchError,
-    ParseError,
-    RunReportedError,
-    StoreError,
-    StudyError,
-    WorkloadError,
+from tunelab.cluster.mpi import Placement
+from tunelab.errors import StoreError, StudyError, WorkloadError
+from tunelab.execute.executor import Executor
+from tunelab.execute.launchers import (
+    Launcher,
+    LauncherConfig,
+    LocalLauncher,
+    launcher_config,
+    make_launcher,
 )
-from tunelab.execute.launchers import LocalLauncher
-from tunelab.noise import NoiseWatch
+from tunelab.execute.watch import RunWatch
 from tunelab.search import (
     RUN_STRATEGIES,
-    IntermediateTail,
-    RunPruner,
     RunStrategy,
     SearchSettings,
     Strategy,
@@ -53,9 +50,15 @@ from tunelab.store import RunRecord, Store, StudyLock, open_store
 from tunelab.sysinfo import snapshot
 from tunelab.workloads import Objective, RunContext, Workload, get_workload
 
-__all__ = ["RunEvent", "Study", "StudyOutcome", "plan_runs", "prepare_study", "run_study"]
-
-_TAIL_CHARS = 300
+__all__ = [
+    "FailFast",
+    "RunEvent",
+    "Study",
+    "StudyOutcome",
+    "plan_runs",
+    "prepare_study",
+    "run_study",
+]
 
 
 @dataclass
@@ -69,6 +72,7 @@ class Study:
     points: list[Point]
     baseline: Point | None
     adaptive: bool = False
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
 
     @property
     def decides_repeats(self) -> bool:
@@ -109,9 +113,9 @@ class Study:
                              first=self.baseline, env_sets=self.spec.env_sets,
                              **_sampler(self.spec))
 
-    def context(self, point: Point, run_dir: Path, study_dir: Path,
-                repeat: int = 0) -> RunContext:
-        """The run context of ``point`` (values, env set, directories)."""
+    def context(self, point: Point, run_dir: Path, study_dir: Path, repeat: int = 0, *,
+                placement: Placement | None = None, cores: int | None = None) -> RunContext:
+        """The run context of ``point`` (values, env set, directories, where it runs)."""
         env_set = {}
         if self.spec.env_sets is not None:
             env_set = self.spec.env_sets[str(point[ENV_AXIS])]
@@ -121,14 +125,18 @@ class Study:
             run_dir=run_dir,
             study_dir=study_dir,
             study_file=self.spec.path,
-            cores=os.cpu_count() or 1,
+            cores=cores or os.cpu_count() or 1,
             repeat=repeat,
+            placement=placement or Placement(),
         )
 
 
 @dataclass
 class RunEvent:
-    """Progress report after each run (for progress bars)."""
+    """Progress report after each run (for progress displays).
+
+    ``value`` is the run's value of the objective ``fom`` (None when it has none).
+    """
 
     point: Point
     repeat: int
@@ -136,6 +144,9 @@ class RunEvent:
     reason: str | None
     done: int
     total: int
+    wall_s: float = 0.0
+    fom: str = "wall_s"
+    value: float | None = None
 
 
 @dataclass
@@ -147,15 +158,68 @@ class StudyOutcome:
     previously_done: int
     ran: int
     counts: dict[str, int] = field(default_factory=dict)
+    stopped: str | None = None
+    """Why the study stopped before its plan was done (see :class:`FailFast`), else None."""
+    queued_jobs: int = 0
 
     @property
     def all_ok(self) -> bool:
         """True when every stored run of the study succeeded."""
-        return all(n == 0 for s, n in self.counts.items() if s != "ok")
+        return self.stopped is None and all(n == 0 for s, n in self.counts.items()
+                                            if s != "ok")
 
 
-def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
-    """Build the workload, space, strategy and baseline of ``spec``; validate them."""
+class FailFast:
+    """Stops a study whose every point failed its first run the same way.
+
+    Fed each finished run of this invocation (:meth:`add`). Once the first run made here of
+    each of ``n_points`` points has ``failed`` with one and the same reason (pw.x's
+    ``Error in routine …`` line, or an exit code and message; the run's own directory is
+    blanked out of it), :attr:`stop_reason` is the one line to stop with: the remaining runs
+    would only repeat the error. A first run that ended any other way (ok, invalid, timed
+    out, or failed differently) disarms it for good. Workload-independent.
+    """
+
+    def __init__(self, n_points: int) -> None:
+        self.n_points = n_points
+        self._seen: set[str] = set()
+        self._reason: str | None = None
+        self._armed = n_points > 0
+
+    def add(self, record: RunRecord, study_dir: Path) -> None:
+        """Take a finished run into account."""
+        if not self._armed or record.point_key in self._seen:
+            return
+        self._seen.add(record.point_key)
+        reason = _blank_run_dir(record.reason or "", record.run_dir, study_dir)
+        if record.status != "failed" or not reason or (
+                self._reason is not None and reason != self._reason):
+            self._armed = False
+            return
+        self._reason = reason
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The line to stop with, or None while the study should go on."""
+        if not self._armed or self._reason is None or len(self._seen) < self.n_points:
+            return None
+        return (f"the first run of each of the {self.n_points} points failed the same way, "
+                f"so the other runs were not started: {self._reason}")
+
+
+def _blank_run_dir(reason: str, run_dir: str, study_dir: Path) -> str:
+    for form in (str((Path(study_dir) / run_dir).resolve()), str(Path(study_dir) / run_dir),
+                 run_dir):
+        if form:
+            reason = reason.replace(form, "<run dir>")
+    return reason
+
+
+def prepare_study(spec: StudySpec, *, repeats: int | None = None,
+                  dry_run: bool = False) -> Study:
+    """Build the workload, space, strategy and baseline of ``spec``; validate them.
+
+    ``dry_run`` (``space``, ``run --dry-run``) tells the workload to start no program."""
     cls = get_workload(spec.workload)
     try:
         options = cls.Options.model_validate(spec.workload_options)
@@ -168,12 +232,15 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
             f"{where}: workload {spec.workload!r} option {field_name!r}: {msg}"
         ) from None
     workload = cls(options, spec.path)
+    workload.dry_run = dry_run
+    launcher = launcher_config(spec)
     if not spec.parameters and spec.env_sets is None:
         spec = _with_default_space(spec, workload)
     rules = [ConstraintSpec(_parse_rule(expr, workload), why, f"workload {workload.name}")
              for expr, why in workload.rules()]
     try:
-        space = Space.from_spec(spec, rules, workload.constants())
+        space = Space.from_spec(spec, rules, {**_launcher_constants(spec, launcher),
+                                              **workload.constants()})
     except Exception as exc:
         if isinstance(exc, StudyError | WorkloadError):
             raise
@@ -206,7 +273,19 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None) -> Study:
         if repeats < 1:
             raise StudyError(f"--repeats must be at least 1, got {repeats}")
         spec = spec.model_copy(update={"repeats": repeats})
-    return Study(spec, workload, space, objective, points, baseline, adaptive)
+    return Study(spec, workload, space, objective, points, baseline, adaptive, launcher)
+
+
+def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, Any]:
+    """``cores_per_node`` and, on a cluster, ``cores``: the cores a run may use (the nodes'
+    size times the most nodes a run asks for)."""
+    per_node = launcher.cores_per_node or os.cpu_count() or 1
+    if not launcher.batch:
+        return {"cores_per_node": per_node}
+    nodes = [int(v) for p in spec.parameters if p.name == "nodes" for v in p.values
+             if isinstance(v, int | float) and not isinstance(v, bool)]
+    most = max([launcher.nodes or 1, *nodes])
+    return {"cores_per_node": per_node, "cores": per_node * most}
 
 
 def _sampler(spec: StudySpec) -> dict[str, Any]:
@@ -257,19 +336,40 @@ def point_dir_name(point: Point) -> str:
 
 
 def describe_commands(study: Study, study_dir: Path) -> list[str]:
-    """One line per point: the command it would run, for ``--dry-run``."""
+    """One line per point: the command it would run, for ``--dry-run``.
+
+    Workloads (prepared with ``dry_run=True``) build the commands in a scratch directory
+    that is removed afterwards; the lines show the run directories a real run would use.
+    """
     lines = []
+    launcher = make_launcher(study.launcher)
     with tempfile.TemporaryDirectory(prefix="tunelab-dry-") as tmp:
         for point in study.points:
-            run_dir = Path(tmp) / point_dir_name(point)
-            run_dir.mkdir()
-            ctx = study.context(point, run_dir, study_dir)
+            scratch = Path(tmp) / point_dir_name(point)
+            scratch.mkdir()
+            real = study_dir / "runs" / point_dir_name(point) / "r0"
+            needs = study.workload.needs(study.space.values(point))
+            ctx = study.context(point, scratch, study_dir, placement=launcher.placement(
+                needs, scratch), cores=launcher.cores_per_node)
             cmd = study.workload.command(ctx)
             env = {**ctx.env, **cmd.env}
-            prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-            lines.append(f"[{point.label()}] {prefix + ' ' if prefix else ''}"
-                         f"{shlex.join(cmd.argv)}")
+            prefix = " ".join(f"{k}={shell_quote(v)}" for k, v in sorted(env.items()))
+            line = (f"[{point.label()}] {prefix + ' ' if prefix else ''}"
+                    f"{' '.join(shell_quote(a) for a in cmd.argv)}")
+            lines.append(line.replace(str(scratch), str(real)))
     return lines
+
+
+def shell_quote(arg: str) -> str:
+    """``arg`` quoted for a POSIX shell, on one line: an argument holding a line break or
+    another control character is written in bash's ``$'…'`` form."""
+    if not any(ord(c) < 32 or ord(c) == 127 for c in arg):
+        return shlex.quote(arg)
+    escaped = "".join(
+        {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c)
+        or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
+        for c in arg)
+    return f"$'{escaped}'"
 
 
 def _identity_check(store: Store, study: Study) -> None:
@@ -283,33 +383,28 @@ def _identity_check(store: Store, study: Study) -> None:
         )
 
 
-def _tail(path: Path) -> str:
-    try:
-        text = path.read_text(errors="replace").strip()
-    except OSError:
-        return ""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1][-_TAIL_CHARS:] if lines else ""
-
-
 def run_study(
     study: Study,
     study_dir: Path,
     *,
     on_event: Callable[[RunEvent], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
-    launcher: LocalLauncher | None = None,
+    launcher: Launcher | None = None,
+    detach: bool = False,
     wait_quiet: bool = False,
 ) -> StudyOutcome:
     """Run every missing (point, repeat) of ``study`` in ``study_dir``; resumable.
 
-    Every run is sampled by a :class:`~tunelab.noise.NoiseWatch`; with ``wait_quiet`` each
-    run waits first until other processes leave the machine quiet (at most
-    :data:`tunelab.noise.MAX_QUIET_WAIT_S`)."""
+    Runs go through ``launcher`` (default: the study's ``launcher:`` section). Jobs an
+    earlier, interrupted controller left in a batch queue are re-attached first. With
+    ``detach`` the jobs are submitted and the call returns without waiting for them
+    (``tunelab status`` collects them). Runs executed here (the local launcher) are sampled
+    by a :class:`~tunelab.noise.NoiseWatch`; with ``wait_quiet`` each waits first until
+    other processes leave the machine quiet (at most :data:`tunelab.noise.MAX_QUIET_WAIT_S`).
+    """
     study_dir = Path(study_dir)
-    launcher = launcher or LocalLauncher()
-    watch = NoiseWatch()
-    pruner = RunPruner(study.objective.direction) if study.search_settings().prune else None
+    launcher = launcher or make_launcher(study.launcher)
+    watch = _watch(study, launcher, wait_quiet)
     study.workload.check()
     lock = StudyLock(study_dir)
     with lock.held(), open_store(study_dir, create=True) as store:
@@ -320,6 +415,7 @@ def run_study(
             "study_name": study.spec.name,
             "study_file": str(study.spec.path or ""),
             "spec": json.dumps(study.spec.raw, default=str),
+            "spec_yaml": _study_text(study.spec.path),
             "objective": json.dumps([study.objective.fom, study.objective.direction]),
             "baseline": study.baseline.key if study.baseline is not None else "",
             "noise_threshold": str(study.spec.noise_threshold),
@@ -335,150 +431,111 @@ def run_study(
         sys_id = store.add_sysinfo(_now(), snapshot(study.workload.tool_versions()))
         if on_start is not None:
             on_start(previously, total)
-        host = socket.gethostname()
         finished = previously
+        fail_fast = FailFast(len({p.key for p, _ in todo}) if not study.adaptive
+                             else study.spec.samples or 0)
 
-        def run_one(point: Point, repeat: int) -> None:
+        def record(run: RunRecord) -> None:
             nonlocal finished
-            if wait_quiet:
-                watch.wait_quiet()
-            record = _execute(study, store, study_dir, point, repeat, launcher, host, sys_id,
-                              watch, pruner)
-            store.record_run(record)
+            store.record_run(run)
+            if watch is not None:
+                watch.recorded(run)
             finished += 1
+            fail_fast.add(run, study_dir)
             if on_event is not None:
-                on_event(RunEvent(point, repeat, record.status, record.reason, finished,
-                                  total))
+                fom = study.objective.fom
+                on_event(RunEvent(Point.from_key(run.point_key), run.repeat, run.status,
+                                  run.reason, finished, total, run.wall_s, fom,
+                                  run.foms.get(fom)))
 
-        if study.decides_repeats:  # the strategy asks for runs; stored ones answer at once
-            fom = study.objective.fom
-            runner = study.new_run_strategy()
-            while not runner.done and (requests := runner.ask_runs(64)):
-                for request in requests:
-                    if (request.point.key, request.repeat) not in done:
-                        run_one(request.point, request.repeat)
-                    runner.tell_run(request, store.run_value(request.point.key, request.repeat,
-                                                             fom))
-        elif not study.adaptive:
-            for point, repeat in todo:
-                run_one(point, repeat)
-        else:
-            strategy = study.new_strategy()
-            while not strategy.done and (batch := strategy.ask(1)):
-                point = batch[0]
-                for repeat in range(study.spec.repeats):
-                    if (point.key, repeat) not in done:
-                        run_one(point, repeat)
-                strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
+        executor = Executor(study, store, study_dir, launcher, host=socket.gethostname(),
+                            sysinfo_id=sys_id, on_record=record,
+                            stop=lambda: fail_fast.stop_reason is not None)
+        with executor.session(detach=detach):
+            if study.decides_repeats:  # the strategy asks for runs; stored ones answer
+                _race(study, store, executor, fail_fast)
+            elif not study.adaptive:
+                executor.execute(todo)
+            else:
+                strategy = study.new_strategy()
+                while not strategy.done and (batch := strategy.ask(1)):
+                    point = batch[0]
+                    executor.execute([(point, r) for r in range(study.spec.repeats)])
+                    if executor.detached and executor.active:
+                        break  # an adaptive search needs the results: resume collects them
+                    if fail_fast.stop_reason is not None:
+                        break
+                    strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
         return StudyOutcome(study_dir, total, previously, finished - previously,
-                            store.status_counts())
+                            store.status_counts(), fail_fast.stop_reason,
+                            queued_jobs=len(executor.active))
+
+
+def _race(study: Study, store: Store, executor: Executor, fail_fast: FailFast) -> None:
+    """Drive a run strategy: each batch of requested runs goes to the executor at once
+    (a batch launcher runs them side by side), then every request is answered from the
+    store — runs stored by an earlier invocation answer at once, which is how such a study
+    resumes."""
+    fom = study.objective.fom
+    runner = study.new_run_strategy()
+    while not runner.done and (requests := runner.ask_runs(64)):
+        executor.execute([(r.point, r.repeat) for r in requests])
+        if (executor.detached and executor.active) or fail_fast.stop_reason is not None:
+            return  # the strategy needs the results: resuming collects them
+        for request in requests:
+            runner.tell_run(request, store.run_value(request.point.key, request.repeat, fom))
+
+
+def _watch(study: Study, launcher: Launcher, wait_quiet: bool) -> RunWatch | None:
+    """The noise watch (and pruner) for runs this process executes: given to a local
+    launcher that has none yet; None for batch launchers (their runs run elsewhere)."""
+    if not isinstance(launcher, LocalLauncher):
+        return None
+    if launcher.watch is None:
+        from tunelab.noise import NoiseWatch
+
+        pruner = None
+        if study.search_settings().prune:
+            from tunelab.search import RunPruner
+
+            pruner = RunPruner(study.objective.direction)
+        launcher.watch = RunWatch(study.objective.fom, noise=NoiseWatch(), pruner=pruner,
+                                  wait_quiet=wait_quiet)
+    return launcher.watch
+
+
+def collect_study(study: Study, study_dir: Path) -> tuple[StudyOutcome, dict[str, int]]:
+    """Collect what the study's batch jobs finished (``tunelab status``): re-attach, record,
+    close ended jobs; submit nothing. Returns the outcome and the active jobs per phase
+    (``queued``, ``running``)."""
+    study_dir = Path(study_dir)
+    launcher = make_launcher(study.launcher)
+    with StudyLock(study_dir).held(), open_store(study_dir) as store:
+        _identity_check(store, study)
+        before = len(store.completed())
+        executor = Executor(study, store, study_dir, launcher, host=socket.gethostname(),
+                            sysinfo_id=None, on_record=store.record_run)
+        executor.reattach()
+        phases: dict[str, int] = {}
+        statuses = launcher.poll([a.job_id for a in executor.active.values()]) \
+            if executor.active else {}
+        for status in statuses.values():
+            phases[status.phase] = phases.get(status.phase, 0) + 1
+        done = len(store.completed())
+        total = int(store.get_meta("planned_runs") or study.planned_runs)
+        return (StudyOutcome(study_dir, total, before, done - before, store.status_counts(),
+                             queued_jobs=len(executor.active)), phases)
+
+
+def _study_text(path: Path | None) -> str:
+    """The study file as the user wrote it (shown by the HTML report); empty if unreadable."""
+    if path is None:
+        return ""
+    try:
+        return Path(path).read_text(errors="replace")[:200_000]
+    except OSError:
+        return ""
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def _execute(study: Study, store: Store, study_dir: Path, point: Point, repeat: int,
-             launcher: LocalLauncher, host: str, sysinfo_id: int,
-             watch: NoiseWatch | None = None, pruner: RunPruner | None = None) -> RunRecord:
-    run_dir = study_dir / "runs" / point_dir_name(point) / f"r{repeat}"
-    if run_dir.exists():  # left over by an interrupted run: start clean
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
-    ctx = study.context(point, run_dir, study_dir, repeat)
-    started = _now()
-    argv: list[str] = []
-    env_extra: dict[str, str] = dict(ctx.env)
-    status: str = "failed"
-    reason: str | None = None
-    rc: int | None = None
-    wall = 0.0
-    foms: dict[str, float] = {}
-    noise: dict[str, float | None] | None = None
-    try:
-        cmd = study.workload.command(ctx)
-        argv = list(cmd.argv)
-        env_extra.update(cmd.env)
-        before = watch.start() if watch is not None else None
-        trial = pruner.begin() if pruner is not None else None
-        outcome = launcher.run(
-            argv, env={**os.environ, **env_extra}, cwd=cmd.cwd or run_dir,
-            timeout_s=study.spec.timeout_s, stdout_path=stdout_path, stderr_path=stderr_path,
-            should_stop=_pruning_check(pruner, trial, stdout_path, study.objective.fom),
-            poll_s=0.2,
-        )
-        if watch is not None and before is not None:
-            noise = watch.stop(before).as_dict()
-        rc, wall = outcome.rc, outcome.wall_s
-        if outcome.status == "stopped" and trial is not None:
-            last = trial.steps[-1] if trial.steps else (trial.pruned_at, math.nan)
-            status, reason = "pruned", (f"pruned at step {trial.pruned_at}: "
-                                        f"{study.objective.fom} {last[1]:.4g} behind the "
-                                        "median of earlier runs")
-        elif outcome.status == "timeout":
-            status, reason = "timeout", f"killed after the {study.spec.timeout_s:g} s timeout"
-        else:
-            status, reason, foms = _parse(study, outcome.rc, stdout_path, stderr_path, run_dir)
-    except (LaunchError, WorkloadError) as exc:
-        status, reason = "failed", str(exc)
-    foms = {**foms, "wall_s": wall}
-    if status == "ok":
-        status, reason = _check_invariants(study, store, foms)
-    if pruner is not None and trial is not None:
-        pruner.end(trial, foms.get(study.objective.fom) if status == "ok" else None)
-    return RunRecord(
-        point_key=point.key, params=dict(point), repeat=repeat, status=status, reason=reason,
-        rc=rc, wall_s=wall, started_at=started, ended_at=_now(), host=host, command=argv,
-        env=env_extra, run_dir=str(run_dir.relative_to(study_dir)), foms=foms,
-        sysinfo_id=sysinfo_id, noise=noise,
-    )
-
-
-def _pruning_check(pruner: RunPruner | None, trial: Any, stdout_path: Path,
-                   fom: str) -> Callable[[], bool] | None:
-    """What the launcher asks while a run runs: should the pruner stop it now?"""
-    if pruner is None or trial is None:
-        return None
-    tail = IntermediateTail(stdout_path, fom)
-    return lambda: any(pruner.report(trial, step, value) for step, value in tail.read())
-
-
-def _parse(study: Study, rc: int | None, stdout_path: Path, stderr_path: Path,
-           run_dir: Path) -> tuple[str, str | None, dict[str, float]]:
-    stdout = stdout_path.read_text(errors="replace")
-    stderr = stderr_path.read_text(errors="replace")
-    try:
-        foms = study.workload.parse(stdout, stderr, run_dir)
-    except RunReportedError as exc:
-        return "failed", (f"exit code {rc}: {exc}" if rc else str(exc)), {}
-    except ParseError as exc:
-        if rc == 0:
-            return "failed", f"unparsable output: {exc}", {}
-        foms = {}
-    if rc != 0:
-        tail = _tail(stderr_path) or _tail(stdout_path)
-        return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
-    if study.objective.fom != "wall_s" and study.objective.fom not in foms:
-        have = ", ".join(sorted(foms)) or "none"
-        return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "
-                          f"parsed: {have}"), foms
-    return "ok", None, foms
-
-
-def _check_invariants(study: Study, store: Store,
-                      foms: dict[str, float]) -> tuple[str, str | None]:
-    problems = []
-    for name, tolerance in study.workload.invariants().items():
-        if name not in foms:
-            continue
-        ref_raw = store.get_meta(f"reference.{name}")
-        if ref_raw is None:
-            store.set_meta({f"reference.{name}": repr(foms[name])})
-            continue
-        ref = float(ref_raw)
-        diff = abs(foms[name] - ref)
-        if diff > tolerance:
-            problems.append(f"{name} = {foms[name]!r} differs from the study's reference "
-                            f"{ref!r} by {diff:.3g} (tolerance {tolerance:g})")
-    return ("invalid", "; ".join(problems)) if problems else ("ok", None)

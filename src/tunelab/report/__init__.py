@@ -1,37 +1,41 @@
-"""Reports of a study: terminal tables (rich), plots (matplotlib, Agg) and one HTML file.
+"""Reports of a study: views for every output format, plots (matplotlib, Agg) and one HTML file.
 
 Each renderer has a pure data step beside it (:func:`table_rows`, :func:`speedup_bars`,
-:func:`fom_by_point`, :func:`failed_runs`) so the numbers are tested without drawing.
-matplotlib and jinja2 are imported only when a plot or an HTML file is made.
+:func:`fom_by_point`, :func:`failed_runs`, the views of :mod:`tunelab.report.views`) so the
+numbers are tested without drawing. The names below are imported on first use, so importing
+:mod:`tunelab.report.output` (every CLI command does) pulls in neither pandas nor matplotlib.
 """
 
 from __future__ import annotations
 
-from tunelab.report.html import failed_runs, render_html_report, write_html_report
-from tunelab.report.plots import (
-    fom_by_point,
-    fom_by_point_chart,
-    speedup_bar_chart,
-    speedup_bars,
-)
-from tunelab.report.summary import StudyResults, load_results, results_from_frame, write_report
-from tunelab.report.table import TableRow, best_lines, best_panel, summary_table, table_rows
+import importlib
+from typing import Any
 
-__all__ = [
-    "StudyResults",
-    "TableRow",
-    "best_lines",
-    "best_panel",
-    "failed_runs",
-    "fom_by_point",
-    "fom_by_point_chart",
-    "load_results",
-    "render_html_report",
-    "results_from_frame",
-    "speedup_bar_chart",
-    "speedup_bars",
-    "summary_table",
-    "table_rows",
-    "write_html_report",
-    "write_report",
-]
+_WHERE = {
+    "failed_runs": "html",
+    "render_html_report": "html",
+    "write_html_report": "html",
+    "fom_by_point": "plots",
+    "fom_by_point_chart": "plots",
+    "speedup_bar_chart": "plots",
+    "speedup_bars": "plots",
+    "StudyResults": "summary",
+    "load_results": "summary",
+    "results_from_frame": "summary",
+    "write_report": "summary",
+    "TableRow": "table",
+    "best_lines": "table",
+    "table_rows": "table",
+    "View": "output",
+    "emit": "output",
+    "render": "output",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunelab.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tunelab.report.{module}"), name)

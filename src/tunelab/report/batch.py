@@ -1,23 +1,39 @@
-"""Job scripts for a finished study's best configuration (``tunelab script``)."""
+"""Job scripts for a finished study's best configuration (``tunelab script``).
+
+The same renderer as submission (:mod:`tunelab.execute.launchers.script`): the workload
+says what the point needs (ranks, nodes, threads) and builds its command for a job-script
+placement; the study's ``launcher:`` section and the command-line options give the
+scheduler's requests.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import shlex
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from tunelab.errors import StoreError
 
 __all__ = ["best_job_script"]
 
 
-def best_job_script(study_dir: str | Path, *, scheduler: str, **resources: Any) -> str:
-    """The workload's job script (``pbs`` or ``slurm``) for the best point of ``study_dir``."""
+def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float | None = None,
+                    mem: str | None = None, project: str | None = None,
+                    queue: str | None = None, job_name: str | None = None,
+                    modules: Sequence[str] | None = None,
+                    directives: Sequence[str] | None = None) -> str:
+    """The job script (``pbs`` or ``slurm``) that runs the best point of ``study_dir``."""
+    from tunelab.cluster.mpi import Placement, portable_argv
+    from tunelab.execute.launchers.script import JobScript, render, suggest_walltime
     from tunelab.execute.runner import prepare_study
     from tunelab.report.summary import load_results
     from tunelab.space import Point
-    from tunelab.spec import ENV_AXIS, StudySpec
+    from tunelab.spec import StudySpec
     from tunelab.store import open_store
+    from tunelab.workloads.base import Needs
 
     study_dir = Path(study_dir)
     results = load_results(study_dir)
@@ -30,7 +46,24 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, **resources: Any) 
     spec = StudySpec.from_mapping(raw, source=study_file or str(study_dir),
                                   path=Path(study_file) if study_file else None)
     study = prepare_study(spec)
+    cfg = study.launcher
     point = Point.from_key(winner.point)
-    env = spec.env_sets[str(point[ENV_AXIS])] if spec.env_sets is not None else {}
-    return study.workload.job_script(study.space.values(point), scheduler=scheduler, env=env,
-                                     measured_s=winner.median, **resources)
+    needs = study.workload.needs(study.space.values(point))
+    if "nodes" not in point and "ppn" not in point and cfg.cores_per_node:
+        nodes = min(needs.ranks, math.ceil(needs.ranks * needs.threads / cfg.cores_per_node))
+        needs = Needs(needs.ranks, max(1, nodes), needs.threads, needs.memory)
+    placement = Placement("script", cfg.starter_for(scheduler), needs.nodes, cfg.cores_per_node)
+    with tempfile.TemporaryDirectory(prefix="tunelab-script-") as tmp:
+        ctx = study.context(point, Path(tmp), study_dir, placement=placement,
+                            cores=cfg.cores_per_node)
+        cmd = study.workload.command(ctx)
+    env = {**cfg.job_env(), **ctx.env, **cmd.env}
+    return render(JobScript(
+        scheduler=scheduler, name=job_name or f"tunelab-{study.workload.name}",
+        walltime_s=walltime_s or cfg.walltime_s or suggest_walltime(winner.median),
+        body=(shlex.join(portable_argv(cmd.argv)),), nodes=needs.nodes,
+        tasks_per_node=needs.ranks_per_node, cpus_per_task=needs.threads,
+        memory=mem or cfg.memory or needs.memory, account=project or cfg.account,
+        partition=queue or cfg.partition, modules=tuple(modules or cfg.modules),
+        directives=tuple(directives or cfg.directives), env=env,
+        pbs_resources=cfg.pbs_resources))

@@ -15,24 +15,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunelab.errors import TunelabError
+from tunelab.report.output import TextTable, View
 from tunelab.report.table import best_lines, fmt_ratio, point_label, table_rows
 from tunelab.stats import BestResult, PointComparison, PointSummary, verdict_label
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tunelab.crossstudy import StudyComparison
     from tunelab.workloads.base import Objective
 
-__all__ = ["FailedRun", "Image", "failed_runs", "render_html_report", "write_html_report"]
+__all__ = ["FailedRun", "Image", "ImageSource", "failed_runs", "render_html_report",
+           "write_html_report"]
 
 _MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 
 
 class Image(NamedTuple):
-    """An embedded image: caption and ``data:`` URI."""
+    """An embedded image: its caption (a sentence), alternative text and ``data:`` URI."""
 
     caption: str
+    alt: str
     data_uri: str
+
+
+ImageSource = str | Path | tuple[str | Path, str]
+"""An image file, or ``(file, caption)``: without a caption, one is made from the file name."""
 
 
 class FailedRun(NamedTuple):
@@ -46,7 +54,11 @@ class FailedRun(NamedTuple):
     reason: str
 
 
-def _embed(path: Path) -> Image:
+def _embed(source: ImageSource) -> Image:
+    if isinstance(source, tuple):
+        path, caption = Path(source[0]), source[1]
+    else:
+        path, caption = Path(source), ""
     mime = _MIME.get(path.suffix.lower())
     if mime is None:
         raise TunelabError(
@@ -57,8 +69,9 @@ def _embed(path: Path) -> Image:
         data = path.read_bytes()
     except OSError as exc:
         raise TunelabError(f"cannot read image {path}: {exc.strerror}") from exc
-    caption = path.stem.replace("_", " ").replace("-", " ")
-    return Image(caption, f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
+    alt = path.stem.replace("_", " ").replace("-", " ")
+    return Image(caption or alt.capitalize() + ".", alt,
+                 f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
 
 
 def _cell(value: Any) -> str:
@@ -101,11 +114,58 @@ def _pretty(value: Any) -> str:
 
 
 def _flat(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Snapshot rows; a mapping value (package and program versions) as ``name: version``
+    lines, programs first so the workload's own version (pw.x, torch, UCX) is easy to find."""
     rows = []
-    for key, value in snapshot.items():
-        text = value if isinstance(value, str) else _pretty(value)
-        rows.append((str(key), text))
+    order = sorted(snapshot, key=lambda k: (k not in ("tools", "packages"), k != "tools"))
+    for key in order:
+        value = snapshot[key]
+        if isinstance(value, Mapping):
+            text = "\n".join(f"{k}: {v}" for k, v in value.items())
+        elif isinstance(value, str):
+            text = value
+        else:
+            text = _pretty(value)
+        title = {"tools": "programs", "packages": "Python packages"}.get(str(key), str(key))
+        rows.append((title, text))
     return rows
+
+
+_CSS_OF_STYLE = {"bold green": "v-better", "bold red": "v-worse", "yellow": "v-indistinguishable",
+                 "dim": "v-insufficient", "bold": "v-baseline", "red": "notok"}
+
+
+def _html_tables(view: View) -> list[dict[str, Any]]:
+    """The text tables of a :class:`~tunelab.report.output.View` as template data."""
+    tables = []
+    for block in view.blocks:
+        if not isinstance(block, TextTable):
+            continue
+        columns = [c for c in block.columns if any(r.get(c.key) for r in block.rows)]
+        rows = []
+        for row in block.rows:
+            cells = []
+            for col in columns:
+                cell = row.get(col.key, "")
+                text, style = (cell, "") if isinstance(cell, str) else cell
+                css = " ".join(filter(None, ["text" if col.align == "left" else "",
+                                             _CSS_OF_STYLE.get(style, "")]))
+                cells.append({"text": text, "css": css})
+            rows.append(cells)
+        tables.append({"title": block.title, "columns": columns, "rows": rows,
+                       "notes": list(block.notes)})
+    return tables
+
+
+def _cross_section(cross: StudyComparison | None) -> dict[str, Any] | None:
+    if cross is None:
+        return None
+    from tunelab.report.views import cross_compare_view
+
+    tables = _html_tables(cross_compare_view(cross))
+    title = tables[0]["title"]
+    tables[0]["title"] = ""
+    return {"heading": f"Against study {cross.name_a!r}", "title": title, "tables": tables}
 
 
 def _headline(
@@ -135,14 +195,16 @@ def render_html_report(
     *,
     title: str,
     objective: Objective | None = None,
-    study_spec: Mapping[str, Any] | None = None,
+    study_spec: Mapping[str, Any] | str | None = None,
+    study_file: str = "",
     sysinfo: Mapping[str, Any] | None = None,
     summaries: Sequence[PointSummary] = (),
     comparisons: Sequence[PointComparison] = (),
     best: BestResult | None = None,
-    images: Sequence[str | Path] = (),
+    images: Sequence[ImageSource] = (),
     runs: pd.DataFrame | None = None,
     notes: Sequence[str] = (),
+    cross: StudyComparison | None = None,
 ) -> str:
     """The report as an HTML string (see :func:`write_html_report`)."""
     import jinja2
@@ -179,12 +241,15 @@ def render_html_report(
         confidence=comparisons[0].comparison.confidence if comparisons else 0.95,
         noise=comparisons[0].comparison.noise_threshold if comparisons else 0.02,
         rows=rows,
-        images=[_embed(Path(p)) for p in images],
+        images=[_embed(source) for source in images],
         failed=failed,
         n_runs=n_runs,
         sysinfo=_flat(sysinfo or {}),
-        study_spec=_pretty(dict(study_spec)) if study_spec else "",
+        study_spec=(study_spec if isinstance(study_spec, str)
+                    else _pretty(dict(study_spec)) if study_spec else ""),
+        study_file=study_file,
         notes=list(notes),
+        cross=_cross_section(cross),
     )
 
 
@@ -192,27 +257,33 @@ def write_html_report(
     path: str | Path,
     *,
     title: str,
-    study_spec: Mapping[str, Any] | None = None,
+    study_spec: Mapping[str, Any] | str | None = None,
+    study_file: str = "",
     sysinfo: Mapping[str, Any] | None = None,
     summaries: Sequence[PointSummary] = (),
     comparisons: Sequence[PointComparison] = (),
     best: BestResult | None = None,
-    images: Sequence[str | Path] = (),
+    images: Sequence[ImageSource] = (),
     runs: pd.DataFrame | None = None,
     objective: Objective | None = None,
     notes: Sequence[str] = (),
+    cross: StudyComparison | None = None,
 ) -> Path:
     """Write one self-contained HTML report and return its path.
 
     Sections: the verdict (from ``best``), the ranked table (``comparisons`` if given,
     else ``summaries``), the plots (``images``, embedded), failed runs with their reasons
-    (from ``runs``), the machine snapshot (``sysinfo``) and the study spec. ``notes`` are
-    shown under the verdict. ``objective`` defaults to the one of ``best``.
+    (from ``runs``), the machine snapshot (``sysinfo``) and the study (``study_spec``: the
+    user's YAML text, or the parsed mapping). ``notes`` are shown under the verdict;
+    ``objective`` defaults to the one of ``best``; ``cross`` adds a section judging this
+    study against another one.
     """
     html = render_html_report(
         title=title,
         objective=objective,
         study_spec=study_spec,
+        study_file=study_file,
+        cross=cross,
         sysinfo=sysinfo,
         summaries=summaries,
         comparisons=comparisons,

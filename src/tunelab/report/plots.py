@@ -125,6 +125,25 @@ def _pyplot() -> Any:
     return plt
 
 
+def _ratio_ticks(ax: Any, low: float, high: float) -> None:
+    """Ticks at powers of two (…, 0.25×, 0.5×, 1×, 2×, 4×, …) on a log ratio axis."""
+    from matplotlib.ticker import FixedLocator, NullFormatter
+
+    exponents = range(math.floor(math.log2(low)), math.ceil(math.log2(high)) + 1)
+    ticks = [2.0**e for e in exponents if low <= 2.0**e <= high]
+    if len(ticks) > 9:  # very wide: every other power of two
+        ticks = [t for t in ticks if round(math.log2(t)) % 2 == 0]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _ratio_labels(ax: Any) -> None:
+    """Tick labels as plain ratios: 0.5×, 1×, 2× (no 10^x, no offset)."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:.3g}×"))
+
+
 def speedup_bar_chart(
     comparisons: Sequence[PointComparison],
     path: str | Path,
@@ -169,9 +188,11 @@ def speedup_bar_chart(
                 ax.set_xscale("log")
                 reach = max(hi, 1 / lo) ** 1.1
                 ax.set_xlim(1 / reach, reach)
+                _ratio_ticks(ax, 1 / reach, reach)
             else:
                 span = max(hi - 1.0, 1.0 - lo)
                 ax.set_xlim(max(1 - 1.15 * span - noise, 0.0), 1 + 1.15 * span + noise)
+            _ratio_labels(ax)
             seen: set[Verdict] = set()
             for b in bars:
                 if b.verdict in seen:

@@ -24,15 +24,48 @@ from tunelab.stats import (
     Verdict,
     best,
     compare_to_baseline,
+    fom_column,
     noise_level,
     summarize,
+    verdict_label,
 )
 from tunelab.workloads.base import Direction, Objective
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["StudyResults", "load_results", "results_from_frame", "write_report"]
+    from tunelab.crossstudy import StudyComparison
+    from tunelab.report.html import FailedRun, ImageSource
+
+__all__ = [
+    "Exclusion",
+    "StudyResults",
+    "exclusions_from_frame",
+    "load_results",
+    "results_from_frame",
+    "write_report",
+]
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A point whose runs a physics check (an invariant) marked ``invalid``.
+
+    ``value`` is the mean of the objective over those runs (NaN without one); ``leading``
+    is True when the point has no valid run and that mean beats every valid point, i.e. the
+    point would have been the best; ``line`` says it in one sentence, e.g. ``np=2 npool=1:
+    fastest (pwscf_wall_s 6.2 s), but excluded: total_energy_ry differs by 2.4e-05 > 1e-05
+    from the study's reference (…)``.
+    """
+
+    point: str
+    params: dict[str, Any]
+    n_invalid: int
+    n_runs: int
+    value: float
+    reason: str
+    leading: bool
+    line: str
 
 
 @dataclass(frozen=True)
@@ -40,7 +73,9 @@ class StudyResults:
     """Everything the tables and reports of one study need.
 
     ``comparisons`` is empty when the study has no baseline or the baseline has no
-    successful run (``notes`` then says why); ``summaries`` always lists every point.
+    successful run (``notes`` then says why); ``summaries`` always lists every point, also
+    when no run succeeded; ``failures`` lists every run that was not ok (failed, timeout,
+    invalid) with its reason, ``exclusions`` every point a physics check excluded.
     ``noise`` is the study's run-to-run noise with its power hint (None without two runs of
     a point); ``notes`` also say when verdicts were adjusted for multiple comparisons, which
     comparisons were paired by round, and which points have runs taken while the machine
@@ -62,6 +97,18 @@ class StudyResults:
     seed: int = 0
     directory: Path | None = None
     noise: NoiseLevel | None = None
+    trust: tuple[str, ...] = ()
+    """The notes on how far the verdicts can be trusted (also in ``notes``): multiple
+    comparisons, pairing, disturbed runs, the power hint."""
+    spec_yaml: str = ""
+    study_file: str = ""
+    failures: tuple[FailedRun, ...] = ()
+    exclusions: tuple[Exclusion, ...] = ()
+
+    @property
+    def has_failures(self) -> bool:
+        """True when some run of the study was not ok."""
+        return bool(self.failures)
 
     def best_result(self) -> BestResult:
         """The best point and its runner-up (raises :class:`StatsError` without a
@@ -90,6 +137,8 @@ def results_from_frame(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     directory: Path | None = None,
+    spec_yaml: str = "",
+    study_file: str = "",
 ) -> StudyResults:
     """Summaries of every point and, with a baseline, every point compared with it.
 
@@ -97,8 +146,13 @@ def results_from_frame(
     (non-positive mean), becomes a note rather than an error; an unknown figure of merit
     raises :class:`StatsError`.
     """
-    summaries = tuple(summarize(runs, objective.fom)) if len(runs) else ()
+    from tunelab.report.html import failed_runs
+
     notes: list[str] = []
+    column = fom_column(objective.fom)
+    if len(runs) and column not in runs.columns:  # no run produced it: every run failed
+        runs = runs.assign(**{column: math.nan})
+    summaries = tuple(summarize(runs, objective.fom)) if len(runs) else ()
     comparisons: tuple[PointComparison, ...] = ()
     if not len(runs):
         notes.append("No runs yet.")
@@ -126,7 +180,11 @@ def results_from_frame(
             noise = noise_level(runs, objective.fom, confidence=confidence)
         except StatsError:
             noise = None
-    notes.extend(_trust_notes(comparisons, summaries, noise, confidence))
+    trust = _trust_notes(comparisons, summaries, noise, confidence)
+    notes.extend(trust)
+    if summaries and all(s.n == 0 for s in summaries):
+        notes.append(f"No run produced {objective.fom.removeprefix('fom.')}: "
+                     f"{len(runs)} runs, none ok (see the failures).")
     return StudyResults(
         name=name,
         objective=objective,
@@ -143,12 +201,19 @@ def results_from_frame(
         seed=seed,
         directory=directory,
         noise=noise,
+        trust=tuple(trust),
+        spec_yaml=spec_yaml,
+        study_file=study_file,
+        failures=tuple(failed_runs(runs)),
+        exclusions=tuple(exclusions_from_frame(runs, objective, summaries)),
     )
 
 
 def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[PointSummary, ...],
                  noise: NoiseLevel | None, confidence: float) -> list[str]:
     """Sentences on multiple comparisons, pairing, disturbed runs and the power hint."""
+    from tunelab.report.table import point_label
+
     notes: list[str] = []
     others = [pc for pc in comparisons if not pc.is_baseline]
     tested = [pc for pc in others if not math.isnan(pc.comparison.p_adjusted)]
@@ -166,7 +231,8 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
                      "use the paired interval.")
     disturbed = [s for s in summaries if s.disturbed]
     if disturbed:
-        listed = ", ".join(f"{_label(s.params)} ({s.disturbed} of {s.n})" for s in disturbed[:5])
+        listed = ", ".join(f"{point_label(s.params)} ({s.disturbed} of {s.n})"
+                           for s in disturbed[:5])
         more = f" and {len(disturbed) - 5} more" if len(disturbed) > 5 else ""
         notes.append(f"Warning: runs taken while the machine was busier than at the start: "
                      f"{listed}{more}; their verdicts may not hold on a quiet machine.")
@@ -180,8 +246,50 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
     return notes
 
 
-def _label(params: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items()) or "(default)"
+def _value_text(value: float, fom: str) -> str:
+    from tunelab.report.table import fmt_number
+
+    name = fom.removeprefix("fom.")
+    unit = " s" if name.endswith("_s") else ""
+    return f"{name} {fmt_number(value, 3)}{unit}"
+
+
+def exclusions_from_frame(runs: pd.DataFrame, objective: Objective,
+                          summaries: tuple[PointSummary, ...]) -> list[Exclusion]:
+    """The points with ``invalid`` runs, in order of first run, each with its reason and
+    whether it would have been the best point (see :class:`Exclusion`)."""
+    from tunelab.report.table import point_label
+
+    if not len(runs) or "status" not in runs.columns:
+        return []
+    column = fom_column(objective.fom)
+    minimize = objective.direction == "minimize"
+    best_valid = {s.point: s.mean for s in summaries if s.n > 0}
+    out = []
+    for s in summaries:
+        if not s.failed.get("invalid"):
+            continue
+        rows = runs[(runs["point"].astype(str) == s.point) & (runs["status"] == "invalid")]
+        values = rows[column].astype(float) if column in rows.columns else []
+        finite = [float(v) for v in values if math.isfinite(v)]
+        value = sum(finite) / len(finite) if finite else math.nan
+        reason = str(next((r for r in rows.get("reason", []) if r), "an invariant differs"))
+        others = [m for p, m in best_valid.items() if p != s.point]
+        leading = s.n == 0 and math.isfinite(value) and all(
+            (value < m) if minimize else (value > m) for m in others)
+        label = point_label(s.params)
+        if leading:
+            word = verdict_label("better", objective.fom, objective.direction)
+            word = {"faster": "fastest", "better": "best"}[word]
+            line = (f"{label}: {word} ({_value_text(value, objective.fom)}), "
+                    f"but excluded: {reason}")
+        elif s.n == 0:
+            line = f"{label}: excluded: {reason}"
+        else:
+            line = (f"{label}: {s.failed['invalid']} of {s.n_total} runs excluded: {reason}")
+        out.append(Exclusion(s.point, s.params, s.failed["invalid"], s.n_total, value, reason,
+                             leading, line))
+    return out
 
 
 def load_results(directory: str | Path) -> StudyResults:
@@ -215,12 +323,16 @@ def load_results(directory: str | Path) -> StudyResults:
             sysinfo=store.sysinfo(),
             noise_threshold=noise,
             directory=directory,
+            spec_yaml=store.get_meta("spec_yaml") or "",
+            study_file=store.get_meta("study_file") or "",
         )
 
 
-def write_report(results: StudyResults, path: str | Path) -> Path:
+def write_report(results: StudyResults, path: str | Path, *,
+                 cross: StudyComparison | None = None) -> Path:
     """Draw the plots beside ``path`` (``<stem>-speedup.png``, ``<stem>-runs.png``) and
-    write the self-contained HTML report to ``path``; returns ``path``."""
+    write the self-contained HTML report to ``path``; returns ``path``. ``cross`` (this
+    study judged against another) adds a section."""
     from tunelab.errors import TunelabError
     from tunelab.report.html import write_html_report
     from tunelab.report.plots import fom_by_point_chart, speedup_bar_chart
@@ -231,40 +343,47 @@ def write_report(results: StudyResults, path: str | Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TunelabError(f"cannot create {path.parent}: {exc.strerror}") from exc
-    notes = list(results.notes)
+    notes = list(results.notes) + [e.line for e in results.exclusions]
     best_result: BestResult | None = None
     if len(results.runs):
         try:
             best_result = results.best_result()
         except StatsError as exc:
             notes.append(f"No best point: {exc}.")
-    images: list[Path] = []
+    fom = results.objective.fom.removeprefix("fom.")
+    images: list[ImageSource] = []
     if results.comparisons:
-        images.append(
-            speedup_bar_chart(
-                results.comparisons,
-                path.with_name(f"{path.stem}-speedup.png"),
-                f"{results.name}: speedup over the baseline",
-                objective=results.objective,
-            )
+        chart = speedup_bar_chart(
+            results.comparisons,
+            path.with_name(f"{path.stem}-speedup.png"),
+            f"{results.name}: speedup over the baseline",
+            objective=results.objective,
         )
-    if len(results.runs):
+        images.append((chart, (
+            f"How much better each point's {fom} is than the baseline's (1× = the same), "
+            f"with its {results.confidence:.0%} confidence interval; the shaded band is the "
+            f"±{results.noise_threshold:.0%} noise threshold, inside which no difference is "
+            "claimed.")))
+    if any(s.n for s in results.summaries):
         order = [row.point for row in table_rows(results.comparisons or results.summaries,
                                                   results.objective)]  # fmt: skip
-        images.append(
-            fom_by_point_chart(
-                results.runs,
-                results.objective.fom,
-                path.with_name(f"{path.stem}-runs.png"),
-                order=order,
-                baseline=results.baseline,
-            )
+        chart = fom_by_point_chart(
+            results.runs,
+            results.objective.fom,
+            path.with_name(f"{path.stem}-runs.png"),
+            order=order,
+            baseline=results.baseline,
         )
+        images.append((chart, (
+            f"{fom} of every run, one row per point in the table's order: each dot is a run, "
+            "the box spans the middle half of a point's runs and its line is the median.")))
     images.extend(_workload_plots(results, path, best_result))
     return write_html_report(
         path,
         title=f"tunelab: {results.name}",
-        study_spec=results.spec,
+        study_spec=results.spec_yaml or results.spec,
+        study_file=results.study_file,
+        cross=cross,
         sysinfo=results.sysinfo,
         summaries=results.summaries,
         comparisons=results.comparisons,
@@ -285,7 +404,7 @@ def _workload_plots(
 
     workload = results.spec.get("workload", {})
     name = workload.get("name") if isinstance(workload, dict) else None
-    if not name or not len(results.runs):
+    if not name or not any(s.n for s in results.summaries):
         return []
     try:
         cls = get_workload(str(name))

@@ -1,7 +1,6 @@
-"""Ranked result tables: a data step (:func:`table_rows`) and a rich renderer.
-
-The rows are plain strings so that the terminal table (:func:`summary_table`) and the HTML
-report render exactly the same numbers.
+"""Ranked result tables as formatted strings (:func:`table_rows`, :func:`best_lines`) and
+the number formats every renderer shares, so the terminal (``report/views.py``) and the HTML
+report print exactly the same numbers.
 """
 
 from __future__ import annotations
@@ -19,25 +18,20 @@ from tunelab.stats import (
 )
 
 if TYPE_CHECKING:
-    from rich.panel import Panel
-    from rich.table import Table
-
-    from tunelab.report.summary import StudyResults
+    from tunelab.report.summary import Exclusion
     from tunelab.workloads.base import Objective
 
 __all__ = [
+    "VERDICT_STYLES",
     "TableRow",
     "best_lines",
-    "best_panel",
+    "exclusion_lines",
     "fmt_number",
     "fmt_ratio",
+    "p_text",
     "point_label",
-    "summary_table",
     "table_rows",
 ]
-
-COMPACT_WIDTH = 110
-"""Console width below which :func:`summary_table` leaves out the median and min columns."""
 
 VERDICT_STYLES = {
     Verdict.BETTER: "bold green",
@@ -90,7 +84,8 @@ def point_label(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
 
-def _p_text(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value for a table: three decimals, ``<0.001``, or a dash for NaN."""
     if math.isnan(p):
         return "–"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
@@ -159,7 +154,7 @@ def table_rows(
                             f"{fmt_ratio(pr.ci_high)}]")
             verdict = verdict_label(c.verdict, objective.fom, objective.direction)
             kind = c.verdict.value
-            p = _p_text(c.p_value)
+            p = p_text(c.p_value)
         rows.append(
             TableRow(
                 pc.rank,
@@ -177,110 +172,6 @@ def table_rows(
             )  # fmt: skip
         )
     return rows
-
-
-def summary_table(
-    items: StudyResults | Sequence[PointComparison] | Sequence[PointSummary],
-    objective: Objective | None = None,
-    *,
-    title: str | None = None,
-    width: int | None = None,
-) -> Table:
-    """A rich table of the ranked points: n, mean ± std, median, min, speedup [CI], p,
-    verdict (these three only for comparisons) and runs that were not ok (a column only
-    when some were).
-
-    ``items`` is a :class:`~tunelab.report.summary.StudyResults` (its comparisons, else its
-    summaries, its objective, and its notes as caption) or a sequence of comparisons or
-    summaries with ``objective``. Pass the console's ``width``: below
-    :data:`COMPACT_WIDTH` columns the median and min columns are left out (the caption
-    says so) so the rest stays readable.
-    """
-    from tunelab.report.summary import StudyResults
-
-    caption = None
-    if isinstance(items, StudyResults):
-        objective = objective or items.objective
-        caption = "\n".join(items.notes) or None
-        items = items.comparisons or items.summaries
-    if objective is None:
-        raise TypeError("summary_table needs an objective with a sequence of results")
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    rows = table_rows(items, objective)
-    compared = bool(items) and not isinstance(items[0], PointSummary)
-    fom = objective.fom.removeprefix("fom.")
-    if title is None:
-        title = f"{fom} ({objective.direction})"
-        if compared:
-            conf = _confidence(items)
-            title += (
-                f" against the baseline: speedup > 1 is better [{conf:.0%} CI], p: Mann–Whitney U"
-            )
-    table = Table(
-        title=title,
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    compact = compared and width is not None and width < COMPACT_WIDTH
-    any_failed = any(row.failed for row in rows)
-    if compact:
-        table.caption = "\n".join(
-            filter(None, [caption, "(median and min left out: wider terminal or HTML report)"])
-        )
-    table.add_column("#", justify="right", no_wrap=True)
-    longest_token = max((len(t) for row in rows for t in row.label.split()), default=6)
-    table.add_column("point", overflow="fold", min_width=min(max(longest_token, 6), 24))
-    table.add_column("n", justify="right", no_wrap=True)
-    table.add_column("mean ± sd", justify="right", min_width=8)
-    if not compact:
-        table.add_column("median", justify="right", no_wrap=True)
-        table.add_column("min", justify="right", no_wrap=True)
-    if compared:
-        table.add_column("speedup [CI]", justify="right", min_width=8)
-        table.add_column("p", justify="right", no_wrap=True)
-        table.add_column("verdict", no_wrap=True)
-    if any_failed:
-        table.add_column("not ok", style="red")
-    for row in rows:
-        cells = [str(row.rank), row.label, row.n, row.mean_std]
-        if not compact:
-            cells += [row.median, row.min]
-        texts = [Text(c) for c in cells]
-        if compared:
-            # the interval on its own line keeps the table narrow
-            speedup = "\n".join(part.replace(" [", "\n[", 1).replace(" (", "\n(", 1)
-                                 for part in row.speedup.split("; "))
-            texts += [
-                Text(speedup),
-                Text(row.p_value),
-                Text(row.verdict, style=_verdict_style(row.verdict_kind)),
-            ]
-        if any_failed:
-            texts.append(Text(row.failed))
-        table.add_row(*texts)
-    return table
-
-
-def _verdict_style(kind: str) -> str:
-    if kind == "baseline":
-        return "bold"
-    try:
-        return VERDICT_STYLES[Verdict(kind)]
-    except ValueError:
-        return ""
-
-
-def _confidence(items: Sequence[Any]) -> float:
-    for pc in items:
-        if isinstance(pc, PointComparison):
-            return pc.comparison.confidence
-    return 0.95
 
 
 def best_lines(result: BestResult) -> list[str]:
@@ -309,7 +200,7 @@ def best_lines(result: BestResult) -> list[str]:
                   f", {fmt_ratio(c.paired.ci_high)}], which decides")
     lines.append(
         f"Best vs runner-up: {fmt_ratio(c.speedup)}× [{fmt_ratio(c.ci_low)}, "
-        f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {_p_text(c.p_value)} "
+        f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {p_text(c.p_value)} "
         f"(Mann–Whitney U){paired}: {verdict}."
     )
     if c.verdict is Verdict.BETTER:
@@ -325,20 +216,7 @@ def best_lines(result: BestResult) -> list[str]:
     return lines
 
 
-def best_panel(result: BestResult, objective: Objective | None = None) -> Panel:
-    """A rich panel with :func:`best_lines`, bordered by the verdict's colour.
-
-    ``objective`` is accepted for symmetry with :func:`summary_table`; the result
-    already names its figure of merit and direction."""
-    del objective
-    from rich.panel import Panel
-    from rich.text import Text
-
-    c = result.comparison
-    style = VERDICT_STYLES.get(c.verdict, "") if c is not None else "green"
-    return Panel(
-        Text("\n".join(best_lines(result))),
-        title=f"best {result.fom} ({result.direction})",
-        border_style=style or "white",
-        expand=False,
-    )
+def exclusion_lines(exclusions: Sequence[Exclusion]) -> list[str]:
+    """One sentence per point a physics check excluded (leading ones first)."""
+    ordered = sorted(exclusions, key=lambda e: not e.leading)
+    return [e.line for e in ordered]

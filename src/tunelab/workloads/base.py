@@ -28,10 +28,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from tunelab.cluster.mpi import Placement
+from tunelab.errors import WorkloadError
+
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Command", "Objective", "RunContext", "Workload", "WorkloadOptions"]
+__all__ = ["Command", "Needs", "Objective", "RunContext", "Workload", "WorkloadOptions"]
 
 Direction = Literal["minimize", "maximize"]
 
@@ -65,6 +68,8 @@ class RunContext:
     chosen environment-variable set; ``run_dir`` is private to this run (scratch files, the
     command's working directory by default); ``study_file`` locates relative input paths;
     ``repeat`` is the repeat index (0-based), e.g. to vary a training seed between repeats.
+    ``placement`` says where the processes go (this machine, a batch allocation's nodes, or
+    a job script for another machine); ``cores`` are the cores of one node there.
     """
 
     values: Mapping[str, Any]
@@ -74,6 +79,62 @@ class RunContext:
     study_file: Path | None
     cores: int
     repeat: int = 0
+    placement: Placement = field(default_factory=Placement)
+
+
+_MAX_RANKS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one run needs: MPI ranks (processes), nodes, threads per rank, memory per node
+    (a scheduler string such as ``4G``, or None)."""
+
+    ranks: int = 1
+    nodes: int = 1
+    threads: int = 1
+    memory: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ranks", "nodes", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 1 <= value <= _MAX_RANKS:
+                raise WorkloadError(f"a run's {name} must be a whole number from 1 to "
+                                    f"{_MAX_RANKS}, got {value!r}")
+        if self.nodes > self.ranks:
+            raise WorkloadError(f"a run of {self.ranks} ranks cannot span {self.nodes} nodes")
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks on each node (the first nodes take the remainder)."""
+        return -(-self.ranks // self.nodes)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], *, ranks: Any = None,
+                    threads: Any = None, memory: str | None = None) -> Needs:
+        """Needs from a point: ``ranks``/``threads`` as given, else the parameters ``np``
+        (or ``ranks``) and ``omp`` (or ``threads``); ``nodes`` and ``ppn`` (ranks per node)
+        fill in each other and the ranks (``ranks = nodes × ppn`` when no rank count is
+        given)."""
+        def whole(value: Any, name: str) -> int | None:
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int | float) or \
+                    int(value) != value:
+                raise WorkloadError(f"parameter {name!r} must be a whole number, got {value!r}")
+            return int(value)
+
+        n_ranks = whole(ranks if ranks is not None else values.get("np", values.get("ranks")),
+                        "np")
+        n_threads = whole(threads if threads is not None else
+                          values.get("omp", values.get("threads")), "omp") or 1
+        nodes = whole(values.get("nodes"), "nodes")
+        ppn = whole(values.get("ppn"), "ppn")
+        if n_ranks is None:
+            n_ranks = (nodes or 1) * (ppn or 1)
+        if nodes is None:
+            nodes = -(-n_ranks // ppn) if ppn else 1
+        return cls(n_ranks, nodes, n_threads, memory)
 
 
 class WorkloadOptions(BaseModel):
@@ -92,6 +153,9 @@ class Workload(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
+    dry_run: bool = False
+    """Set by the engine when the study is only looked at (``space``, ``run --dry-run``):
+    the workload must then start no program (no probe, no preparation), only describe."""
 
     def __init__(self, options: WorkloadOptions, study_file: Path | None = None) -> None:
         self.options = options
@@ -115,6 +179,11 @@ class Workload(ABC):
 
         A rule whose names are not all parameters of the study is skipped.
         """
+        return []
+
+    def facts(self) -> list[str]:
+        """Lines ``tunelab space`` shows about what the workload worked out from its
+        options (for example the k-points of a pw.x input and where the count came from)."""
         return []
 
     def invariants(self) -> dict[str, float]:
@@ -141,17 +210,11 @@ class Workload(ABC):
         """
         return []
 
-    def job_script(self, values: Mapping[str, Any], *, scheduler: str, env: Mapping[str, str],
-                   measured_s: float, **resources: Any) -> str:
-        """A batch job script (``pbs`` or ``slurm``) running the point ``values``.
-
-        ``measured_s`` is the point's measured median run time (to size the walltime);
-        ``resources`` are scheduler requests (walltime_s, mem, project, queue, job_name,
-        modules, directives). Workloads that cannot write job scripts keep this default.
-        """
-        from tunelab.errors import WorkloadError
-
-        raise WorkloadError(f"workload {self.name!r} cannot write batch job scripts")
+    def needs(self, values: Mapping[str, Any]) -> Needs:
+        """What a point needs from a batch allocation: ranks, nodes, threads per rank,
+        memory. The default reads the parameters ``nodes``, ``ppn`` (ranks per node),
+        ``np`` (or ``ranks``) and ``omp`` (or ``threads``) when the study has them."""
+        return Needs.from_values(values)
 
     @abstractmethod
     def command(self, ctx: RunContext) -> Command:

@@ -39,6 +39,17 @@ class CommandOptions(WorkloadOptions):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
 
+    @field_validator("argv")
+    @classmethod
+    def _templates_parse(cls, argv: list[str]) -> list[str]:
+        for index, arg in enumerate(argv):
+            try:
+                list(string.Formatter().parse(arg))
+            except ValueError as exc:
+                raise ValueError(f"argv[{index}] {arg!r} is not a valid template ({exc}); a "
+                                 "literal brace is written {{ or }}") from None
+        return argv
+
     @field_validator("foms")
     @classmethod
     def _regexes_compile(cls, foms: dict[str, str]) -> dict[str, str]:

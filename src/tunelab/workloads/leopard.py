@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tunelab.errors import ParseError, WorkloadError
-from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+from tunelab.workloads.base import (
+    Command,
+    Needs,
+    Objective,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+)
 
 __all__ = ["LeopardOptions", "LeopardWorkload"]
 
@@ -162,14 +169,25 @@ class LeopardWorkload(Workload):
     def _value(self, values: Any, key: str) -> Any:
         return values[key] if key in values else getattr(self.opts, key)
 
+    def needs(self, values: Any) -> Needs:
+        """``nproc`` training processes per node (``ppn`` when given) on ``nodes`` nodes,
+        ``threads`` each."""
+        nodes = int(values.get("nodes", 1))
+        per_node = int(values.get("ppn", self._value(values, "nproc")))
+        threads = self._value(values, "threads")
+        return Needs(nodes * per_node, nodes, int(threads) if threads else 1)
+
     def command(self, ctx: RunContext) -> Command:
-        """``python -m tunelab.leopard train …`` (via torchrun when ``nproc > 1``)."""
+        """``python -m tunelab.leopard train …`` (via torchrun when ``nproc > 1``; across
+        nodes in an allocation: ``srun`` one torchrun per node, rendezvous on the first)."""
         v = {k: self._value(ctx.values, k) for k in _POINT_KEYS}
+        if "ppn" in ctx.values:
+            v["nproc"] = ctx.values["ppn"]
         nproc = int(v["nproc"])
         if nproc < 1:
             raise WorkloadError(f"leopard: nproc must be >= 1, got {nproc}")
         threads = int(v["threads"]) if v["threads"] else max(1, ctx.cores // nproc)
-        data = self.data_path(create=True)
+        data = self.data_path(create=not self.dry_run)
         train = ["-m", "tunelab.leopard", "train",
                  "--data", str(data), "--out", str(ctx.run_dir / "train"),
                  "--window", str(int(v["window"])),
@@ -192,7 +210,14 @@ class LeopardWorkload(Workload):
             train += ["--steps-per-epoch", str(int(v["steps_per_epoch"]))]
         train += list(self.opts.extra_args)
         py = self._python()
-        if nproc > 1:
+        nodes = self.needs(ctx.values).nodes
+        if nodes > 1 and ctx.placement.in_allocation:
+            argv = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                    f"--cpus-per-task={nproc * threads}", py, "-m", "tunelab.cluster.nodeenv",
+                    "--", py, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+                    "--nproc_per_node", str(nproc), "--rdzv_backend", "c10d",
+                    "--rdzv_id", f"{ctx.run_dir.parent.name}-{ctx.run_dir.name}", *train]
+        elif nproc > 1:
             argv = [py, "-m", "torch.distributed.run", "--standalone",
                     "--nproc_per_node", str(nproc), *train]
         else:

@@ -21,7 +21,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from tunelab.errors import ParseError, WorkloadError
-from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+from tunelab.workloads.base import (
+    Command,
+    Needs,
+    Objective,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+)
 
 __all__ = ["FOMS", "MergeOptions", "MergeWorkload"]
 
@@ -102,7 +109,7 @@ class MergeWorkload(Workload):
     def check(self) -> None:
         opts = self._opts
         if opts.transport == "mpi":
-            from tunelab.execute.mpi import MPI_PACKAGE_HINT, require_executable
+            from tunelab.cluster.mpi import MPI_PACKAGE_HINT, require_executable
 
             require_executable(opts.mpirun, MPI_PACKAGE_HINT)
         module = {"mpi": "mpi4py", "ucxx": "ucxx", "dask": "distributed"}.get(opts.transport)
@@ -130,11 +137,28 @@ class MergeWorkload(Workload):
                                 f"{' '.join(first[:3])}") from None
         return settings
 
+    def needs(self, values: Any) -> Needs:
+        """One rank per worker, over ``nodes`` nodes (or ``ppn`` workers per node)."""
+        workers = int(self.settings(values)["workers"])
+        return Needs.from_values({k: v for k, v in dict(values).items() if k in ("nodes", "ppn")},
+                                 ranks=workers)
+
     def command(self, ctx: RunContext) -> Command:
         settings = self.settings(ctx.values)
         for key in ("hostfile", "scheduler_file"):  # relative to the study file's directory
             if settings[key] and not Path(settings[key]).is_absolute():
                 settings[key] = str(ctx.study_dir / settings[key])
+        placement = ctx.placement
+        if placement.where == "job" and settings["transport"] == "mpi":
+            # the allocation's nodes, written by the job step; no binding of every node's
+            # rank 0 to one core
+            if not settings["hostfile"] and placement.hostfile is not None:
+                settings["hostfile"] = str(placement.hostfile)
+            settings["mpi_args"] = [*settings["mpi_args"], "--bind-to", "none"]
+        in_job_dask = placement.where == "job" and settings["transport"] == "dask" and \
+            not settings["scheduler_file"]
+        if in_job_dask:  # scheduler and workers inside the allocation, found through a file
+            settings["scheduler_file"] = str(ctx.run_dir / "scheduler.json")
         argv = [self._python(), "-m", "tunelab.bench.merge"]
         for key, flag in _FLAGS.items():
             value = settings[key]
@@ -142,6 +166,11 @@ class MergeWorkload(Workload):
                 argv += [flag, str(value)]
         for arg in settings["mpi_args"]:
             argv.append(f"--mpi-arg={arg}")
+        if in_job_dask:
+            argv = [self._python(), "-m", "tunelab.cluster.dask_allocation",
+                    "--scheduler-file", settings["scheduler_file"],
+                    "--workers", str(settings["workers"]), "--nodes", str(placement.nodes),
+                    "--timeout", str(settings["timeout"]), "--", *argv]
         return Command(tuple(argv), {}, ctx.run_dir)
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:

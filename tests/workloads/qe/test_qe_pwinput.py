@@ -8,12 +8,9 @@ from pathlib import Path
 import pytest
 
 from tunelab.errors import WorkloadError
-from tunelab.workloads.qe.pwinput import (
-    count_kpoints_with_pw,
-    read_pw_input,
-    rewrite_control,
-    stage_input,
-)
+from tunelab.workloads.qe.pseudo_search import resolve_pseudos
+from tunelab.workloads.qe.pwcount import count_with_pw
+from tunelab.workloads.qe.pwinput import read_pw_input, rewrite_control, stage_input
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 needs_pw = pytest.mark.skipif(
@@ -86,18 +83,22 @@ def test_species_and_pseudo_dir(tmp_path: Path) -> None:
         ("Si", 28.086, "Si.pz-vbc.UPF")
     ]
     assert inp.pseudo_dir == tmp_path / "pp"  # relative to the input's directory
-    assert inp.missing_pseudos() == [tmp_path / "pp" / "Si.pz-vbc.UPF"]
-    override = read_pw_input(tmp_path / "x.in", pseudo_dir=Path("/elsewhere"))
-    assert override.pseudo_dir == Path("/elsewhere")
+    no_dir = read_pw_input(_write(tmp_path, text.replace('pseudo_dir = "pp"', ""), "y.in"))
+    assert no_dir.pseudo_dir is None
 
 
-def test_fallback_directory_supplies_missing_pseudopotentials(tmp_path: Path) -> None:
-    (tmp_path / "gen").mkdir()
-    (tmp_path / "gen" / "Si.pz-vbc.UPF").write_text("<UPF/>")
-    text = BASE.format(pd="/nonexistent", extra="", kcard="K_POINTS gamma")
-    inp = read_pw_input(_write(tmp_path, text), fallback_dirs=[tmp_path / "gen"])
-    assert inp.pseudo_paths() == [tmp_path / "gen" / "Si.pz-vbc.UPF"]
-    assert inp.missing_pseudos() == []
+def test_facts_read_from_the_namelists(tmp_path: Path) -> None:
+    text = BASE.format(pd="/p", extra=", nspin=2", kcard="K_POINTS gamma")
+    inp = read_pw_input(_write(tmp_path, text.replace("&electrons", "&electrons\n conv_thr=2.d-9")))
+    assert (inp.prefix, inp.calculation, inp.conv_thr, inp.lsda) == ("t", "scf", 2e-9, True)
+    assert inp.reads_previous_run is None
+    for change, why in (("calculation='scf'", None), ("calculation='nscf'", "calculation='nscf'"),
+                        ("calculation='bands'", "calculation='bands'"),
+                        ("calculation='md', restart_mode='restart'", "restart_mode='restart'")):
+        other = read_pw_input(_write(tmp_path, text.replace("calculation='scf'", change), "z.in"))
+        assert other.reads_previous_run == why
+    assert read_pw_input(_write(tmp_path, BASE.format(pd="/p", extra="", kcard=""),
+                                "d.in")).conv_thr == 1e-6  # pw.x's default
 
 
 def test_missing_and_foreign_inputs_are_refused(tmp_path: Path) -> None:
@@ -126,10 +127,11 @@ def test_rewrite_control_replaces_paths_and_keeps_the_rest() -> None:
 
 def test_stage_input_gives_each_run_its_own_pseudo_and_outdir(tmp_path: Path) -> None:
     inp = read_pw_input(SI)
+    pseudos = resolve_pseudos(inp, None, generate=False).files
     runs = [tmp_path / "r1", tmp_path / "r2"]
     for run in runs:
         run.mkdir()
-        staged = stage_input(inp, run)
+        staged = stage_input(inp, run, pseudos)
         assert staged == run / "pw.in"
         assert (run / "pseudo" / "Si.pz-vbc.UPF").is_file()
         again = read_pw_input(staged)
@@ -143,16 +145,22 @@ def test_stage_input_refuses_a_missing_pseudopotential(tmp_path: Path) -> None:
     text = BASE.format(pd=str(tmp_path), extra="", kcard="K_POINTS gamma")
     inp = read_pw_input(_write(tmp_path, text))
     with pytest.raises(WorkloadError, match="Si.pz-vbc.UPF"):
-        stage_input(inp, tmp_path / "run")
+        stage_input(inp, tmp_path / "run", {})
 
 
 @needs_pw
-def test_pw_counts_the_irreducible_kpoints() -> None:
+def test_pw_counts_the_irreducible_kpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     inp = read_pw_input(SI)
     assert inp.nk_bound == 64
-    assert count_kpoints_with_pw(inp) == 10  # 4x4x4 shifted fcc grid, 48 symmetries
+    answer = count_with_pw(inp, resolve_pseudos(inp, None, generate=False).files)
+    assert answer is not None and answer.count == 10  # 4x4x4 shifted fcc, 48 symmetries
+    assert answer.version.startswith("6.") or answer.version.startswith("7.")
+    assert len(list((tmp_path / "tunelab" / "qe-kpoints").glob("*.json"))) == 1
 
 
-def test_count_without_pw_is_none(tmp_path: Path) -> None:
+def test_count_without_pw_is_none() -> None:
     assert shutil.which("no-such-pw.x") is None
-    assert count_kpoints_with_pw(read_pw_input(SI), pw="no-such-pw.x") is None
+    inp = read_pw_input(SI)
+    assert count_with_pw(inp, {}, pw="no-such-pw.x") is None

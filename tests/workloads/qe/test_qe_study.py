@@ -15,7 +15,7 @@ def test_si_study_runs_reports_and_writes_a_job_script(tmp_path):
     d = tmp_path / "study"
     res = tunelab("run", EXAMPLE, "--dir", d, "--repeats", "2", "-q")
     assert res.returncode == 0, res.stderr
-    assert "14 runs now" in res.stdout and "(14 ok)" in res.stdout
+    assert "14 runs now" in res.stderr and "(14 ok)" in res.stderr
     assert "baseline" in res.stdout
     rep = tunelab("report", d)
     assert rep.returncode == 0, rep.stderr

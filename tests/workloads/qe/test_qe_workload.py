@@ -81,7 +81,7 @@ def test_options_defaults_and_validation() -> None:
     opts = QEOptions(input="si.in")
     assert (opts.pw, opts.mpirun, opts.mpi_args, opts.oversubscribe) == (
         "pw.x", "mpirun", (), False)
-    assert opts.energy_tolerance == 1e-5 and opts.pseudo_dir is None
+    assert opts.energy_tolerance is None and opts.pseudo_dir is None
     with pytest.raises(ValidationError):
         QEOptions(input="si.in", energy_tolerance=0)
     with pytest.raises(ValidationError):
@@ -132,8 +132,10 @@ def test_constants_read_nk_from_the_input() -> None:
     assert _si(nk=5).constants() == {"nk": 5}
 
 
-def test_nk_falls_back_to_the_input_without_pw() -> None:
-    assert _si(pw="no-such-pw.x").constants() == {"nk": 64}
+def test_nk_is_computed_by_the_rules_without_pw() -> None:
+    wl = _si(pw="no-such-pw.x")
+    assert wl.constants() == {"nk": 10}  # 64 grid points, 48 symmetries
+    assert "computed with pw.x 6.7's symmetry rules" in wl.setup.nk.source
 
 
 @needs_pw
@@ -171,7 +173,7 @@ def test_check_refuses_missing_programs_inputs_and_pseudopotentials(tmp_path: Pa
         QEWorkload(QEOptions(input="notpw.in"), tmp_path / "s.yaml").check()
     text = (EXAMPLES / "qe" / "si.in").read_text().replace("Si.pz-vbc.UPF", "Si.nope.UPF")
     (tmp_path / "si.in").write_text(text)
-    with pytest.raises(WorkloadError, match=r"pseudopotential 'Si.nope.UPF'.*is not in"):
+    with pytest.raises(WorkloadError, match=r"pseudopotential 'Si.nope.UPF'.*none of the pla"):
         QEWorkload(QEOptions(input="si.in"), tmp_path / "s.yaml").check()
 
 

@@ -30,8 +30,8 @@ from typing import IO
 from tunelab.bench.merge.comm import read_status
 from tunelab.bench.merge.config import MergeConfig
 from tunelab.bench.merge.worker import EXIT_FAILURE, EXIT_VERIFY
+from tunelab.cluster.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
 from tunelab.errors import WorkloadError
-from tunelab.execute.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
 
 __all__ = ["launch", "mpi_command", "ucx_env_note", "uses_ucx", "worker_argv"]
 

@@ -1,11 +1,12 @@
 """Read a pw.x input file and stage a private copy of it for one run.
 
 pw.x inputs are Fortran namelists (``&CONTROL``, ``&SYSTEM``, ``&ELECTRONS``, …) followed by
-cards (``ATOMIC_SPECIES``, ``ATOMIC_POSITIONS``, ``K_POINTS``, …). tunelab needs only a few
-facts from them: the pseudopotential files and where they live, and the number of k-points
-(pw.x cannot use more pools than k-points). :func:`stage_input` writes a copy of the input
-into a run directory with ``pseudo_dir`` and ``outdir`` pointing inside it, and copies the
-pseudopotentials there, so that concurrent runs never share scratch files.
+cards (``ATOMIC_SPECIES``, ``ATOMIC_POSITIONS``, ``K_POINTS``, …). tunelab reads the facts it
+needs from them: the pseudopotential files, the k-points (see :mod:`.kpoints`), whether the
+run reads the data of an earlier one (nscf, bands, restarts), its ``prefix`` and
+``conv_thr``. :func:`stage_input` writes a copy of the input into a run directory with
+``pseudo_dir`` and ``outdir`` pointing inside it, and copies the pseudopotentials there, so
+that concurrent runs never share scratch files.
 """
 
 from __future__ import annotations
@@ -13,26 +14,28 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunelab.errors import WorkloadError
+from tunelab.workloads.qe.kpoints import KPointCount, compute_kpoints, fortran_float
 
 __all__ = [
+    "DEFAULT_CONV_THR",
     "STAGED_INPUT",
+    "STAGED_OUTDIR",
+    "STAGED_PSEUDO",
     "KPoints",
     "PwInput",
     "Species",
-    "count_kpoints_with_pw",
     "read_pw_input",
-    "STAGED_OUTDIR",
-    "STAGED_PSEUDO",
     "rewrite_control",
     "stage_input",
 ]
+
+DEFAULT_CONV_THR = 1e-6
+"""pw.x's default ``conv_thr`` (Ry)."""
 
 _NAMELIST = re.compile(r"^[ \t]*&(\w+)(.*?)^[ \t]*/[ \t]*$", re.MULTILINE | re.DOTALL)
 _ASSIGN = re.compile(
@@ -64,7 +67,7 @@ class KPoints:
 
     ``count`` is what the input alone says: the listed points for explicit lists (band paths
     expanded), 1 for ``gamma``, and the full grid ``nk1*nk2*nk3`` for automatic grids — an
-    upper bound, since pw.x reduces the grid by symmetry (:func:`count_kpoints_with_pw`).
+    upper bound, since pw.x reduces the grid by symmetry (:meth:`PwInput.count_kpoints`).
     """
 
     mode: str
@@ -75,46 +78,80 @@ class KPoints:
 
 @dataclass(frozen=True)
 class PwInput:
-    """The facts tunelab reads from a pw.x input file."""
+    """The facts tunelab reads from a pw.x input file.
+
+    ``pseudo_dir`` is the directory the input names (relative ones taken from the input
+    file's directory), None when it names none; where each pseudopotential is really found
+    is decided by :mod:`.pseudo_search`.
+    """
 
     path: Path
     text: str
     namelists: dict[str, dict[str, str]]
     species: tuple[Species, ...]
     kpoints: KPoints
-    pseudo_dir: Path
-    fallback_dirs: tuple[Path, ...] = field(default=())
+    pseudo_dir: Path | None
+    cards: dict[str, tuple[str, list[str]]] = field(default_factory=dict, repr=False)
+
+    def value(self, namelist: str, key: str, default: str = "") -> str:
+        """A namelist variable as written (quotes removed), ``default`` when absent."""
+        return self.namelists.get(namelist, {}).get(key.lower(), default)
 
     @property
     def nspin(self) -> int:
         """``nspin`` of &SYSTEM (1 when absent)."""
         try:
-            return int(self.namelists.get("system", {}).get("nspin", "1"))
+            return int(self.value("system", "nspin", "1"))
         except ValueError:
             return 1
 
     @property
+    def lsda(self) -> bool:
+        """A collinear spin-polarised run (``nspin = 2``): pw.x prints the k-points of one
+        spin but distributes those of both."""
+        return self.nspin == 2
+
+    @property
+    def calculation(self) -> str:
+        """``calculation`` of &CONTROL, lower case (``scf`` when absent)."""
+        return self.value("control", "calculation", "scf").lower()
+
+    @property
+    def prefix(self) -> str:
+        """``prefix`` of &CONTROL (pw.x's default ``pwscf``)."""
+        return self.value("control", "prefix", "pwscf")
+
+    @property
+    def conv_thr(self) -> float:
+        """``conv_thr`` of &ELECTRONS in Ry (pw.x's default 1e-6 when absent)."""
+        try:
+            return fortran_float(self.value("electrons", "conv_thr", str(DEFAULT_CONV_THR)))
+        except ValueError:
+            return DEFAULT_CONV_THR
+
+    @property
+    def reads_previous_run(self) -> str | None:
+        """Why this run needs the data of an earlier one in outdir (``prefix.save`` and
+        friends), e.g. ``"calculation='nscf'"``; None for a run that starts from scratch."""
+        if self.calculation in ("nscf", "bands"):
+            return f"calculation='{self.calculation}'"
+        if self.value("control", "restart_mode", "from_scratch").lower() == "restart":
+            return "restart_mode='restart'"
+        for key in ("startingpot", "startingwfc"):
+            if self.value("electrons", key).lower() == "file":
+                return f"{key}='file'"
+        return None
+
+    @property
     def nk_bound(self) -> int:
-        """K-points pw.x distributes over pools, from the input alone (an upper bound for
+        """K-points pw.x distributes over pools, from the card alone (an upper bound for
         automatic grids); doubled for spin-polarised (``nspin = 2``) runs, as pw.x does."""
-        return self.kpoints.count * (2 if self.nspin == 2 else 1)
+        return self.kpoints.count * (2 if self.lsda else 1)
 
-    def pseudo_paths(self) -> list[Path]:
-        """The pseudopotential file of every species: in ``pseudo_dir``, else in the first of
-        ``fallback_dirs`` that holds it, else the (missing) path in ``pseudo_dir``."""
-        paths = []
-        for s in self.species:
-            for d in (self.pseudo_dir, *self.fallback_dirs):
-                if (d / s.pseudo).is_file():
-                    paths.append(d / s.pseudo)
-                    break
-            else:
-                paths.append(self.pseudo_dir / s.pseudo)
-        return paths
-
-    def missing_pseudos(self) -> list[Path]:
-        """Pseudopotential files the input names that exist nowhere."""
-        return [p for p in self.pseudo_paths() if not p.is_file()]
+    def count_kpoints(self) -> KPointCount | None:
+        """The k-points by pw.x's own rules (:func:`.kpoints.compute_kpoints`), or None
+        where the input uses something the rules do not model."""
+        return compute_kpoints(self.namelists, self.cards, [s.label for s in self.species])
 
 
 def _strip_comments(text: str) -> str:
@@ -186,16 +223,11 @@ def _kpoints(path: Path, cards: dict[str, tuple[str, list[str]]]) -> KPoints:
         raise WorkloadError(f"{path}: cannot read the K_POINTS {mode} card: {exc}") from exc
 
 
-def read_pw_input(
-    path: Path, pseudo_dir: Path | None = None, fallback_dirs: Sequence[Path] = ()
-) -> PwInput:
-    """Read a pw.x input file; ``pseudo_dir`` overrides the one the input names, and
-    ``fallback_dirs`` are searched for pseudopotentials ``pseudo_dir`` lacks.
+def read_pw_input(path: Path) -> PwInput:
+    """Read a pw.x input file.
 
-    Without an override, pseudo_dir follows pw.x: the input's ``pseudo_dir`` (relative paths
-    are taken relative to the input file's directory), else ``$ESPRESSO_PSEUDO``, else
-    ``~/espresso/pseudo``. Raises :class:`WorkloadError` for a missing or unreadable file and
-    for a file that is not a pw.x input.
+    Raises :class:`WorkloadError` for a missing or unreadable file and for a file that is
+    not a pw.x input.
     """
     path = Path(path)
     if not path.is_file():
@@ -228,24 +260,20 @@ def read_pw_input(
         except ValueError as exc:
             raise WorkloadError(f"{path}: bad mass in ATOMIC_SPECIES line {line!r}") from exc
         species.append(Species(parts[0], mass, parts[2]))
-    if pseudo_dir is None:
-        named = namelists.get("control", {}).get("pseudo_dir")
-        if named:
-            pseudo_dir = Path(os.path.expanduser(named))
-            if not pseudo_dir.is_absolute():
-                pseudo_dir = path.parent / pseudo_dir
-        elif os.environ.get("ESPRESSO_PSEUDO"):
-            pseudo_dir = Path(os.environ["ESPRESSO_PSEUDO"])
-        else:
-            pseudo_dir = Path.home() / "espresso" / "pseudo"
+    pseudo_dir = None
+    named = namelists.get("control", {}).get("pseudo_dir")
+    if named:
+        pseudo_dir = Path(os.path.expanduser(named))
+        if not pseudo_dir.is_absolute():
+            pseudo_dir = path.parent / pseudo_dir
     return PwInput(
         path=path,
         text=raw,
         namelists=namelists,
         species=tuple(species),
         kpoints=_kpoints(path, cards),
-        pseudo_dir=Path(pseudo_dir),
-        fallback_dirs=tuple(Path(d) for d in fallback_dirs),
+        pseudo_dir=pseudo_dir,
+        cards=cards,
     )
 
 
@@ -270,20 +298,26 @@ def rewrite_control(text: str, pseudo_dir: str, outdir: str) -> str:
     return text[: m.start(1)] + first + settings + rest + text[m.end(1):]
 
 
-def stage_input(inp: PwInput, run_dir: Path, name: str = STAGED_INPUT) -> Path:
-    """Write a private copy of the input into ``run_dir`` and copy its pseudopotentials.
+def stage_input(inp: PwInput, run_dir: Path, pseudos: Mapping[str, Path],
+                name: str = STAGED_INPUT) -> Path:
+    """Write a private copy of the input into ``run_dir`` and copy its pseudopotentials
+    (``pseudos``: file name -> where it was found) into ``run_dir/pseudo``.
 
     The copy's ``pseudo_dir`` is ``run_dir/pseudo`` and its ``outdir`` ``run_dir/out``
-    (absolute paths). Returns the path of the staged input.
+    (absolute paths; ``out`` may already hold the data of an earlier run). Returns the path
+    of the staged input.
     """
     run_dir = Path(run_dir)
     pseudo = run_dir / STAGED_PSEUDO
     pseudo.mkdir(parents=True, exist_ok=True)
     (run_dir / STAGED_OUTDIR).mkdir(exist_ok=True)
-    for src in inp.pseudo_paths():
-        if not src.is_file():
-            raise WorkloadError(f"pseudopotential {str(src)!r} named in {inp.path} is missing")
-        dst = pseudo / src.name
+    for species in inp.species:
+        src = pseudos.get(species.pseudo)
+        if src is None or not src.is_file():
+            raise WorkloadError(
+                f"pseudopotential {species.pseudo!r} named in {inp.path} is missing"
+            )
+        dst = pseudo / species.pseudo
         if not dst.exists():
             shutil.copyfile(src, dst)
     staged = run_dir / name
@@ -292,45 +326,3 @@ def stage_input(inp: PwInput, run_dir: Path, name: str = STAGED_INPUT) -> Path:
                         str((run_dir / STAGED_OUTDIR).resolve()) + "/")
     )
     return staged
-
-
-def _stop_before_scf(text: str) -> str:
-    """The input with ``electron_maxstep = 0`` in &ELECTRONS (added when absent)."""
-    text = re.sub(r"\belectron_maxstep\s*=\s*[^,\s/]+\s*,?", "", text, flags=re.IGNORECASE)
-    flags = re.IGNORECASE | re.MULTILINE
-    if re.search(r"^[ \t]*&electrons\b", text, flags):
-        return re.sub(r"^([ \t]*&electrons\b[^\n]*\n)", r"\1  electron_maxstep = 0\n", text,
-                      count=1, flags=flags)
-    m = re.search(r"^[ \t]*&system\b.*?^[ \t]*/[ \t]*$", text, flags | re.DOTALL)
-    if m is None:
-        return text
-    return text[: m.end()] + "\n&ELECTRONS\n  electron_maxstep = 0\n/" + text[m.end():]
-
-
-_NK_USED = re.compile(r"number of k points=\s*(\d+)")
-
-
-def count_kpoints_with_pw(inp: PwInput, pw: str = "pw.x", timeout: float = 120.0) -> int | None:
-    """The number of k-points pw.x really uses (after symmetry reduction; doubled for
-    ``nspin = 2``), from a serial pw.x run of the input stopped before its first SCF step
-    (``electron_maxstep = 0``). None when pw.x cannot be run or prints no count."""
-    exe = shutil.which(pw)
-    if exe is None:
-        return None
-    with tempfile.TemporaryDirectory(prefix="tunelab-qe-nk-") as tmp:
-        try:
-            staged = stage_input(inp, Path(tmp), "probe.in")
-        except WorkloadError:
-            return None
-        text = _stop_before_scf(staged.read_text())
-        staged.write_text(text)
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        try:
-            proc = subprocess.run(
-                [exe, "-inp", staged.name], cwd=tmp, env=env, capture_output=True,
-                text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        found = _NK_USED.findall(proc.stdout)
-        return int(found[0]) if found else None

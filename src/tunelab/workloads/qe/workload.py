@@ -1,5 +1,12 @@
 """The ``qe`` workload: tune Quantum ESPRESSO's pw.x (ranks, pools, diagonalisation groups,
 task groups, OpenMP threads) on the user's own input, and check that the physics is unchanged.
+
+What the workload learns from the input is worked out once (:class:`Setup`): the
+pseudopotentials (:mod:`.pseudo_search`), the preparation steps and seed files of multi-step
+workflows (:mod:`.prepare`), the number of k-points pw.x distributes (:class:`NkInfo`) and
+the energy tolerance of the physics check (:class:`Tolerance`). ``space``, ``run`` and
+``run --dry-run`` all go through it; only a real run starts programs (pw.x to count k-points,
+ld1.x to generate a pseudopotential, the preparation steps).
 """
 
 from __future__ import annotations
@@ -7,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,21 +25,53 @@ from tunelab.errors import WorkloadError
 
 if TYPE_CHECKING:
     import pandas as pd
-from tunelab.execute.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
-from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
-from tunelab.workloads.qe.parser import parse_pw_output
-from tunelab.workloads.qe.pseudo import GENERATED, ensure_pseudo, pseudo_cache_dir
-from tunelab.workloads.qe.pwinput import (
-    PwInput,
-    count_kpoints_with_pw,
-    read_pw_input,
-    stage_input,
+from tunelab.cluster.mpi import (
+    MPI_PACKAGE_HINT,
+    mpi_launch_argv,
+    mpirun_env,
+    require_executable,
 )
+from tunelab.workloads.base import (
+    Command,
+    Needs,
+    Objective,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+)
+from tunelab.workloads.qe.kpoints import is_hybrid_dft
+from tunelab.workloads.qe.parser import parse_pw_output
+from tunelab.workloads.qe.prepare import Launch, Step, copy_outdir, prepared_outdir
+from tunelab.workloads.qe.pseudo_search import Resolved, resolve_pseudos
+from tunelab.workloads.qe.pwcount import cached_count, count_with_pw
+from tunelab.workloads.qe.pwinput import PwInput, read_pw_input, stage_input
 
-__all__ = ["QE_PACKAGE", "QEOptions", "QEWorkload", "pw_rules"]
+__all__ = ["QE_PACKAGE", "NkInfo", "QEOptions", "QEWorkload", "Tolerance", "pw_rules"]
 
 QE_PACKAGE = "quantum-espresso"
 PARAMETERS = ("np", "npool", "ndiag", "ntg", "omp")
+CONV_THR_FACTOR = 10.0
+"""The energy tolerance is this many times the input's ``conv_thr``…"""
+PRINTED_FLOOR = 5e-8
+"""…but at least five units of the last digit pw.x prints of the total energy (1e-8 Ry)."""
+HYBRID_FLOOR = 1e-4
+"""Hybrid-functional (EXX) runs: at least this (Ry). Their nested loops stop on an estimate
+of the exchange error, and energies of one input were seen to differ by 2.4e-5 Ry between
+np=1 and np=2 with both runs reported converged."""
+MAX_STEPS = 16
+MAX_SEEDS = 64
+
+
+class PrepareStepOptions(WorkloadOptions):
+    """One preparation step of the option ``prepare``."""
+
+    input: str = Field(description="pw.x input of the step, relative to the study file")
+    np: int = Field(1, ge=1, le=4096, description="MPI ranks of the step")
+    npool: int = Field(1, ge=1, le=4096, description="k-point pools of the step")
+    per_point: bool = Field(
+        False, description="run the step once per point with the point's parallelisation "
+        "(for restart files written per MPI rank) instead of once per study")
+    timeout: float = Field(3600.0, gt=0, description="seconds before the step is killed")
 
 
 class QEOptions(WorkloadOptions):
@@ -44,15 +84,23 @@ class QEOptions(WorkloadOptions):
     oversubscribe: bool = Field(
         False, description="allow more ranks × threads than cores (adds --oversubscribe)"
     )
-    energy_tolerance: float = Field(
-        1e-5, gt=0, description="largest total-energy difference (Ry) between configurations"
+    energy_tolerance: float | None = Field(
+        None, gt=0, description="largest total-energy difference (Ry) between configurations "
+        "(default: 10 × the input's conv_thr, at least 5e-8; at least 1e-4 for hybrids)"
     )
     pseudo_dir: str | None = Field(
-        None, description="pseudopotential directory overriding the input's pseudo_dir"
+        None, description="pseudopotential directory searched after the input's pseudo_dir"
     )
     nk: int | None = Field(
-        None, ge=1, description="number of k-points (default: read from the input)"
+        None, ge=1, description="number of k-points (default: counted as pw.x counts them)"
     )
+    prepare: tuple[PrepareStepOptions, ...] = Field(
+        (), max_length=MAX_STEPS,
+        description="untimed pw.x runs that build what the input reads (e.g. the scf of an "
+        "nscf), in order, sharing one outdir that every run starts from")
+    seed: tuple[str, ...] = Field(
+        (), max_length=MAX_SEEDS,
+        description="files or directories copied into every run's outdir (restart data)")
 
     @field_validator("input")
     @classmethod
@@ -60,6 +108,34 @@ class QEOptions(WorkloadOptions):
         if not value.strip():
             raise ValueError("input must name a pw.x input file")
         return value
+
+
+@dataclass(frozen=True)
+class NkInfo:
+    """The number of k-points the rules use, and where it came from."""
+
+    count: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The physics check's energy tolerance (Ry), and why it has that value."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the workload worked out from its input and options (see the module docstring)."""
+
+    input: PwInput
+    pseudos: Resolved
+    steps: tuple[Step, ...]
+    seeds: tuple[Path, ...]
+    nk: NkInfo
+    tolerance: Tolerance
 
 
 def pw_rules(oversubscribe: bool = False) -> list[tuple[str, str]]:
@@ -77,8 +153,8 @@ def pw_rules(oversubscribe: bool = False) -> list[tuple[str, str]]:
             "diagonalisation, the same run as ndiag=1",
         ),
         ("(np // npool) % ntg == 0", "pw.x needs -ntg task groups to divide the ranks per pool"),
-        ("npool <= nk", "pools beyond the number of k-points (nk) of the input get no "
-         "k-points: their ranks sit idle"),
+        ("npool <= nk", "pools beyond the number of k-points (nk, spin-k-points for LSDA) "
+         "of the input get no k-points: their ranks sit idle"),
     ]
     if not oversubscribe:
         rules += [
@@ -88,6 +164,22 @@ def pw_rules(oversubscribe: bool = False) -> list[tuple[str, str]]:
              "to allow it)"),
         ]
     return rules
+
+
+def energy_tolerance(inp: PwInput, option: float | None) -> Tolerance:
+    """The tolerance of the total-energy check: the option's, else one that follows the
+    input's ``conv_thr`` (see :data:`CONV_THR_FACTOR`, :data:`HYBRID_FLOOR`)."""
+    if option is not None:
+        return Tolerance(option, "the study's option energy_tolerance")
+    conv = inp.conv_thr
+    value = max(CONV_THR_FACTOR * conv, PRINTED_FLOOR)
+    source = f"{CONV_THR_FACTOR:g} × conv_thr {conv:g}"
+    if value == PRINTED_FLOOR:
+        source = f"conv_thr {conv:g} is below what pw.x prints; 5 units of its last digit"
+    if is_hybrid_dft(inp.namelists.get("system", {})) and value < HYBRID_FLOOR:
+        value = HYBRID_FLOOR
+        source = f"the default for hybrid functionals (conv_thr {conv:g})"
+    return Tolerance(value, source)
 
 
 class QEWorkload(Workload):
@@ -107,40 +199,70 @@ class QEWorkload(Workload):
         self.opts: QEOptions = options
 
     # -- the input -------------------------------------------------------------------------
-    @property
-    def input_path(self) -> Path:
-        """The pw.x input, relative paths taken from the study file's directory."""
-        path = Path(os.path.expanduser(self.opts.input))
+    def _path(self, name: str) -> Path:
+        path = Path(os.path.expanduser(name))
         if not path.is_absolute():
             base = self.study_file.parent if self.study_file is not None else Path.cwd()
             path = base / path
         return path
 
+    @property
+    def input_path(self) -> Path:
+        """The pw.x input, relative paths taken from the study file's directory."""
+        return self._path(self.opts.input)
+
     @cached_property
     def pw_input(self) -> PwInput:
         """The parsed input (raises WorkloadError for a missing or non-pw.x file)."""
-        pseudo_dir = None
-        if self.opts.pseudo_dir:
-            pseudo_dir = Path(os.path.expanduser(self.opts.pseudo_dir))
-            if not pseudo_dir.is_absolute():
-                base = self.study_file.parent if self.study_file is not None else Path.cwd()
-                pseudo_dir = base / pseudo_dir
-        return read_pw_input(self.input_path, pseudo_dir, fallback_dirs=[pseudo_cache_dir()])
+        return read_pw_input(self.input_path)
 
     @cached_property
-    def nk(self) -> int:
-        """k-points pw.x distributes over pools: the ``nk`` option, else pw.x's own count
-        (a quick serial pw.x run stopped before the SCF), else the count the input implies
-        (an upper bound for automatic grids)."""
-        if self.opts.nk is not None:
-            return self.opts.nk
+    def setup(self) -> Setup:
+        """Pseudopotentials, preparation steps, seeds, k-points and tolerance, worked out
+        once; raises :class:`WorkloadError` (one line) for anything missing."""
         inp = self.pw_input
-        if inp.kpoints.mode == "automatic" and not inp.missing_pseudos():
-            counted = count_kpoints_with_pw(inp, self.opts.pw)
-            if counted is not None:
-                return counted
-        return inp.nk_bound
+        option_dir = self._path(self.opts.pseudo_dir) if self.opts.pseudo_dir else None
+        generate = not self.dry_run
+        pseudos = resolve_pseudos(inp, option_dir, generate=generate)
+        steps = tuple(
+            Step(step_inp, resolve_pseudos(step_inp, option_dir, generate=generate).files,
+                 o.np, o.npool, o.per_point, o.timeout)
+            for o in self.opts.prepare
+            for step_inp in (read_pw_input(self._path(o.input)),)
+        )
+        seeds = tuple(self._path(s) for s in self.opts.seed)
+        for seed in seeds:
+            if not seed.exists():
+                raise WorkloadError(f"seed {str(seed)!r} (option seed) does not exist")
+        _check_previous_run(inp, steps, seeds)
+        return Setup(inp, pseudos, steps, seeds, self._count_kpoints(inp, pseudos),
+                     energy_tolerance(inp, self.opts.energy_tolerance))
 
+    def _count_kpoints(self, inp: PwInput, pseudos: Resolved) -> NkInfo:
+        if self.opts.nk is not None:
+            return NkInfo(self.opts.nk, "the option nk")
+        probe_ok = inp.reads_previous_run is None and not pseudos.generated
+        if probe_ok:
+            cached = cached_count(inp, self.opts.pw)
+            if cached is None and not self.dry_run:
+                cached = count_with_pw(inp, pseudos.files, self.opts.pw)
+            if cached is not None:
+                return NkInfo(cached.count, f"{_per_spin(inp, cached.printed)}counted by pw.x "
+                              f"{cached.version}")
+        rules = inp.count_kpoints()
+        if rules is not None:
+            why = "pw.x was not run" if probe_ok else "pw.x can count only after the preparation"
+            if probe_ok and not self.dry_run:
+                why = "pw.x did not count them"
+            return NkInfo(rules.count, f"{_per_spin(inp, rules.per_spin)}computed with pw.x "
+                          f"6.7's symmetry rules, {rules.how}; an estimate: {why}")
+        return NkInfo(inp.nk_bound, "an upper bound from the K_POINTS card: the input uses "
+                      "something the symmetry rules do not model and pw.x was not run")
+
+    @property
+    def nk(self) -> int:
+        """k-points pw.x distributes over pools (see :meth:`facts` for the source)."""
+        return self.setup.nk.count
     # -- the contract ----------------------------------------------------------------------
     @property
     def objective(self) -> Objective:
@@ -157,7 +279,7 @@ class QEWorkload(Workload):
         return {"np": nps, "npool": npools, "ndiag": ndiags}
 
     def constants(self) -> dict[str, Any]:
-        """``nk``: the number of k-points of the input."""
+        """``nk``: the k-points pw.x distributes (spin-k-points for LSDA)."""
         return {"nk": self.nk}
 
     def rules(self) -> list[tuple[str, str]]:
@@ -165,68 +287,86 @@ class QEWorkload(Workload):
         return pw_rules(self.opts.oversubscribe)
 
     def invariants(self) -> dict[str, float]:
-        """The total energy must agree across configurations within ``energy_tolerance``."""
-        return {"total_energy_ry": self.opts.energy_tolerance}
+        """The total energy must agree across configurations within the tolerance."""
+        return {"total_energy_ry": self.setup.tolerance.value}
+
+    def facts(self) -> list[str]:
+        """k-points, energy tolerance, pseudopotentials and workflow, with their sources."""
+        setup = self.setup
+        lines = [f"k-points (nk): {setup.nk.count}, {setup.nk.source}",
+                 f"energy tolerance: {setup.tolerance.value:g} Ry ({setup.tolerance.source})"]
+        where: dict[Path, list[str]] = {}
+        for name, path in setup.pseudos.files.items():
+            where.setdefault(path.parent, []).append(name)
+        lines.append("pseudopotentials: " + "; ".join(
+            f"{', '.join(names)} in {folder}" for folder, names in where.items()))
+        if setup.pseudos.generated:
+            lines.append(f"generated by ld1.x when the study runs: "
+                         f"{', '.join(setup.pseudos.generated)}")
+        if setup.steps:
+            lines.append("prepared before the runs, not timed: " + "; ".join(
+                s.describe() for s in setup.steps))
+        if setup.seeds:
+            lines.append("copied into every run's outdir: " + ", ".join(map(str, setup.seeds)))
+        return lines
 
     def tool_versions(self) -> dict[str, list[str]]:
-        """The MPI launcher's version line."""
-        return {"mpirun": [self.opts.mpirun, "--version"]}
+        """The MPI launcher's version line and pw.x's banner (pw.x with no input)."""
+        return {"mpirun": [self.opts.mpirun, "--version"], "pw.x": [self.opts.pw]}
 
     def check(self) -> None:
-        """Refuse to start without pw.x and the launcher, a pw.x input, or its
-        pseudopotentials (the project's generated Ce PAW is made on demand)."""
+        """Refuse to start without pw.x and the launcher, a pw.x input, its
+        pseudopotentials (generated ones are made here) or the data it reads."""
         require_executable(self.opts.pw, QE_PACKAGE)
         require_executable(self.opts.mpirun, MPI_PACKAGE_HINT)
-        inp = self.pw_input
-        for path in inp.missing_pseudos():
-            if path.name in GENERATED:
-                ensure_pseudo(path.name)
-        missing = inp.missing_pseudos()
-        if missing:
-            raise WorkloadError(
-                f"pseudopotential {missing[0].name!r} named in {inp.path} is not in "
-                f"{inp.pseudo_dir} (set pseudo_dir in the input or the option pseudo_dir)"
-            )
+        self.setup  # noqa: B018 - resolves (and generates) everything, or raises
+
+    def needs(self, values: Mapping[str, Any]) -> Needs:
+        """``np`` ranks of ``omp`` threads, over ``nodes`` nodes (or ``ppn`` per node)."""
+        return Needs.from_values(values, ranks=values.get("np", 1), threads=values.get("omp", 1))
 
     def command(self, ctx: RunContext) -> Command:
         """``mpirun -np N … pw.x -npool P -ndiag D [-ntg T] -inp pw.in`` in ``ctx.run_dir``,
-        on a private copy of the input, its pseudopotentials and outdir."""
+        on a private copy of the input, its pseudopotentials and outdir (which starts from
+        the prepared data and seed files, when the study has any: not in a dry run; in a job
+        script for another machine: the input by its own name, next to the script)."""
         values = ctx.values
-        n = int(values.get("np", 1))
-        omp = int(values.get("omp", 1))
-        staged = stage_input(self.pw_input, ctx.run_dir)
-        argv = mpirun_argv(
-            n,
+        needs = self.needs(values)
+        setup = self.setup
+        if ctx.placement.where == "script":
+            input_name, pw = self.input_path.name, self.opts.pw
+        else:
+            if not self.dry_run and (setup.steps or setup.seeds):
+                launch = Launch(self.opts.pw, self.opts.mpirun, self.opts.mpi_args)
+                source = (prepared_outdir(setup.steps, ctx.study_dir, launch, values, ctx.env,
+                                          ctx.cores) if setup.steps else None)
+                out = copy_outdir(source, setup.seeds, ctx.run_dir)
+                why = setup.input.reads_previous_run
+                save = f"{setup.input.prefix}.save"
+                if why is not None and not (out / save).is_dir():
+                    raise WorkloadError(
+                        f"{setup.input.path.name} reads {save} from outdir ({why}), but the "
+                        f"preparation steps and seed files left none there")
+            input_name = stage_input(setup.input, ctx.run_dir, setup.pseudos.files).name
+            pw = shutil.which(self.opts.pw) or self.opts.pw
+        argv = mpi_launch_argv(
+            needs.ranks,
+            ctx.placement,
+            threads=needs.threads,
             mpirun=self.opts.mpirun,
             extra_args=self.opts.mpi_args,
             cores=ctx.cores,
         )
-        argv.append(shutil.which(self.opts.pw) or self.opts.pw)
+        argv.append(pw)
         argv += pw_flags(values)
-        argv += ["-inp", staged.name]
-        env = {**ctx.env, **mpirun_env(n * omp, ctx.cores), "OMP_NUM_THREADS": str(omp)}
+        argv += ["-inp", input_name]
+        per_node = needs.ranks_per_node * needs.threads
+        env = {**ctx.env, **mpirun_env(per_node, ctx.cores), "OMP_NUM_THREADS": str(needs.threads)}
         return Command(tuple(argv), env, ctx.run_dir)
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """Figures of merit of a pw.x run (see :mod:`tunelab.workloads.qe.parser`)."""
         return parse_pw_output(stdout, run_dir)
-
-    def job_script(self, values: Mapping[str, Any], *, scheduler: str, env: Mapping[str, str],
-                   measured_s: float, **resources: Any) -> str:
-        """PBS or Slurm script in the style of the seed's (see :mod:`.jobscript`)."""
-        from tunelab.workloads.qe.jobscript import (
-            JobResources,
-            render_for_workload,
-            suggest_walltime,
-        )
-
-        requests = {k: v for k, v in resources.items() if v not in (None, (), [])}
-        requests.setdefault("walltime_s", suggest_walltime(measured_s))
-        for key in ("modules", "directives"):
-            if key in requests:
-                requests[key] = tuple(requests[key])
-        return render_for_workload(self, values, scheduler=scheduler,
-                                   resources=JobResources(**requests), env=env)
 
     @classmethod
     def report_plots(
@@ -247,3 +387,27 @@ def pw_flags(values: Mapping[str, Any]) -> list[str]:
         if key in values:
             flags += [f"-{key}", str(int(values[key]))]
     return flags
+
+
+def _per_spin(inp: PwInput, per_spin: int) -> str:
+    return f"{per_spin} per spin × 2 spins (LSDA), " if inp.lsda else ""
+
+
+def _check_previous_run(inp: PwInput, steps: tuple[Step, ...], seeds: tuple[Path, ...]
+                        ) -> None:
+    """Refuse an input that reads an earlier run's data the study does not provide."""
+    why = inp.reads_previous_run
+    if why is None:
+        return
+    if not steps and not seeds:
+        raise WorkloadError(
+            f"{inp.path}: {why} reads the data of an earlier run ({inp.prefix}.save in "
+            "outdir), and the study provides none: name the run that writes it under the qe "
+            "option prepare (e.g. prepare: [{input: scf.in}]) or its files under seed"
+        )
+    if steps and not seeds and all(s.input.prefix != inp.prefix for s in steps):
+        written = ", ".join(sorted({repr(s.input.prefix) for s in steps}))
+        raise WorkloadError(
+            f"{inp.path} reads prefix {inp.prefix!r} ({why}), but the preparation steps "
+            f"write prefix {written}: give them the same prefix"
+        )

@@ -1,9 +1,11 @@
-"""Launchers: run one command and report how it ended.
+"""The local launcher: runs commands as child processes of this machine.
 
-A launcher runs an argv list (never a shell string) with an environment and a working
-directory, writes stdout and stderr to files, and returns an :class:`Outcome`. On timeout or
-interrupt it kills the command's whole process group, so an ``mpirun`` and all its ranks go
-together.
+A run is an argv list (never a shell string) with an environment and a working directory;
+stdout and stderr go to files, and the outcome comes back as an :class:`Outcome`. On timeout
+or interrupt the command's whole process group is killed, so an ``mpirun`` and all its ranks
+go together. Under the launcher contract, :meth:`LocalLauncher.submit` runs a job's runs to
+their end, one after another (one run at a time keeps measurements undisturbed), and
+:meth:`LocalLauncher.collect` hands their outcomes back.
 """
 
 from __future__ import annotations
@@ -13,29 +15,54 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from tunelab.errors import LaunchError
+from tunelab.execute.launchers.base import Job, JobStatus, Launcher, Outcome, RunRequest
+from tunelab.execute.launchers.config import LauncherConfig
 
-__all__ = ["LocalLauncher", "Outcome"]
+if TYPE_CHECKING:
+    from tunelab.execute.watch import RunWatch
 
-Status = Literal["ok", "failed", "timeout", "stopped"]
+__all__ = ["LocalLauncher"]
+
 _KILL_GRACE_S = 3.0
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a command ended: status, exit code (None after a timeout) and wall time."""
+class LocalLauncher(Launcher):
+    """Runs commands on this machine, each in its own process group."""
 
-    status: Status
-    rc: int | None
-    wall_s: float
+    name = "local"
+    batch = False
 
+    def __init__(self, config: LauncherConfig | None = None, *,
+                 watch: RunWatch | None = None) -> None:
+        super().__init__(config or LauncherConfig())
+        self._outcomes: dict[Path, Outcome] = {}
+        self.watch = watch
+        """Noise watch, ``--wait-quiet`` and pruning around each run (the runner sets it)."""
 
-class LocalLauncher:
-    """Runs commands as child processes of this machine, each in its own process group."""
+    def submit(self, job: Job) -> str:
+        """Run every run of ``job`` to its end here; the token is the job id. The outcomes
+        stay in memory until collected (no exit-status files: nothing else reads them)."""
+        from tunelab.execute.launchers.step import execute_run
+
+        for run in job.runs:
+            self._outcomes[run.run_dir] = execute_run(run, status_file=False,
+                                                       watch=self.watch)
+        return job.token
+
+    def collect(self, run: RunRequest) -> Outcome | None:
+        """The outcome of a run this launcher ran (once)."""
+        return self._outcomes.pop(run.run_dir, None)
+
+    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Local jobs have ended once submitted."""
+        return {j: JobStatus("ended", "COMPLETED") for j in job_ids}
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Nothing to cancel: a local job ends inside :meth:`submit`."""
 
     def run(
         self,

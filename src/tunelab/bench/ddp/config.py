@@ -1,0 +1,237 @@
+"""The DDP benchmark's settings, validated in one place for every entry point.
+
+Every count and size a user gives is bounded here, before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tunelab.errors import WorkloadError
+
+__all__ = [
+    "DATA_SOURCES",
+    "MODELS",
+    "PLACEMENTS",
+    "Compute",
+    "DDPConfig",
+    "Fault",
+    "parse_compute",
+    "parse_fault",
+]
+
+MODELS = ("resnet18", "resnet50", "leopard")
+PLACEMENTS = ("local", "vnodes")
+DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl")
+AMP_MODES = ("auto", "on", "off")
+#: The data seam: where a worker's batches come from (issue 15 adds memory and files:DIR).
+DATA_SOURCES = ("synthetic",)
+
+MAX_WORKERS = 1024
+MAX_NODES = 256
+MAX_BATCH = 1 << 16
+MAX_STEPS = 100_000
+MAX_EMULATED_S = 3600.0
+MAX_IMAGE = 1024
+MAX_WINDOW = 1 << 20
+MAX_LINK_GBIT = 1000.0
+
+
+@dataclass(frozen=True)
+class Compute:
+    """How a step's forward and backward pass happen: ``real`` computes them; ``emulate``
+    waits ``seconds`` instead (an emulated accelerator) and still all-reduces real gradient
+    buffers of the model's size."""
+
+    emulated: bool = False
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        return f"emulate:{self.seconds:g}" if self.emulated else "real"
+
+
+def parse_compute(text: str) -> Compute:
+    """``real`` or ``emulate:SECONDS`` (0 < SECONDS <= 3600)."""
+    text = text.strip()
+    if text == "real":
+        return Compute()
+    kind, sep, value = text.partition(":")
+    if kind != "emulate" or not sep:
+        raise WorkloadError(f"--compute: expected 'real' or 'emulate:SECONDS', got {text!r}")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise WorkloadError(f"--compute: {value!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_EMULATED_S):
+        raise WorkloadError(f"--compute: emulated seconds must lie in (0, {MAX_EMULATED_S:g}], "
+                            f"got {value}")
+    return Compute(True, seconds)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault injected for tests: worker ``rank`` kills itself before timed step ``step``
+    (``action=kill``), or node ``node`` is never started (``action=absent``: the rendezvous
+    cannot complete)."""
+
+    action: str
+    rank: int = -1
+    step: int = 0
+    node: int = -1
+
+
+def parse_fault(text: str | None) -> Fault | None:
+    """``rank=1,step=2,action=kill`` or ``node=1,action=absent``."""
+    if not text:
+        return None
+    fields: dict[str, str] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise WorkloadError(f"--inject-fault: expected key=value, got {item!r}")
+        fields[key.strip()] = value.strip()
+    unknown = set(fields) - {"rank", "step", "node", "action"}
+    if unknown:
+        raise WorkloadError(f"--inject-fault: unknown field(s) {sorted(unknown)}")
+    action = fields.get("action", "kill")
+    if action not in ("kill", "absent"):
+        raise WorkloadError(f"--inject-fault: action must be kill or absent, got {action!r}")
+    try:
+        return Fault(action=action, rank=int(fields.get("rank", "-1")),
+                     step=int(fields.get("step", "0")), node=int(fields.get("node", "-1")))
+    except ValueError as exc:
+        raise WorkloadError(f"--inject-fault: bad number in {text!r} ({exc})") from None
+
+
+@dataclass(frozen=True)
+class DDPConfig:
+    """Everything one benchmark run needs; :meth:`validate` gives one-line errors.
+
+    ``batch_size`` is the *global* batch: each of the ``workers`` processes trains on
+    ``batch_size / workers`` samples per step. ``nodes`` x ``workers / nodes`` is the layout.
+    """
+
+    model: str = "resnet50"
+    image_size: int = 224
+    window: int = 2048
+    batch_size: int = 64
+    workers: int = 1
+    nodes: int = 1
+    steps: int = 10
+    warmup: int = 2
+    compute: str = "real"
+    data: str = "synthetic"
+    device: str = "auto"
+    backend: str = "auto"
+    amp: str = "auto"
+    threads: int | None = None
+    bucket_mb: float = 25.0
+    placement: str = "local"
+    link_gbit: float = 0.0
+    timeout: float = 120.0
+    rendezvous_timeout: float = 180.0
+    port: int = 0
+    seed: int = 0
+    fault: Fault | None = field(default=None)
+
+    def validate(self) -> DDPConfig:
+        """Return self, or raise :class:`WorkloadError` naming the bad option and value."""
+        _choice("--model", self.model, MODELS)
+        _choice("--placement", self.placement, PLACEMENTS)
+        _choice("--device", self.device, DEVICES)
+        _choice("--backend", self.backend, BACKENDS)
+        _choice("--amp", self.amp, AMP_MODES)
+        _choice("--data", self.data, DATA_SOURCES)
+        _bounded("--workers", self.workers, 1, MAX_WORKERS)
+        _bounded("--nodes", self.nodes, 1, MAX_NODES)
+        _bounded("--batch-size", self.batch_size, 1, MAX_BATCH)
+        _bounded("--steps", self.steps, 1, MAX_STEPS)
+        _bounded("--warmup", self.warmup, 0, MAX_STEPS)
+        _bounded("--image-size", self.image_size, 32, MAX_IMAGE)
+        _bounded("--window", self.window, 32, MAX_WINDOW)
+        _bounded("--port", self.port, 0, 65535)
+        if self.threads is not None:
+            _bounded("--threads", self.threads, 1, 1024)
+        if self.workers % self.nodes:
+            raise WorkloadError(f"--nodes {self.nodes} does not divide --workers {self.workers}: "
+                                "every node runs the same number of workers")
+        if self.batch_size % self.workers:
+            raise WorkloadError(f"--workers {self.workers} does not divide the global "
+                                f"--batch-size {self.batch_size}: each worker trains on an equal "
+                                f"share (try --batch-size "
+                                f"{max(1, self.batch_size // self.workers) * self.workers})")
+        if self.model == "leopard" and self.window % 32:
+            raise WorkloadError(f"--window must be a multiple of 32 (the U-Net halves it 5 "
+                                f"times), got {self.window}")
+        parse_compute(self.compute)
+        for name, value, high in (("--bucket-mb", self.bucket_mb, 4096.0),
+                                  ("--timeout", self.timeout, 86400.0),
+                                  ("--rendezvous-timeout", self.rendezvous_timeout, 86400.0)):
+            if not (math.isfinite(value) and 0 < value <= high):
+                raise WorkloadError(f"{name} must lie in (0, {high:g}], got {value}")
+        if not (math.isfinite(self.link_gbit) and 0 <= self.link_gbit <= MAX_LINK_GBIT):
+            raise WorkloadError(f"--link-gbit must lie in [0, {MAX_LINK_GBIT:g}] "
+                                f"(0 = no limit), got {self.link_gbit}")
+        if self.link_gbit and self.placement != "vnodes":
+            raise WorkloadError("--link-gbit needs --placement vnodes (a link limit applies "
+                                "between virtual nodes)")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise WorkloadError("--backend nccl needs --device cuda (gloo is the CPU backend)")
+        f = self.fault
+        if f is not None:
+            if f.action == "kill" and not 0 <= f.rank < self.workers:
+                raise WorkloadError(f"--inject-fault: rank {f.rank} is not a worker "
+                                    f"(0..{self.workers - 1})")
+            if f.action == "absent" and not 0 < f.node < self.nodes:
+                raise WorkloadError(f"--inject-fault: node {f.node} must lie in 1..{self.nodes - 1}"
+                                    " (node 0 hosts the rendezvous)")
+        return self
+
+    @property
+    def workers_per_node(self) -> int:
+        """Workers on each node."""
+        return self.workers // self.nodes
+
+    @property
+    def local_batch(self) -> int:
+        """Samples per worker and step."""
+        return self.batch_size // self.workers
+
+    @property
+    def compute_mode(self) -> Compute:
+        """The parsed ``compute`` option."""
+        return parse_compute(self.compute)
+
+    def node_of(self, rank: int) -> int:
+        """The node hosting global ``rank`` (ranks are numbered node by node)."""
+        return rank // self.workers_per_node
+
+    def ranks_of(self, node: int) -> range:
+        """The global ranks on ``node``."""
+        w = self.workers_per_node
+        return range(node * w, (node + 1) * w)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (hands the configuration to worker processes)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DDPConfig:
+        """Inverse of :meth:`to_dict`."""
+        d = dict(d)
+        if d.get("fault"):
+            d["fault"] = Fault(**d["fault"])
+        return cls(**d)
+
+
+def _choice(option: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise WorkloadError(f"{option}: unknown value {value!r}; choose one of {', '.join(valid)}")
+
+
+def _bounded(option: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise WorkloadError(f"{option} must lie in {low}..{high}, got {value}")

@@ -1,0 +1,254 @@
+"""Start one ``torchrun`` per node, watch the workers, and report the first one that fails.
+
+Layout ``nodes x workers_per_node``: node ``i`` runs ``torchrun --nnodes K --node_rank i
+--nproc_per_node W --master_addr A --master_port P …`` (static rendezvous: ranks are numbered
+node by node, rank ``r`` lives on node ``r // W``). Where the nodes are is a
+:class:`~tunelab.bench.ddp.placement.Placement`: ``local`` runs every node's torchrun on this
+host over the loopback interface; ``vnodes`` runs each inside a virtual node (network
+namespace, a link with a bandwidth limit) — see :mod:`tunelab.bench.ddp.placement`.
+
+Failures, each one line on stderr and exit status 4:
+
+* a rendezvous that does not complete within ``--rendezvous-timeout`` names the ranks that
+  never joined and the nodes they belong to;
+* a worker that dies names its rank, node, pid, step and signal (read from torchrun's
+  failure report and the worker's status file); the other nodes are stopped after a short
+  grace period, so nothing hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from tunelab.bench.ddp.config import DDPConfig
+from tunelab.bench.ddp.placement import NodeSlot, open_placement
+from tunelab.bench.ddp.worker import EXIT_FAILURE, read_status
+
+__all__ = ["describe_ranks", "launch", "node_argv", "worker_threads"]
+
+_ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*exitcode\s*:\s*(-?\d+)")
+_GRACE_S = 5.0
+
+
+class _Pump:
+    """Copy a child's output to ``target`` line by line, keeping the text for diagnosis."""
+
+    def __init__(self, stream: IO[str], target: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._stream = stream
+        self._target = target
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for line in self._stream:
+            self.lines.append(line)
+            if len(self.lines) > 5000:
+                del self.lines[:1000]
+            self._target.write(line)
+        self._target.flush()
+
+    def join(self) -> str:
+        self._thread.join(timeout=5)
+        return "".join(self.lines)
+
+
+def worker_threads(cfg: DDPConfig, cores: int) -> int:
+    """Threads per worker: ``--threads``, else the host's cores shared by every worker on it
+    (all virtual nodes share this host), at least 1."""
+    if cfg.threads:
+        return cfg.threads
+    return max(1, cores // cfg.workers)
+
+
+def node_argv(cfg: DDPConfig, node: int, master: str, port: int, local_addr: str,
+              status_dir: str, result_file: str) -> list[str]:
+    """The torchrun command line of ``node``."""
+    worker_cfg = cfg.to_dict()
+    return [sys.executable, "-m", "torch.distributed.run",
+            "--nnodes", str(cfg.nodes), "--node_rank", str(node),
+            "--nproc_per_node", str(cfg.workers_per_node),
+            "--master_addr", master, "--master_port", str(port),
+            "--local_addr", local_addr,
+            "--rdzv_conf", f"timeout={int(cfg.rendezvous_timeout) + 30}",
+            "--max_restarts", "0", "--monitor_interval", "0.2",
+            "-m", "tunelab.bench.ddp",
+            "--worker-config", json.dumps(worker_cfg),
+            "--status-dir", status_dir, "--result-file", result_file]
+
+
+def describe_ranks(ranks: Sequence[int]) -> str:
+    """``2``, ``2, 3`` or ``4-7``."""
+    r = sorted(ranks)
+    if len(r) > 2 and r == list(range(r[0], r[-1] + 1)):
+        return f"{r[0]}-{r[-1]}"
+    return ", ".join(map(str, r))
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+class _Run:
+    """The torchrun processes of one benchmark run."""
+
+    def __init__(self, cfg: DDPConfig, slots: Sequence[NodeSlot], tmp: Path) -> None:
+        self.cfg = cfg
+        self.status_dir = str(tmp / "status")
+        self.result_file = str(tmp / "result.json")
+        os.mkdir(self.status_dir)
+        master = slots[0].address
+        port = cfg.port or slots[0].free_port()
+        threads = worker_threads(cfg, os.cpu_count() or 1)
+        absent = cfg.fault.node if cfg.fault and cfg.fault.action == "absent" else -1
+        self.procs: list[subprocess.Popen[str] | None] = []
+        self.pumps: list[_Pump] = []
+        for slot in slots:
+            if slot.index == absent:
+                self.procs.append(None)
+                continue
+            env = {**os.environ, **slot.env, "OMP_NUM_THREADS": str(threads),
+                   "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+            argv = [*slot.prefix, *node_argv(cfg, slot.index, master, port, slot.address,
+                                             self.status_dir, self.result_file)]
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, errors="replace",
+                                    start_new_session=True)
+            self.procs.append(proc)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    self.pumps.append(_Pump(stream, sys.stderr))
+
+    def joined(self) -> list[int]:
+        out = []
+        for r in range(self.cfg.workers):
+            st = read_status(self.status_dir, r)
+            if st is not None and st.get("phase") not in (None, "start"):
+                out.append(r)
+        return out
+
+    def wait(self) -> str | None:
+        """Wait for every node; None on success, else the one-line reason."""
+        cfg = self.cfg
+        rdzv_deadline = time.monotonic() + cfg.rendezvous_timeout
+        kill_at: float | None = None
+        all_joined = False
+        try:
+            while True:
+                codes = [p.poll() if p is not None else None for p in self.procs]
+                live = [p for p in self.procs if p is not None]
+                if all(p.poll() is not None for p in live) and len(live) == len(self.procs):
+                    break
+                if not all_joined:
+                    all_joined = len(self.joined()) == cfg.workers
+                if not all_joined and time.monotonic() > rdzv_deadline:
+                    return self._rendezvous_failure(codes)
+                if any(c not in (None, 0) for c in codes) and kill_at is None:
+                    kill_at = time.monotonic() + _GRACE_S
+                if kill_at is not None and time.monotonic() > kill_at:
+                    break
+                time.sleep(0.05)
+        finally:
+            for p in self.procs:
+                if p is not None:
+                    _kill(p)
+        text = "".join(pump.join() for pump in self.pumps)
+        codes = [p.returncode if p is not None else None for p in self.procs]
+        if all(c == 0 for c in codes) and Path(self.result_file).is_file():
+            return None
+        return self._worker_failure(text, codes)
+
+    def _rendezvous_failure(self, codes: Sequence[int | None]) -> str:
+        cfg = self.cfg
+        joined = set(self.joined())
+        missing = [r for r in range(cfg.workers) if r not in joined]
+        parts = []
+        for node, proc in enumerate(self.procs):
+            ranks = [r for r in cfg.ranks_of(node) if r in missing]
+            if not ranks:
+                continue
+            if proc is None:
+                why = "its node was never started"
+            elif codes[node] is not None:
+                why = f"its torchrun exited with status {codes[node]}"
+            else:
+                started = [r for r in ranks if read_status(self.status_dir, r) is not None]
+                why = ("started, waiting for the others" if started
+                       else "no worker started (the node agents wait for each other)")
+            parts.append(f"node {node} ranks {describe_ranks(ranks)}: {why}")
+        return (f"rendezvous did not complete within {cfg.rendezvous_timeout:g} s: "
+                f"rank(s) {describe_ranks(missing)} never joined ({'; '.join(parts)})")
+
+    def _where(self, rank: int) -> str:
+        st = read_status(self.status_dir, rank)
+        node = self.cfg.node_of(rank)
+        if st is None:
+            return f"worker {rank} (node {node}) before it started"
+        where = f"worker {rank} (node {node}, pid {st.get('pid')})"
+        if st.get("phase") != "failed":
+            where += f" in phase {st.get('phase')}"
+        step = int(st.get("step", -1))
+        if step >= 0:
+            timed = step - self.cfg.warmup
+            where += f" at step {timed}" if timed >= 0 else f" at warm-up step {step}"
+        return where
+
+    def _worker_failure(self, text: str, codes: Sequence[int | None]) -> str:
+        causes = [(int(r), int(c)) for r, c in _ROOT_CAUSE.findall(text)]
+        # torchrun SIGTERMs the survivors of a dead worker: another signal is the root cause
+        signalled = sorted(((r, c) for r, c in causes if c < 0),
+                           key=lambda rc: rc[1] == -signal.SIGTERM)
+        if signalled:
+            rank, code = signalled[0]
+            return f"{self._where(rank)} died: killed by {_signal_name(-code)}"
+        for r in range(self.cfg.workers):
+            st = read_status(self.status_dir, r)
+            if st and st.get("phase") == "failed":
+                return f"{self._where(r)} failed: {st.get('error')}"
+        if causes:
+            rank, code = causes[0]
+            return f"{self._where(rank)} exited with status {code}"
+        bad = [(n, c) for n, c in enumerate(codes) if c not in (0, None)]
+        if bad:
+            return f"the torchrun of node {bad[0][0]} exited with status {bad[0][1]}"
+        return "the workers finished without a result (see the messages above)"
+
+
+def launch(cfg: DDPConfig) -> int:
+    """Run the benchmark described by ``cfg``; print the table and the JSON line."""
+    from tunelab.bench.ddp.report import fom_line, render_table
+
+    with tempfile.TemporaryDirectory(prefix="tunelab-ddp-") as tmp, \
+            open_placement(cfg) as slots:
+        run = _Run(cfg, slots, Path(tmp))
+        reason = run.wait()
+        if reason is not None:
+            print(f"ddp: {reason}", file=sys.stderr, flush=True)
+            return EXIT_FAILURE
+        result = json.loads(Path(run.result_file).read_text())
+    print(render_table(cfg, result), flush=True)
+    print(fom_line(cfg, result), flush=True)
+    return 0
+

@@ -1,0 +1,96 @@
+"""The models the benchmark trains: torchvision's ResNet-18/50 and the Leopard U-Net.
+
+:func:`build_model` returns the network and the shape of one input sample; with
+``device="meta"`` it allocates nothing (parameter shapes only: what emulated compute needs).
+
+torchvision 0.28.0 on PyPI is a CUDA build; its C++ operators (nms, roi_align …) do not load
+against the CPU wheel of torch 2.13.0, and its package import then fails on the two
+operators it registers without checking (``torchvision::nms``, ``torchvision::qnms``). The
+models use none of those operators: :func:`import_torchvision_models` declares the two
+schemas only when that failure happens, then imports again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from tunelab.errors import WorkloadError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ModelSpec", "build_model", "import_torchvision_models", "parameter_count"]
+
+_MISSING_OPS = ("nms", "qnms")
+_shim: Any = None  # keeps the torch.library fragment alive
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model consumes: ``sample_shape`` of one input, ``task`` (``classify``: integer
+    labels of ``classes`` classes; ``segment``: one 0/1 target per input position)."""
+
+    name: str
+    sample_shape: tuple[int, ...]
+    task: str
+    classes: int = 0
+    unit: str = "images"
+
+
+def import_torchvision_models() -> ModuleType:
+    """``torchvision.models``, or :class:`WorkloadError` saying how to install torchvision."""
+    if importlib.util.find_spec("torchvision") is None:
+        raise WorkloadError("the resnet models need torchvision: pip install 'tunelab[ddp]' "
+                            "(torchvision==0.28.0, the release that pairs with torch 2.13.0)")
+    try:
+        import torchvision.models as models
+    except RuntimeError as exc:
+        if not any(f"torchvision::{op}" in str(exc) for op in _MISSING_OPS):
+            raise WorkloadError(f"torchvision does not import: {exc}") from exc
+        _declare_missing_ops()
+        import torchvision.models as models
+    return models
+
+
+def _declare_missing_ops() -> None:
+    """Declare the operator schemas torchvision registers fake kernels for, and forget the
+    half-imported package so it imports again."""
+    global _shim
+    import torch
+
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]
+    if _shim is None:
+        _shim = torch.library.Library("torchvision", "FRAGMENT")
+        for op in _MISSING_OPS:
+            _shim.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+
+
+def build_model(name: str, *, image_size: int = 224, window: int = 2048,
+                device: str | torch.device = "cpu") -> tuple[torch.nn.Module, ModelSpec]:
+    """The model ``name`` (``resnet18``, ``resnet50``, ``leopard``) on ``device``, randomly
+    initialised, and what it consumes."""
+    import torch
+
+    if name in ("resnet18", "resnet50"):
+        models = import_torchvision_models()
+        with torch.device(device):
+            model = getattr(models, name)(weights=None, num_classes=1000)
+        return model, ModelSpec(name, (3, image_size, image_size), "classify", classes=1000)
+    if name == "leopard":
+        from tunelab.leopard.model import LeopardUNet
+
+        with torch.device(device):
+            model = LeopardUNet()
+        return model, ModelSpec(name, (5, window), "segment", unit="windows")
+    raise WorkloadError(f"--model: unknown model {name!r}; choose one of resnet18, resnet50, "
+                        "leopard")
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    """Trainable parameters (the values DDP all-reduces every step)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

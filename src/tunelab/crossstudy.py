@@ -1,0 +1,137 @@
+"""Two studies compared point by point: B (a new machine, version, change) against A.
+
+:func:`compare_studies` is pure: two runs tables and an objective in, a frozen
+:class:`StudyComparison` out. Each point that both studies measured is judged with the same
+statistics as a comparison with the baseline inside one study (:func:`tunelab.stats.compare`:
+ratio of means, confidence interval, Mann–Whitney p, verdict); points measured by only one
+study are listed, not judged. Two studies whose figure of merit or direction differ cannot be
+compared: :func:`check_comparable` refuses them with one line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tunelab.stats import (
+    DEFAULT_RESAMPLES,
+    Comparison,
+    PointSummary,
+    StatsError,
+    compare,
+    fom_column,
+    summarize,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tunelab.workloads.base import Objective
+
+__all__ = ["CrossPoint", "StudyComparison", "check_comparable", "compare_studies"]
+
+
+@dataclass(frozen=True)
+class CrossPoint:
+    """One point measured by both studies: A's and B's summaries, B judged against A."""
+
+    rank: int
+    params: dict[str, Any]
+    a: PointSummary
+    b: PointSummary
+    comparison: Comparison
+
+
+@dataclass(frozen=True)
+class StudyComparison:
+    """Study B against study A: the common points (best speedup first) and the rest."""
+
+    name_a: str
+    name_b: str
+    objective: Objective
+    points: tuple[CrossPoint, ...]
+    only_a: tuple[PointSummary, ...]
+    only_b: tuple[PointSummary, ...]
+    confidence: float
+    noise_threshold: float
+
+
+def check_comparable(name_a: str, objective_a: Objective, name_b: str,
+                     objective_b: Objective) -> None:
+    """Raise :class:`StatsError` unless both studies optimise the same FOM the same way."""
+    if (objective_a.fom, objective_a.direction) != (objective_b.fom, objective_b.direction):
+        raise StatsError(
+            f"cannot compare study {name_b!r} ({objective_b.fom}, {objective_b.direction}) "
+            f"with study {name_a!r} ({objective_a.fom}, {objective_a.direction}): the figure "
+            "of merit or its direction differ"
+        )
+
+
+def _canonical(point_key: str) -> str:
+    try:
+        params = json.loads(point_key)
+    except (TypeError, ValueError):
+        return point_key
+    return json.dumps(params, sort_keys=True) if isinstance(params, dict) else point_key
+
+
+def _summaries(runs: pd.DataFrame, fom: str) -> dict[str, PointSummary]:
+    if not len(runs):
+        return {}
+    return {_canonical(s.point): s for s in summarize(runs, fom)}
+
+
+def _values(runs: pd.DataFrame, fom: str, point_key: str) -> list[float]:
+    column = fom_column(fom)
+    ok = runs[(runs["status"] == "ok") & (runs["point"].map(_canonical) == point_key)]
+    return [float(v) for v in ok[column].dropna()] if column in ok.columns else []
+
+
+def compare_studies(
+    runs_a: pd.DataFrame,
+    runs_b: pd.DataFrame,
+    objective: Objective,
+    *,
+    name_a: str = "A",
+    name_b: str = "B",
+    noise_threshold: float = 0.02,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> StudyComparison:
+    """Judge every point of ``runs_b`` that ``runs_a`` also measured, B against A.
+
+    Points are matched by their parameter values (key order does not matter). The result
+    ranks the common points by speedup, best first; points without a value on a side rank
+    last with an ``insufficient data`` verdict.
+    """
+    fom = objective.fom.removeprefix("fom.")
+    a_sum, b_sum = _summaries(runs_a, fom), _summaries(runs_b, fom)
+    common = [k for k in b_sum if k in a_sum]
+    judged = []
+    for key in common:
+        try:
+            comparison = compare(_values(runs_a, fom, key), _values(runs_b, fom, key),
+                                 objective.direction, noise_threshold=noise_threshold,
+                                 confidence=confidence, n_resamples=n_resamples, seed=seed)
+        except StatsError as exc:
+            raise StatsError(f"point {key}: {exc}") from exc
+        judged.append((key, comparison))
+    judged.sort(key=lambda kc: (kc[1].speedup != kc[1].speedup,  # NaN last
+                                -kc[1].speedup if kc[1].speedup == kc[1].speedup else 0.0,
+                                kc[0]))
+    points = tuple(
+        CrossPoint(rank, dict(b_sum[key].params), a_sum[key], b_sum[key], comparison)
+        for rank, (key, comparison) in enumerate(judged, start=1)
+    )
+    return StudyComparison(
+        name_a=name_a,
+        name_b=name_b,
+        objective=objective,
+        points=points,
+        only_a=tuple(s for k, s in sorted(a_sum.items()) if k not in b_sum),
+        only_b=tuple(s for k, s in sorted(b_sum.items()) if k not in a_sum),
+        confidence=confidence,
+        noise_threshold=noise_threshold,
+    )

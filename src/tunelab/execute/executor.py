@@ -1,0 +1,462 @@
+"""The launch/collect step of the runner: runs in, finished :class:`RunRecord` objects out.
+
+:class:`Executor` takes (point, repeat) pairs, prepares each run (its directory and
+command), hands them to a :class:`~tunelab.execute.launchers.Launcher` as jobs — one per run
+(``per-run``: at most ``max_queued`` in the queue) or a few packs that run many one after
+another inside one allocation (``pack``) — polls the jobs, and turns each run's exit status
+and output into a record (parse, invariants) that it passes to ``on_record``. Only this
+process writes the store: jobs leave files in run directories.
+
+Resume: every job is stored (``jobs`` table: token, scheduler id, runs) before it is
+submitted; :meth:`Executor.reattach` picks up the open jobs of an earlier controller —
+collecting what they finished, waiting for what still runs — so a run is never submitted
+twice nor lost. A run cut off by its job's end (walltime, ``scancel``, node failure) is
+recorded with the scheduler's reason; runs a pack never started are packed again when the
+pack made progress, otherwise recorded as failed with the job's reason.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tunelab.errors import LaunchError, ParseError, RunReportedError, WorkloadError
+from tunelab.execute.launchers.base import (
+    ENDED_STATES,
+    Job,
+    JobStatus,
+    Launcher,
+    Outcome,
+    RunRequest,
+    started_info,
+)
+from tunelab.space import Point
+from tunelab.store import RunRecord, Store
+
+if TYPE_CHECKING:
+    from tunelab.execute.runner import Study
+
+__all__ = ["Executor", "scheduler_reason"]
+
+_TAIL_CHARS = 300
+_CANCEL_WAIT_S = 30.0
+#: How long the scheduler may not answer polls before the controller gives up (its jobs
+#: stay stored: running it again re-attaches).
+_POLL_PATIENCE_S = 300.0
+#: The scheduler's own words in a job's output, for jobs it no longer lists.
+_OUTPUT_REASONS = (
+    (re.compile(r"DUE TO TIME LIMIT|walltime \S+ exceeded limit", re.I), "TIMEOUT"),
+    (re.compile(r"DUE TO NODE FAILURE|node fail", re.I), "NODE_FAIL"),
+    (re.compile(r"CANCELLED AT|job killed|qdel", re.I), "CANCELLED"),
+)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1][-_TAIL_CHARS:] if lines else ""
+
+
+def run_dir_of(study_dir: Path, point: Point, repeat: int) -> Path:
+    """The directory of one run: ``runs/<hash of the point>/r<repeat>``."""
+    from tunelab.execute.runner import point_dir_name
+
+    return study_dir / "runs" / point_dir_name(point) / f"r{repeat}"
+
+
+def scheduler_reason(status: JobStatus, output: Path | None) -> str:
+    """Why a job ended, in the scheduler's words (``TIMEOUT``, ``NODE_FAIL``,
+    ``CANCELLED``…): its state, else the scheduler's message in the job's output."""
+    if status.state in ENDED_STATES and status.state != "COMPLETED":
+        return status.state
+    text = ""
+    if output is not None:
+        try:
+            text = output.read_text(errors="replace")[-20_000:]
+        except OSError:
+            text = ""
+    for pattern, word in _OUTPUT_REASONS:
+        if pattern.search(text):
+            return word
+    return status.state or "UNKNOWN"
+
+
+@dataclass
+class _Active:
+    job: Job
+    job_id: str
+
+
+class Executor:
+    """Runs (point, repeat) pairs of a study through a launcher; see the module docstring.
+
+    ``on_record`` receives every finished run (the runner stores it); once ``stop`` returns
+    True no further run is submitted (those already submitted finish and are recorded). The
+    executor never blocks for longer than one poll interval without checking its jobs.
+    """
+
+    def __init__(self, study: Study, store: Store, study_dir: Path, launcher: Launcher, *,
+                 host: str, sysinfo_id: int | None,
+                 on_record: Callable[[RunRecord], object],
+                 stop: Callable[[], bool] = lambda: False) -> None:
+        self.study = study
+        self.store = store
+        self.study_dir = study_dir
+        self.launcher = launcher
+        self.host = host
+        self.sysinfo_id = sysinfo_id
+        self.on_record = on_record
+        self.stop = stop
+        self.jobs_dir = study_dir / "jobs"
+        self.active: dict[str, _Active] = {}
+        self.done: set[tuple[str, int]] = store.completed()
+        self._checked: set[tuple[int, int, int, float]] = set()
+        self._poll_failed_since: float | None = None
+        self.detached = False
+
+    # ------------------------------------------------------------------ public steps
+
+    @contextmanager
+    def session(self, *, detach: bool = False) -> Iterator[Executor]:
+        """Re-attach to earlier jobs on entry; on Ctrl-C cancel this study's jobs (unless
+        ``detach``), record what they finished, and re-raise."""
+        self.detached = detach
+        self.reattach()
+        try:
+            yield self
+        except KeyboardInterrupt:
+            if not detach and self.active:
+                self.cancel_all()
+            raise
+
+    def covered(self) -> set[tuple[str, int]]:
+        """(point key, repeat) of every run that an active job will still execute."""
+        return {(r.point_key, r.repeat) for a in self.active.values() for r in a.job.runs}
+
+    def reattach(self) -> None:
+        """Take over the open jobs the store knows (from an earlier, maybe killed,
+        controller), then collect whatever of them has ended."""
+        for stored in self.store.open_jobs():
+            if stored.launcher != self.launcher.name:
+                raise LaunchError(
+                    f"{self.study_dir} has open {stored.launcher} jobs; resume it with "
+                    f"launcher type {stored.launcher} (or cancel them and delete "
+                    f"{self.study_dir}/jobs)")
+            runs = tuple(RunRequest.from_json(r) for r in stored.runs)
+            job = Job(stored.token, runs, self.jobs_dir)
+            job_id = stored.job_id or self.launcher.find(job)
+            if job_id is None:  # never accepted, or gone: its run directories tell
+                self._finish_job(job, JobStatus("unknown"), lost=True)
+                continue
+            if stored.job_id is None:
+                self.store.set_job_id(job.token, job_id)
+            self.active[job.token] = _Active(job, job_id)
+        if self.active:
+            self.poll_once()
+
+    def execute(self, pairs: Sequence[tuple[Point, int]]) -> None:
+        """Run every pair not done and not already in an active job; return when all of
+        them are recorded (or, when detached, once they are submitted)."""
+        covered = self.covered()
+        todo = [(p, r) for p, r in pairs
+                if (p.key, r) not in self.done and (p.key, r) not in covered]
+        if self.launcher.batch:
+            self._check(todo)
+        cfg = self.launcher.config
+        if cfg.mode == "pack" and self.launcher.batch:
+            self._run_packs(todo)
+        else:
+            self._run_each(todo)
+        if not self.detached:
+            self.wait_all()  # jobs of an earlier controller hold the rest of the runs
+
+    def poll_once(self) -> int:
+        """Poll the active jobs once; record what they finished; close the ended ones.
+        Returns how many runs were recorded. With ``wait``, sleep one poll interval first
+        when nothing was recorded."""
+        if not self.active:
+            return 0
+        try:
+            statuses = self.launcher.poll([a.job_id for a in self.active.values()])
+        except LaunchError:  # the scheduler did not answer: ask again, up to a limit
+            now = time.monotonic()
+            self._poll_failed_since = self._poll_failed_since or now
+            if now - self._poll_failed_since > _POLL_PATIENCE_S:
+                raise
+            return 0
+        self._poll_failed_since = None
+        recorded = 0
+        for token, active in list(self.active.items()):
+            status = statuses.get(active.job_id, JobStatus("unknown"))
+            if status.ended:
+                recorded += self._finish_job(active.job, status)
+                del self.active[token]
+            else:
+                recorded += self._collect_finished(active.job)
+        return recorded
+
+    def wait_all(self) -> None:
+        """Poll until no job is active."""
+        interval = self.launcher.config.poll_s if self.launcher.batch else 0.0
+        while self.active:
+            if self.poll_once() == 0 and self.active and interval:
+                time.sleep(interval)
+
+    def cancel_all(self) -> None:
+        """Cancel every active job of the study, record what they finished, close them."""
+        ids = [a.job_id for a in self.active.values()]
+        self.launcher.cancel(ids)
+        deadline = time.monotonic() + _CANCEL_WAIT_S
+        while self.active and time.monotonic() < deadline:
+            try:
+                statuses = self.launcher.poll([a.job_id for a in self.active.values()])
+            except LaunchError:
+                break
+            for token, active in list(self.active.items()):
+                self._collect_finished(active.job)
+                if statuses.get(active.job_id, JobStatus("unknown")).ended:
+                    self.store.close_job(token, "CANCELLED")
+                    del self.active[token]
+            if self.active:
+                time.sleep(0.5)
+        for token in list(self.active):  # still listed: leave them to the next controller
+            del self.active[token]
+
+    # ------------------------------------------------------------------ per-run, packs
+
+    def _run_each(self, todo: list[tuple[Point, int]]) -> None:
+        """One job per run, at most ``max_queued`` active at once (one at a time locally)."""
+        limit = self.launcher.config.max_queued if self.launcher.batch else 1
+        queue = deque(todo)
+        while (queue and not self.stop()) or self.active:
+            while queue and len(self.active) < limit and not self.stop():
+                point, repeat = queue.popleft()
+                request = self._prepare(point, repeat)
+                if request is not None:
+                    self._submit((request,))
+            if self.detached:
+                return
+            if self.poll_once() == 0 and self.active and self.launcher.batch:
+                time.sleep(self.launcher.config.poll_s)
+
+    def _run_packs(self, todo: list[tuple[Point, int]]) -> None:
+        """Split the runs over ``allocations`` packs (round-robin: each pack keeps the
+        interleaved order); submit them; re-pack runs an ended pack never started."""
+        requests = [r for p, rep in todo if (r := self._prepare(p, rep)) is not None]
+        while requests:
+            n = min(self.launcher.config.allocations, len(requests))
+            for i in range(n):
+                self._submit(tuple(requests[i::n]))
+            if self.detached:
+                return
+            self.wait_all()
+            requests = [r for r in requests if (r.point_key, r.repeat) not in self.done]
+            for request in requests:  # packed again: start from a clean directory
+                self._clean(request.run_dir)
+
+    # ------------------------------------------------------------------ the pieces
+
+    def _check(self, todo: list[tuple[Point, int]]) -> None:
+        """Ask the launcher, before anything is submitted, whether it would take the jobs
+        these runs make (each distinct shape once)."""
+        study = self.study
+        runs = []
+        for point, repeat in todo:
+            needs = study.workload.needs(study.space.values(point))
+            runs.append(RunRequest(point.key, repeat, self.jobs_dir, (), {}, self.jobs_dir,
+                                   study.spec.timeout_s, needs))
+        if self.launcher.config.mode == "pack":
+            n = min(self.launcher.config.allocations, len(runs))
+            jobs = [Job("check", tuple(runs[i::n]), self.jobs_dir) for i in range(n)]
+        else:
+            jobs = [Job("check", (run,), self.jobs_dir) for run in runs]
+        fresh = {}
+        for job in jobs:
+            needs = job.needs()
+            shape = (needs.nodes, needs.ranks_per_node, needs.threads,
+                     sum(r.timeout_s for r in job.runs))
+            if shape not in self._checked:
+                fresh[shape] = job
+        if fresh:
+            self.launcher.check(list(fresh.values()))
+            self._checked.update(fresh)
+
+    def _submit(self, runs: tuple[RunRequest, ...]) -> None:
+        job = Job(secrets.token_hex(6), runs, self.jobs_dir)
+        if not self.launcher.batch:  # runs here, now: nothing to re-attach to later
+            self.launcher.submit(job)
+            self._collect_finished(job)
+            return
+        self.store.add_job(job.token, self.launcher.name, [r.to_json() for r in runs], _now())
+        try:
+            job_id = self.launcher.submit(job)
+        except BaseException as exc:
+            self.store.close_job(job.token, "NOT_SUBMITTED")
+            if isinstance(exc, LaunchError) and self.active:
+                raise LaunchError(f"{exc} ({len(self.active)} job(s) submitted before stay in "
+                                  f"the queue; 'tunelab status {self.study_dir}' collects "
+                                  "them)") from None
+            raise
+        self.store.set_job_id(job.token, job_id)
+        self.active[job.token] = _Active(job, job_id)
+
+    def _clean(self, run_dir: Path) -> None:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
+
+    def _prepare(self, point: Point, repeat: int) -> RunRequest | None:
+        """The run's directory (wiped) and command; a command that cannot be built is
+        recorded as a failed run at once (None)."""
+        study = self.study
+        run_dir = run_dir_of(self.study_dir, point, repeat)
+        self._clean(run_dir)
+        env: dict[str, str] = {}
+        try:
+            needs = study.workload.needs(study.space.values(point))
+            placement = self.launcher.placement(needs, run_dir)
+            ctx = study.context(point, run_dir, self.study_dir, repeat, placement=placement,
+                                cores=self.launcher.cores_per_node)
+            env = dict(ctx.env)
+            cmd = study.workload.command(ctx)
+        except (LaunchError, WorkloadError) as exc:
+            self._record(point.key, dict(point), repeat, run_dir, [], env,
+                         Outcome("failed", None, 0.0, reason=str(exc)))
+            return None
+        return RunRequest(point.key, repeat, run_dir, tuple(cmd.argv),
+                          {**ctx.env, **cmd.env}, cmd.cwd or run_dir, study.spec.timeout_s,
+                          needs)
+
+    def _collect_finished(self, job: Job) -> int:
+        """Record every run of ``job`` that has an exit status and is not stored yet."""
+        recorded = 0
+        for run in job.runs:
+            if (run.point_key, run.repeat) in self.done:
+                continue
+            outcome = self.launcher.collect(run)
+            if outcome is not None:
+                self._record_request(run, outcome)
+                recorded += 1
+        return recorded
+
+    def _finish_job(self, job: Job, status: JobStatus, *, lost: bool = False) -> int:
+        """``job`` ended: record its finished runs and the run it cut off (with the
+        scheduler's reason); record the runs it never started as failed unless they can
+        run in a new job (the pack made progress before its walltime or node ended, or
+        the job was never accepted: ``lost``); close it."""
+        recorded = self._collect_finished(job)
+        reason = scheduler_reason(status, job.output_path)
+        progress = any(started_info(r.run_dir) is not None for r in job.runs)
+        for run in job.runs:
+            if (run.point_key, run.repeat) in self.done:
+                continue
+            if started_info(run.run_dir) is not None:
+                timed_out = ENDED_STATES.get(reason) == "timeout"
+                self._record_request(run, Outcome(
+                    "timeout" if timed_out else "failed", None, 0.0,
+                    reason=f"scheduler: {reason} (job {job.name} ended during this run)"))
+            elif lost or (progress and reason in ("TIMEOUT", "NODE_FAIL", "DEADLINE")):
+                continue  # left for a new job: the pack loop or the next controller
+            else:
+                tail = _tail(job.output_path)
+                self._record_request(run, Outcome(
+                    "failed", None, 0.0,
+                    reason=f"scheduler: {reason} (job {job.name} ended before this run "
+                           f"started){': ' + tail if tail else ''}"))
+            recorded += 1
+        self.store.close_job(job.token, reason)
+        return recorded
+
+    def _record_request(self, run: RunRequest, outcome: Outcome) -> None:
+        point = Point.from_key(run.point_key)
+        self._record(run.point_key, dict(point), run.repeat, run.run_dir, list(run.argv),
+                     dict(run.env), outcome)
+
+    def _record(self, key: str, params: dict[str, object], repeat: int, run_dir: Path,
+                argv: list[str], env: dict[str, str], outcome: Outcome) -> None:
+        study = self.study
+        foms: dict[str, float] = {}
+        status: str = outcome.status
+        reason = outcome.reason
+        if outcome.status == "stopped":  # the pruner stopped it (see execute/watch.py)
+            status = "pruned"
+        elif reason is not None:  # could not start, or cut off by the scheduler
+            status = "timeout" if outcome.status == "timeout" else "failed"
+        elif outcome.status == "timeout":
+            reason = f"killed after the {study.spec.timeout_s:g} s timeout"
+        else:
+            status, reason, foms = parse_run(study, outcome.rc, run_dir)
+        foms = {**foms, "wall_s": outcome.wall_s}
+        if status == "ok":
+            status, reason = check_invariants(study, self.store, foms)
+        self.done.add((key, repeat))
+        self.on_record(RunRecord(
+            point_key=key, params=params, repeat=repeat, status=status, reason=reason,
+            rc=outcome.rc, wall_s=outcome.wall_s, started_at=outcome.started_at or _now(),
+            ended_at=outcome.ended_at or _now(), host=outcome.host or self.host,
+            command=argv, env=env, run_dir=str(run_dir.relative_to(self.study_dir)),
+            foms=foms, sysinfo_id=self.sysinfo_id, noise=outcome.noise))
+
+
+def parse_run(study: Study, rc: int | None,
+              run_dir: Path) -> tuple[str, str | None, dict[str, float]]:
+    """(status, reason, FOMs) of a finished run from its output files; a missing or
+    truncated output is ``failed``, never a number."""
+    stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
+    try:
+        stdout = stdout_path.read_text(errors="replace")
+        stderr = stderr_path.read_text(errors="replace")
+    except OSError as exc:
+        return "failed", f"output missing: {exc.strerror}: {exc.filename}", {}
+    try:
+        foms = study.workload.parse(stdout, stderr, run_dir)
+    except RunReportedError as exc:
+        return "failed", (f"exit code {rc}: {exc}" if rc else str(exc)), {}
+    except ParseError as exc:
+        if rc == 0:
+            return "failed", f"unparsable output: {exc}", {}
+        foms = {}
+    if rc != 0:
+        tail = _tail(stderr_path) or _tail(stdout_path)
+        return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
+    if study.objective.fom != "wall_s" and study.objective.fom not in foms:
+        have = ", ".join(sorted(foms)) or "none"
+        return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "
+                          f"parsed: {have}"), foms
+    return "ok", None, foms
+
+
+def check_invariants(study: Study, store: Store,
+                     foms: dict[str, float]) -> tuple[str, str | None]:
+    """``invalid`` when a FOM that must agree across runs differs from the study's
+    reference (the first value stored) by more than its tolerance."""
+    problems = []
+    for name, tolerance in study.workload.invariants().items():
+        if name not in foms:
+            continue
+        ref_raw = store.get_meta(f"reference.{name}")
+        if ref_raw is None:
+            store.set_meta({f"reference.{name}": repr(foms[name])})
+            continue
+        ref = float(ref_raw)
+        diff = abs(foms[name] - ref)
+        if diff > tolerance:
+            problems.append(f"{name} differs by {diff:.2g} > {tolerance:g} from the study's "
+                            f"reference ({foms[name]!r} vs {ref!r})")
+    return ("invalid", "; ".join(problems)) if problems else ("ok", None)

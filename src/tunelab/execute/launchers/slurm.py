@@ -1,0 +1,87 @@
+"""The Slurm launcher: ``sbatch`` to submit, ``squeue`` (and ``sacct`` when there is
+accounting) to poll, ``scancel`` to cancel. Works without Slurm accounting: a job that left
+the queue is judged by the exit-status files of its runs."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+
+from tunelab.errors import LaunchError
+from tunelab.execute.launchers._batch import BatchLauncher, first_line, scheduler_call
+from tunelab.execute.launchers.base import Job, JobStatus, require
+
+__all__ = ["SlurmLauncher"]
+
+_QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED",
+           "RESV_DEL_HOLD", "STOPPED", "RESIZING", "SIGNALING"}
+_RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT"}
+
+
+def _phase(state: str) -> JobStatus:
+    word = state.split()[0].rstrip("+") if state.strip() else ""
+    if word in _QUEUED:
+        return JobStatus("queued", word)
+    if word in _RUNNING:
+        return JobStatus("running", word)
+    return JobStatus("ended", word or "UNKNOWN")
+
+
+class SlurmLauncher(BatchLauncher):
+    """Submits jobs with ``sbatch`` (``--parsable``, ``--no-requeue``)."""
+
+    name = "slurm"
+    scheduler = "slurm"
+
+    def check(self, shapes: Sequence[Job]) -> None:
+        """Slurm's commands exist, and ``sbatch --test-only`` accepts every job shape."""
+        for cmd in ("sbatch", "squeue", "scancel"):
+            require(cmd, "the Slurm client commands (Debian: slurm-client)")
+        self.check_with(shapes, ["sbatch", "--test-only"])
+
+    def submit(self, job: Job) -> str:
+        """``sbatch --parsable SCRIPT``; the job id."""
+        out = scheduler_call(["sbatch", "--parsable", str(self.write(job))])
+        if out.returncode != 0:
+            raise LaunchError(f"sbatch refused job {job.name}: {first_line(out.stderr)}")
+        job_id = out.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise LaunchError(f"sbatch printed no job id for {job.name}: {out.stdout.strip()!r}")
+        return job_id
+
+    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """States from ``squeue -t all`` (then ``sacct``); ``unknown`` when neither knows;
+        :class:`LaunchError` when ``squeue`` cannot answer at all."""
+        if not job_ids:
+            return {}
+        fmt = ["-h", "-t", "all", "-o", "%i|%T"]
+        out = scheduler_call(["squeue", *fmt, "-j", ",".join(job_ids)])
+        if out.returncode != 0:  # an id Slurm already forgot makes squeue -j fail
+            out = scheduler_call(["squeue", *fmt])
+        if out.returncode != 0:  # cannot ask: never take that for "the jobs are gone"
+            raise LaunchError(f"squeue failed: {first_line(out.stderr)}")
+        found: dict[str, JobStatus] = {}
+        for line in out.stdout.splitlines():
+            job_id, _, state = line.strip().partition("|")
+            if job_id in job_ids:
+                found[job_id] = _phase(state)
+        missing = [j for j in job_ids if j not in found]
+        if missing and shutil.which("sacct"):
+            acct = scheduler_call(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j",
+                                   ",".join(missing)])
+            for line in acct.stdout.splitlines() if acct.returncode == 0 else []:
+                job_id, _, state = line.strip().partition("|")
+                if job_id in missing:
+                    found[job_id] = _phase(state)
+        return {j: found.get(j, JobStatus("unknown", "")) for j in job_ids}
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """``scancel`` (silent for ended or unknown ids)."""
+        if job_ids:
+            scheduler_call(["scancel", *job_ids])
+
+    def find(self, job: Job) -> str | None:
+        """The id of a job named ``job.name`` in ``squeue -t all``."""
+        out = scheduler_call(["squeue", "-h", "-t", "all", "--name", job.name, "-o", "%i"])
+        ids = out.stdout.split() if out.returncode == 0 else []
+        return ids[-1] if ids else None

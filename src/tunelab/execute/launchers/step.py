@@ -1,0 +1,127 @@
+"""The job step: runs a job's runs one after another inside the allocation.
+
+``python -m tunelab.execute.launchers.step JOB.json`` is the whole body of a submitted job
+script. For each run of the job that has not started yet it writes the Open MPI hostfile
+(the allocation's first ``nodes`` hosts), ``started.json``, runs the command with its
+timeout (killing its process group on timeout), and writes ``exit.json`` with the wall time
+measured here, inside the job. It never touches the store. On SIGTERM (``scancel``, the
+walltime) it kills the run in flight and exits without an exit status for it, so the
+controller records the scheduler's reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from tunelab.errors import LaunchError
+from tunelab.execute.launchers.base import (
+    EXIT_FILE,
+    STARTED_FILE,
+    Outcome,
+    RunRequest,
+    write_json_atomic,
+)
+
+if TYPE_CHECKING:
+    from tunelab.execute.watch import RunWatch
+
+__all__ = ["execute_run", "main"]
+
+
+class _Terminated(BaseException):
+    """SIGTERM from the scheduler (cancelled or out of walltime)."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = None,
+                environ: dict[str, str] | None = None, status_file: bool = True,
+                watch: RunWatch | None = None) -> Outcome:
+    """Run ``run`` here and leave ``exit.json`` (and ``started.json``) in its directory
+    (without ``status_file``: only return the outcome — the local launcher keeps it).
+    ``watch`` (the local launcher's) samples the machine around the run and may stop it.
+
+    ``hosts`` are the allocation's hosts (None outside one): the first ``needs.nodes`` go
+    into ``run_dir/hostfile`` and ``TUNELAB_HOSTS``, the first one's address into
+    ``TUNELAB_HEAD_ADDR`` (a rendezvous for torchrun or a Dask scheduler).
+    """
+    from tunelab.execute.launchers.local import LocalLauncher
+
+    if not run.run_dir.is_dir():
+        run.run_dir.mkdir(parents=True)
+    env = {**(os.environ if environ is None else environ), **run.env}
+    host = socket.gethostname()
+    if hosts is not None:
+        from tunelab.cluster.allocation import node_address, write_hostfile
+
+        mine = hosts[: run.needs.nodes]
+        write_hostfile(run.run_dir / "hostfile", mine, run.needs.ranks_per_node)
+        env["TUNELAB_HOSTS"] = ",".join(mine)
+        if run.needs.nodes > 1:
+            env["TUNELAB_HEAD_ADDR"] = node_address(mine[0])
+        write_json_atomic(run.run_dir / STARTED_FILE,
+                          {"job_id": job_id, "host": host, "started_at": _now(),
+                           "pid": os.getpid()})
+    watched = watch.start(run) if watch is not None else None
+    started = _now()
+    try:
+        outcome = LocalLauncher().run(
+            run.argv, env=env, cwd=run.cwd, timeout_s=run.timeout_s,
+            stdout_path=run.run_dir / "stdout.txt", stderr_path=run.run_dir / "stderr.txt",
+            should_stop=watched.should_stop if watched is not None else None, poll_s=0.2)
+    except LaunchError as exc:
+        outcome = Outcome("failed", None, 0.0, reason=str(exc))
+    if watched is not None:
+        outcome = watched.finish(outcome)
+    reason = outcome.reason
+    result = Outcome(outcome.status, outcome.rc, outcome.wall_s, host, started, _now(), reason,
+                     outcome.noise)
+    if not status_file:
+        return result
+    write_json_atomic(run.run_dir / EXIT_FILE, {
+        "status": result.status, "rc": result.rc, "wall_s": result.wall_s, "host": host,
+        "started_at": started, "ended_at": result.ended_at, "reason": reason,
+        "job_id": job_id})
+    return result
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every not-yet-started run of the job file ``argv[0]``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m tunelab.execute.launchers.step JOB.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(args[0]).read_text())
+    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID") or ""
+    signal.signal(signal.SIGTERM, _terminate)
+    from tunelab.cluster.allocation import allocation_hosts
+
+    hosts = allocation_hosts()
+    try:
+        for data in spec["runs"]:
+            run = RunRequest.from_json(data)
+            if (run.run_dir / STARTED_FILE).exists() or (run.run_dir / EXIT_FILE).exists():
+                continue  # begun by an earlier allocation: the controller decides about it
+            execute_run(run, job_id=job_id, hosts=hosts)
+    except _Terminated:
+        print(f"tunelab step: job {job_id} terminated by the scheduler", file=sys.stderr)
+        return 143
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

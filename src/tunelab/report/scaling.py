@@ -1,0 +1,219 @@
+"""Scaling plots, the seed article's three: throughput vs workers with the ideal line (and
+the fitted model's prediction beyond the measured sizes), parallel efficiency, and scale-up
+vs scale-out bars at equal workers.
+
+:func:`scaling_plot_data` is the pure data step (tested without drawing);
+:func:`scaling_plots` draws the PNGs with matplotlib's Agg backend. Any study whose runs
+carry a worker count (parameter or FOM ``workers``) can use them; the ``ddp`` workload's
+``report_plots`` hook does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tunelab.scaling import (
+    LayoutGap,
+    ScalingPoint,
+    StepModel,
+    fit_step_model,
+    layout_gaps,
+    observations,
+    scaling_table,
+)
+from tunelab.stats import StatsError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["ScalingPlotData", "scaling_plot_data", "scaling_plots"]
+
+
+class ScalingPlotData(NamedTuple):
+    """What the three plots show. ``model`` is None when no model could be fitted (a
+    series without ``step_s``/``compute_s``/``grad_bytes``, or too few points);
+    ``predicted`` then is empty, else it holds (series, nodes, workers, throughput) for the
+    measured worker counts and up to ``predict_to``."""
+
+    fom: str
+    points: tuple[ScalingPoint, ...]
+    gaps: tuple[LayoutGap, ...]
+    model: StepModel | None
+    predicted: tuple[tuple[str, int, int, float], ...]
+    note: str = ""
+
+
+def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
+                      n_resamples: int = 999, predict_to: int = 32) -> ScalingPlotData:
+    """Speedup table, layout gaps and (for a single series) the fitted model's curve per
+    layout from 1 worker to ``predict_to`` (powers of two)."""
+    points = tuple(scaling_table(runs, fom, "maximize", n_resamples=n_resamples))
+    gaps = tuple(layout_gaps(runs, fom, "maximize", n_resamples=n_resamples))
+    model: StepModel | None = None
+    predicted: list[tuple[str, int, int, float]] = []
+    note = ""
+    series = sorted({p.series for p in points})
+    if len(series) == 1 and fom == "throughput":
+        try:
+            model = fit_step_model(observations(runs))
+        except StatsError as exc:
+            note = f"no model: {exc}"
+    elif len(series) > 1:
+        note = "no model: several series"
+    if model is not None:
+        measured = max(p.workers for p in points)
+        sizes = sorted({1 << i for i in range(int(math.log2(max(predict_to, measured))) + 1)})
+        for k in sorted({p.nodes for p in points}):
+            for n in sizes:
+                if n % k == 0 and n >= k:
+                    predicted.append((series[0], k, n, model.throughput(n, k)))
+    return ScalingPlotData(fom, points, gaps, model, tuple(predicted), note)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plain() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: f"{v:g}")
+
+
+def _worker_axis(ax: Any) -> None:
+    """Log-2 worker axis labelled 1, 2, 4, …"""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(_plain())
+
+
+def _label(series: str, nodes: int) -> str:
+    text = f"{nodes} node{'s' if nodes > 1 else ''}"
+    return f"{series}: {text}" if series else text
+
+
+def scaling_plots(runs: pd.DataFrame, out_dir: str | Path, *, fom: str = "throughput",
+                  prefix: str = "scaling", n_resamples: int = 999) -> list[Path]:
+    """Write ``<prefix>-throughput.png``, ``<prefix>-efficiency.png`` and, when a worker
+    count was measured in several layouts, ``<prefix>-layouts.png``; their paths. No
+    worker-count axis or no successful run: no plot."""
+    try:
+        data = scaling_plot_data(runs, fom, n_resamples=n_resamples)
+    except StatsError:
+        return []
+    if not data.points:
+        return []
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [_throughput_plot(data, out / f"{prefix}-throughput.png"),
+             _efficiency_plot(data, out / f"{prefix}-efficiency.png")]
+    if data.gaps:
+        paths.append(_gap_plot(data.gaps, out / f"{prefix}-layouts.png"))
+    return paths
+
+
+def _groups(points: Sequence[ScalingPoint]) -> dict[tuple[str, int], list[ScalingPoint]]:
+    groups: dict[tuple[str, int], list[ScalingPoint]] = {}
+    for p in points:
+        groups.setdefault((p.series, p.nodes), []).append(p)
+    return {k: sorted(v, key=lambda p: p.workers) for k, v in sorted(groups.items())}
+
+
+def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5), layout="constrained")
+    try:
+        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for i, ((series, k), pts) in enumerate(_groups(data.points).items()):
+            c = colours[i % len(colours)]
+            x = [p.workers for p in pts]
+            y = [p.mean for p in pts]
+            err = [[0.0 if math.isnan(p.mean_low) else p.mean - p.mean_low for p in pts],
+                   [0.0 if math.isnan(p.mean_high) else p.mean_high - p.mean for p in pts]]
+            ax.errorbar(x, y, yerr=err, fmt="o-", color=c, capsize=3,
+                        label=f"{_label(series, k)} measured")
+            model = [(n, v) for s, kk, n, v in data.predicted if s == series and kk == k]
+            if model:
+                ax.plot([n for n, _ in model], [v for _, v in model], "--", color=c, alpha=0.7,
+                        label=f"{_label(series, k)} model")
+        ideal_pts = [p for p in data.points if p.workers == min(q.workers for q in data.points)]
+        if ideal_pts:
+            b = ideal_pts[0]
+            top = max([p.workers for p in data.points] + [n for _, _, n, _ in data.predicted])
+            xs = [b.workers, top]
+            ax.plot(xs, [b.mean * x / b.workers for x in xs], ":", color="black",
+                    label="ideal (linear)")
+        _worker_axis(ax)
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_formatter(_plain())
+        ax.set_xlabel("workers")
+        ax.set_ylabel(f"{data.fom} (samples/s), mean and 95% t interval")
+        title = "Throughput vs workers"
+        if data.model is not None:
+            title += " (dashed: fitted all-reduce model)"
+        ax.set_title(title)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize="small", loc="upper left")
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _efficiency_plot(data: ScalingPlotData, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
+    try:
+        for (series, k), pts in _groups(data.points).items():
+            x = [p.workers for p in pts]
+            y = [100 * p.efficiency for p in pts]
+            low = [100 * (p.efficiency - p.efficiency_low) if p.n > 1 else 0.0 for p in pts]
+            high = [100 * (p.efficiency_high - p.efficiency) if p.n > 1 else 0.0 for p in pts]
+            low = [0.0 if math.isnan(v) else v for v in low]
+            high = [0.0 if math.isnan(v) else v for v in high]
+            ax.errorbar(x, y, yerr=[low, high], fmt="o-", capsize=3, label=_label(series, k))
+        ax.axhline(100, color="black", linestyle=":", label="ideal")
+        _worker_axis(ax)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("workers")
+        ax.set_ylabel("parallel efficiency, % (95% CI)")
+        ax.set_title("Efficiency vs workers (speedup / workers)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _gap_plot(gaps: Sequence[LayoutGap], path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 1.5 + 0.4 * len(gaps)), layout="constrained")
+    try:
+        labels = [f"{g.workers} workers: {g.nodes} nodes vs {g.ref_nodes}"
+                  + (f" [{g.series}]" if g.series else "") for g in gaps][::-1]
+        ratio = [g.ratio for g in gaps][::-1]
+        low = [0.0 if math.isnan(g.ci_low) else g.ratio - g.ci_low for g in gaps][::-1]
+        high = [0.0 if math.isnan(g.ci_high) else g.ci_high - g.ratio for g in gaps][::-1]
+        colour = {"better": "#2e7d32", "worse": "#c62828"}
+        colours = [colour.get(g.verdict.value, "#9e9e9e") for g in gaps][::-1]
+        y = list(range(len(gaps)))
+        ax.barh(y, [r - 1 for r in ratio], left=1, color=colours, edgecolor="#424242")
+        ax.errorbar(ratio, y, xerr=[low, high], fmt="none", ecolor="black", capsize=3)
+        ax.axvline(1, color="black", linewidth=1)
+        ax.set_yticks(y, labels)
+        ax.set_xlabel("scale-out / scale-up throughput, 95% CI\n(< 1: more nodes is slower; "
+                      "grey: indistinguishable)")
+        ax.set_title("Scale-up vs scale-out at equal workers")
+        ax.grid(axis="x", alpha=0.3)
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,516 @@
+"""What each command shows, as data: one function per command builds a :class:`View`.
+
+Nothing here prints or knows where the output goes; :mod:`tunelab.report.output` renders a
+view as terminal tables, plain lines, JSON, CSV or Markdown. The JSON documents carry a
+``schema`` name and a ``version`` (see ``docs/output.md``); bump the version whenever a field
+changes meaning or disappears (adding a field keeps it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tunelab.report.output import Cell, Column, Lines, TextTable, View
+from tunelab.report.table import (
+    VERDICT_STYLES,
+    best_lines,
+    exclusion_lines,
+    fmt_number,
+    fmt_ratio,
+    p_text,
+    point_label,
+)
+from tunelab.stats import Comparison, PointComparison, PointSummary, verdict_label
+
+if TYPE_CHECKING:
+    from tunelab.crossstudy import StudyComparison
+    from tunelab.report.summary import StudyResults
+    from tunelab.stats import BestResult
+    from tunelab.workloads.base import Objective
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "FailureLine",
+    "SpaceView",
+    "StatusData",
+    "best_view",
+    "compare_view",
+    "cross_compare_view",
+    "space_view",
+    "status_view",
+    "workloads_view",
+]
+
+SCHEMA_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------
+# shared pieces
+
+
+def _objective_doc(objective: Objective) -> dict[str, str]:
+    return {"fom": objective.fom.removeprefix("fom."), "direction": objective.direction}
+
+
+def _summary_doc(s: PointSummary) -> dict[str, Any]:
+    return {
+        "point": dict(s.params),
+        "label": point_label(s.params),
+        "n": s.n,
+        "mean": s.mean,
+        "sd": s.std,
+        "median": s.median,
+        "min": s.min,
+        "max": s.max,
+        "failures": dict(s.failed),
+        "disturbed": s.disturbed,
+    }
+
+
+def _comparison_doc(c: Comparison, objective: Objective) -> dict[str, Any]:
+    return {
+        "speedup": c.speedup,
+        "ci_low": c.ci_low,
+        "ci_high": c.ci_high,
+        "p": c.p_value,
+        "verdict": c.verdict.value,
+        "verdict_label": verdict_label(c.verdict, objective.fom, objective.direction),
+        "method": c.method,
+        "paired": _paired_doc(c),
+        "p_adjusted": _number_or_none(c.p_adjusted),
+        "verdict_unadjusted": c.verdict_unadjusted.value,
+        "repeats_needed": c.repeats_needed,
+    }
+
+
+def _number_or_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _paired_doc(c: Comparison) -> dict[str, Any] | None:
+    """The interval paired by round (None when the runs carry no rounds to pair)."""
+    p = c.paired
+    if p is None:
+        return None
+    return {"speedup": p.speedup, "ci_low": p.ci_low, "ci_high": p.ci_high, "p": p.p_value,
+            "n_rounds": p.n_pairs, "complete": p.complete}
+
+
+def _noise_doc(results: StudyResults) -> dict[str, Any] | None:
+    """The study's run-to-run noise and the power hint (None without an estimate)."""
+    n = results.noise
+    if n is None:
+        return None
+    return {"sd_log": n.sd_log, "df": n.df, "change": n.change,
+            "repeats_needed": n.repeats_needed}
+
+
+def _exclusions_doc(results: StudyResults) -> list[dict[str, Any]]:
+    return [{"point": dict(e.params), "label": point_label(e.params), "n_invalid": e.n_invalid,
+             "n_runs": e.n_runs, "mean": e.value, "reason": e.reason, "leading": e.leading,
+             "line": e.line} for e in results.exclusions]
+
+
+def _mean_sd(s: PointSummary) -> str:
+    if s.n == 0:
+        return "–"
+    if math.isnan(s.std):
+        return fmt_number(s.mean)
+    return f"{fmt_number(s.mean)} ± {fmt_number(s.std, 2)}"
+
+
+def _failed_text(failed: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {status}" for status, n in failed.items())
+
+
+def _speedup_cells(c: Comparison) -> tuple[str, str]:
+    speedup = "–" if math.isnan(c.speedup) else f"{fmt_ratio(c.speedup)}×"
+    ci = "" if math.isnan(c.ci_low) else f"[{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
+    return speedup, ci
+
+
+def _paired_cell(c: Comparison) -> str:
+    """The paired interval when it decided the verdict (else empty)."""
+    p = c.paired
+    if p is None or c.method != "paired" or math.isnan(p.ci_low):
+        return ""
+    return f"{fmt_ratio(p.speedup)}× [{fmt_ratio(p.ci_low)}, {fmt_ratio(p.ci_high)}]"
+
+
+def _verdict_cell(c: Comparison, objective: Objective) -> Cell:
+    return (verdict_label(c.verdict, objective.fom, objective.direction),
+            VERDICT_STYLES.get(c.verdict, ""))
+
+
+def _param_record(params: Mapping[str, Any], taken: Sequence[str]) -> dict[str, Any]:
+    """Parameters as CSV columns, prefixed ``param.`` only where a name is already used."""
+    return {(f"param.{k}" if k in taken else k): v for k, v in params.items()}
+
+
+_SUMMARY_COLUMNS = (
+    Column("rank", "#", "right", drop=6),
+    Column("point", "point", wrap=True),
+    Column("n", "n", "right", drop=4),
+    Column("mean", "mean ± sd", "right", drop=5),
+    Column("median", "median", "right", drop=2),
+    Column("min", "min", "right", drop=1),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# compare (one study against its baseline)
+
+
+def compare_view(results: StudyResults) -> View:
+    """Every point against the study's baseline, best first (summaries only without one)."""
+    objective = results.objective
+    fom = objective.fom.removeprefix("fom.")
+    compared = bool(results.comparisons)
+    items: Sequence[PointComparison | PointSummary] = (
+        results.comparisons if compared else _ranked(results.summaries, objective))
+    columns = list(_SUMMARY_COLUMNS)
+    conf = f"{results.confidence:.0%}"
+    if compared:
+        columns += [Column("speedup", "speedup", "right"),
+                    Column("ci", f"{conf} CI", "right", drop=7)]
+        if any(_paired_cell(pc.comparison) for pc in results.comparisons
+               if not pc.is_baseline):
+            columns.append(Column("paired", "paired CI", "right", drop=8))
+        columns += [Column("p", "p", "right", drop=3),
+                    Column("verdict", "verdict")]
+    columns.append(Column("failed", "not ok"))
+    rows: list[dict[str, Cell]] = []
+    points_doc: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    for rank, item in enumerate(items, start=1):
+        s = _summary_of(item)
+        row: dict[str, Cell] = {
+            "rank": str(item.rank if isinstance(item, PointComparison) else rank),
+            "point": point_label(s.params), "n": str(s.n), "mean": _mean_sd(s),
+            "median": fmt_number(s.median), "min": fmt_number(s.min),
+            "failed": (_failed_text(s.failed), "red") if s.failed else "",
+        }
+        doc = {"rank": int(row["rank"]), **_summary_doc(s)}  # type: ignore[arg-type]
+        if isinstance(item, PointComparison):
+            doc["is_baseline"] = item.is_baseline
+            if item.is_baseline:
+                row.update(speedup="1 (baseline)", verdict=("baseline", "bold"))
+                doc.update(speedup=1.0, ci_low=None, ci_high=None, p=None, verdict="baseline",
+                           verdict_label="baseline", method=None, paired=None,
+                           p_adjusted=None, verdict_unadjusted=None, repeats_needed=None)
+            else:
+                speedup, ci = _speedup_cells(item.comparison)
+                row.update(speedup=speedup, ci=ci, paired=_paired_cell(item.comparison),
+                           p=p_text(item.comparison.p_value),
+                           verdict=_verdict_cell(item.comparison, objective))
+                doc.update(_comparison_doc(item.comparison, objective))
+        rows.append(row)
+        points_doc.append(doc)
+        record = {"rank": doc["rank"], "label": doc["label"]}
+        record.update(_param_record(s.params, _FLAT_FIELDS))
+        record.update({k: doc.get(k) for k in _FLAT_FIELDS if k not in ("rank", "label")})
+        record["failures"] = _failed_text(s.failed)
+        paired = doc.get("paired") or {}
+        record.update(paired_speedup=paired.get("speedup"), paired_ci_low=paired.get("ci_low"),
+                      paired_ci_high=paired.get("ci_high"))
+        records.append(record)
+    if compared:
+        baseline = next((pc for pc in results.comparisons if pc.is_baseline), None)
+        against = f" against {point_label(baseline.summary.params)}" if baseline else ""
+        title = (f"{fom} ({objective.direction}){against}: speedup > 1 is better, "
+                 f"[{conf} CI], p: Mann–Whitney U")
+    else:
+        title = f"{fom} ({objective.direction}), best first"
+    document = {
+        "schema": "tunelab.compare",
+        "version": SCHEMA_VERSION,
+        "study": results.name,
+        "directory": str(results.directory) if results.directory else None,
+        "objective": _objective_doc(objective),
+        "baseline": json.loads(results.baseline) if results.baseline else None,
+        "confidence": results.confidence,
+        "noise_threshold": results.noise_threshold,
+        "noise": _noise_doc(results),
+        "points": points_doc,
+        "excluded": _exclusions_doc(results),
+        "notes": list(results.notes),
+    }
+    notes = (*results.notes, *exclusion_lines(results.exclusions))
+    table = TextTable(title, tuple(columns), tuple(rows), notes)
+    return View((table,), document, tuple(records))
+
+
+_FLAT_FIELDS = ("rank", "label", "n", "mean", "sd", "median", "min", "max", "speedup",
+                "ci_low", "ci_high", "p", "verdict", "verdict_label", "method", "p_adjusted",
+                "disturbed", "failures")
+
+
+def _summary_of(item: PointComparison | PointSummary) -> PointSummary:
+    return item.summary if isinstance(item, PointComparison) else item
+
+
+def _ranked(summaries: Sequence[PointSummary], objective: Objective) -> list[PointSummary]:
+    sign = 1.0 if objective.direction == "minimize" else -1.0
+    return sorted(summaries, key=lambda s: (s.n == 0, sign * s.mean if s.n else 0.0, s.point))
+
+
+# ---------------------------------------------------------------------------------------
+# compare A B (two studies)
+
+
+def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
+                       directory_b: str = "") -> View:
+    """Study B against study A on the points both measured, and the points only one did."""
+    objective = sc.objective
+    fom = objective.fom.removeprefix("fom.")
+    conf = f"{sc.confidence:.0%}"
+    columns = (
+        Column("rank", "#", "right", drop=5),
+        Column("point", "point", wrap=True),
+        Column("a", f"{sc.name_a} (A) mean ± sd", "right", drop=3),
+        Column("b", f"{sc.name_b} (B) mean ± sd", "right", drop=4),
+        Column("speedup", "B/A speedup", "right"),
+        Column("ci", f"{conf} CI", "right", drop=6),
+        Column("p", "p", "right", drop=2),
+        Column("verdict", "verdict"),
+        Column("failed", "not ok (A; B)", drop=1),
+    )
+    rows: list[dict[str, Cell]] = []
+    docs: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    for cp in sc.points:
+        speedup, ci = _speedup_cells(cp.comparison)
+        failed = "; ".join(filter(None, [_failed_text(cp.a.failed), _failed_text(cp.b.failed)]))
+        rows.append({
+            "rank": str(cp.rank), "point": point_label(cp.params),
+            "a": f"{_mean_sd(cp.a)} (n={cp.a.n})", "b": f"{_mean_sd(cp.b)} (n={cp.b.n})",
+            "speedup": speedup, "ci": ci, "p": p_text(cp.comparison.p_value),
+            "verdict": _verdict_cell(cp.comparison, objective),
+            "failed": (failed, "red") if failed else "",
+        })
+        doc = {"rank": cp.rank, "point": dict(cp.params), "label": point_label(cp.params),
+               "a": _summary_doc(cp.a), "b": _summary_doc(cp.b),
+               **_comparison_doc(cp.comparison, objective)}
+        docs.append(doc)
+        record = {"rank": cp.rank, "label": doc["label"]}
+        record.update(_param_record(cp.params, _CROSS_FIELDS))
+        record.update(n_a=cp.a.n, mean_a=cp.a.mean, sd_a=cp.a.std, n_b=cp.b.n,
+                      mean_b=cp.b.mean, sd_b=cp.b.std)
+        record.update({k: doc[k] for k in ("speedup", "ci_low", "ci_high", "p", "verdict",
+                                           "verdict_label")})
+        records.append(record)
+    title = (f"{fom} ({objective.direction}): study {sc.name_b!r} (B) against {sc.name_a!r} "
+             f"(A), speedup > 1: B is better, [{conf} CI], p: Mann–Whitney U")
+    notes: list[str] = []
+    if not sc.points:
+        notes.append("The two studies measured no point in common.")
+    blocks: list[TextTable | Lines] = [TextTable(title, columns, tuple(rows), tuple(notes))]
+    for side, name, only in (("A", sc.name_a, sc.only_a), ("B", sc.name_b, sc.only_b)):
+        if only:
+            blocks.append(TextTable(
+                f"only in {name!r} ({side}), not compared",
+                (Column("point", "point", wrap=True), Column("n", "n", "right"),
+                 Column("mean", "mean ± sd", "right"), Column("failed", "not ok")),
+                tuple({"point": point_label(s.params), "n": str(s.n), "mean": _mean_sd(s),
+                       "failed": _failed_text(s.failed)} for s in only)))
+    document = {
+        "schema": "tunelab.compare-studies",
+        "version": SCHEMA_VERSION,
+        "a": {"study": sc.name_a, "directory": directory_a or None},
+        "b": {"study": sc.name_b, "directory": directory_b or None},
+        "objective": _objective_doc(objective),
+        "confidence": sc.confidence,
+        "noise_threshold": sc.noise_threshold,
+        "points": docs,
+        "only_a": [_summary_doc(s) for s in sc.only_a],
+        "only_b": [_summary_doc(s) for s in sc.only_b],
+        "notes": notes,
+    }
+    return View(tuple(blocks), document, tuple(records))
+
+
+_CROSS_FIELDS = ("rank", "label", "n_a", "mean_a", "sd_a", "n_b", "mean_b", "sd_b", "speedup",
+                 "ci_low", "ci_high", "p", "verdict", "verdict_label")
+
+
+# ---------------------------------------------------------------------------------------
+# best
+
+
+def best_view(results: StudyResults, best: BestResult | None, problem: str = "") -> View:
+    """The best point, its runner-up and the verdict between them; ``problem`` says why
+    there is no best point when ``best`` is None."""
+    objective = results.objective
+    excluded = tuple(exclusion_lines(results.exclusions))
+    if best is None:
+        text = problem or "no point has a successful run"
+        document = {"schema": "tunelab.best", "version": SCHEMA_VERSION,
+                    "study": results.name, "objective": _objective_doc(objective),
+                    "best": None, "runner_up": None, "comparison": None,
+                    "p_beats_runner_up": None, "excluded": _exclusions_doc(results),
+                    "noise": _noise_doc(results), "notes": [text]}
+        return View((Lines((f"No best point: {text}.", *excluded)),), document, ())
+    c = best.comparison
+    style = VERDICT_STYLES.get(c.verdict, "") if c is not None else "green"
+    document = {
+        "schema": "tunelab.best",
+        "version": SCHEMA_VERSION,
+        "study": results.name,
+        "objective": _objective_doc(objective),
+        "best": _summary_doc(best.best),
+        "runner_up": _summary_doc(best.runner_up) if best.runner_up else None,
+        "comparison": _comparison_doc(c, objective) if c is not None else None,
+        "p_beats_runner_up": best.p_beats_runner_up,
+        "excluded": _exclusions_doc(results),
+        "noise": _noise_doc(results),
+        "notes": list(results.notes),
+    }
+    records = [{"role": "best", **_summary_doc(best.best)}]
+    if best.runner_up is not None:
+        records.append({"role": "runner_up", **_summary_doc(best.runner_up)})
+    if c is not None:
+        records[0].update(_comparison_doc(c, objective))
+    blocks: list[TextTable | Lines] = [Lines(tuple(best_lines(best)), style=style)]
+    if results.trust:
+        blocks.append(Lines(results.trust))
+    if excluded:
+        blocks.append(Lines(excluded, style="yellow"))
+    return View(tuple(blocks), document, tuple(records))
+
+
+# ---------------------------------------------------------------------------------------
+# status
+
+
+@dataclass(frozen=True)
+class FailureLine:
+    """A run that was not ok: its point, repeat, status and reason."""
+
+    params: dict[str, Any]
+    repeat: int
+    status: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StatusData:
+    """How far a study is: planned and stored runs, counts per status, latest failures."""
+
+    name: str
+    directory: str
+    planned: int
+    counts: dict[str, int]
+    failures: tuple[FailureLine, ...]
+    jobs: str = ""
+    """A line on the study's open batch jobs (empty without any)."""
+
+    @property
+    def done(self) -> int:
+        """Runs stored, whatever their status."""
+        return sum(self.counts.values())
+
+
+def status_view(data: StatusData) -> View:
+    """``study 'x' in DIR: 4/6 runs done (…)`` and the latest failures."""
+    detail = ", ".join(f"{n} {s}" for s, n in sorted(data.counts.items())) or "no runs yet"
+    headline = (f"study {data.name!r} in {data.directory}: {data.done}/{data.planned} runs "
+                f"done ({detail})")
+    blocks: list[TextTable | Lines] = [Lines((headline, data.jobs) if data.jobs else (headline,))]
+    if data.failures:
+        blocks.append(TextTable(
+            f"latest runs that were not ok ({len(data.failures)})",
+            (Column("status", "status"), Column("point", "point", wrap=True),
+             Column("repeat", "repeat", "right", drop=1), Column("reason", "reason", wrap=True)),
+            tuple({"status": (f.status, "red"), "point": point_label(f.params),
+                   "repeat": str(f.repeat), "reason": f.reason} for f in data.failures)))
+    failures = [{"point": f.params, "label": point_label(f.params), "repeat": f.repeat,
+                 "status": f.status, "reason": f.reason} for f in data.failures]
+    document = {"schema": "tunelab.status", "version": SCHEMA_VERSION, "study": data.name,
+                "directory": data.directory, "planned": data.planned, "done": data.done,
+                "counts": dict(sorted(data.counts.items())), "jobs": data.jobs or None,
+                "failures": failures}
+    records = tuple({k: v for k, v in f.items() if k != "point"} for f in failures)
+    return View(tuple(blocks), document, records)
+
+
+# ---------------------------------------------------------------------------------------
+# space
+
+
+@dataclass(frozen=True)
+class SpaceView:
+    """What ``tunelab space`` found, as plain data."""
+
+    study: str
+    names: tuple[str, ...]
+    total: int
+    valid: int
+    exclusions: tuple[tuple[str, int, str, str], ...]
+    """(constraint, points excluded, source, why) per constraint, most first."""
+    points: tuple[Mapping[str, Any], ...]
+    """The first points shown (``shown`` of ``valid``)."""
+    plan: str
+    plan_doc: Mapping[str, Any]
+    facts: tuple[str, ...] = ()
+    """Workload facts worth showing (e.g. the k-point count and where it came from)."""
+
+
+def space_view(data: SpaceView) -> View:
+    """The valid points of a study's space and what each constraint excluded."""
+    names = ", ".join(data.names) or "no parameters"
+    blocks: list[TextTable | Lines] = [
+        Lines((f"{data.valid} valid points of {data.total} combinations ({names})",
+               *data.facts))]
+    if data.exclusions:
+        blocks.append(TextTable(
+            "excluded by constraint",
+            (Column("count", "excluded", "right"), Column("constraint", "constraint"),
+             Column("source", "from", drop=2), Column("why", "why", wrap=True, drop=1)),
+            tuple({"count": str(n), "constraint": label, "source": source, "why": why}
+                  for label, n, source, why in data.exclusions)))
+    if data.points:
+        more = data.valid - len(data.points)
+        notes = (f"… and {more} more (--show N to list them)",) if more > 0 else ()
+        blocks.append(TextTable(
+            f"valid points (first {len(data.points)})" if more > 0 else "valid points",
+            tuple(Column(n, n, "right") for n in data.names),
+            tuple({n: str(p.get(n, "")) for n in data.names} for p in data.points), notes))
+    blocks.append(Lines((f"will run {data.plan}",)))
+    document = {
+        "schema": "tunelab.space", "version": SCHEMA_VERSION, "study": data.study,
+        "parameters": list(data.names), "total": data.total, "valid": data.valid,
+        "excluded": [{"constraint": c, "count": n, "source": s, "why": w or None}
+                     for c, n, s, w in data.exclusions],
+        "points": [dict(p) for p in data.points], "shown": len(data.points),
+        "plan": dict(data.plan_doc), "facts": list(data.facts),
+    }
+    return View(tuple(blocks), document, tuple(dict(p) for p in data.points))
+
+
+# ---------------------------------------------------------------------------------------
+# workloads
+
+
+def workloads_view(entries: Mapping[str, Any]) -> View:
+    """Installed workloads: name, whether they load, and what each is for (or why not)."""
+    rows: list[dict[str, Cell]] = []
+    docs = []
+    for name, entry in entries.items():
+        if isinstance(entry, str):
+            rows.append({"name": name, "status": ("unavailable", "red"), "about": entry})
+            docs.append({"name": name, "available": False, "description": None,
+                         "reason": entry})
+        else:
+            rows.append({"name": name, "status": "ok", "about": entry.description})
+            docs.append({"name": name, "available": True, "description": entry.description,
+                         "reason": None})
+    table = TextTable("installed workloads",
+                      (Column("name", "name"), Column("status", "status", drop=1),
+                       Column("about", "description", wrap=True)), tuple(rows))
+    document = {"schema": "tunelab.workloads", "version": SCHEMA_VERSION, "workloads": docs}
+    return View((table,), document, tuple(docs))
+

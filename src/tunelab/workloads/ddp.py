@@ -1,0 +1,183 @@
+"""The ``ddp`` workload: data-parallel training throughput (``tunelab bench ddp``) in a study.
+
+Each run is ``python -m tunelab.bench.ddp …``, which starts one ``torchrun`` per node (on
+this host, or in virtual nodes with a link limit) and prints one JSON line of figures of
+merit. Any option may be overridden per point by a parameter or derived value of the same
+name (``workers``, ``nodes``, ``batch_size``, ``compute``, ``link_gbit``, ``model`` …), so a
+study sweeps worker counts and layouts; :mod:`tunelab.scaling` then computes speedup,
+efficiency, the scale-up vs scale-out gap and the fitted all-reduce model, and ``tunelab
+report`` draws them. See docs/workloads/ddp.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field
+
+from tunelab.errors import ParseError, WorkloadError
+from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["FOMS", "DDPOptions", "DDPWorkload"]
+
+#: Numeric figures of merit read from the benchmark's JSON line.
+FOMS = (
+    "throughput", "images_per_s", "windows_per_s", "throughput_per_worker", "step_s",
+    "step_s_std", "compute_s", "allreduce_s", "exposed_s", "other_s", "grad_bytes",
+    "allreduce_algbw", "allreduce_busbw", "params", "workers", "nodes", "workers_per_node",
+    "batch_size", "local_batch", "link_gbit", "hosts", "host_cores",
+)
+
+
+class DDPOptions(WorkloadOptions):
+    """Fixed options of the ddp workload (``workload.options`` in a study file)."""
+
+    model: Literal["resnet18", "resnet50", "leopard"] = "resnet50"
+    workers: int = Field(1, ge=1, le=1024)
+    nodes: int = Field(1, ge=1, le=256)
+    batch_size: int = Field(64, ge=1)
+    steps: int = Field(10, ge=1)
+    warmup: int = Field(2, ge=0)
+    compute: str = "real"
+    image_size: int = Field(224, ge=32, le=1024)
+    window: int = Field(2048, ge=32)
+    data: str = "synthetic"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    amp: Literal["auto", "on", "off"] = "auto"
+    threads: int | None = Field(None, ge=1)
+    bucket_mb: float = Field(25.0, gt=0)
+    placement: Literal["local", "vnodes"] = "local"
+    link_gbit: float = Field(0.0, ge=0)
+    timeout: float = Field(120.0, gt=0)
+    rendezvous_timeout: float = Field(180.0, gt=0)
+    seed: int = 0
+    python: str | None = Field(None, description="Interpreter that runs the benchmark "
+                                                 "(default: tunelab's own)")
+
+
+_FLAGS = {
+    "model": "--model", "workers": "--workers", "nodes": "--nodes",
+    "batch_size": "--batch-size", "steps": "--steps", "warmup": "--warmup",
+    "compute": "--compute", "image_size": "--image-size", "window": "--window",
+    "data": "--data", "device": "--device", "backend": "--backend", "amp": "--amp",
+    "threads": "--threads", "bucket_mb": "--bucket-mb", "placement": "--placement",
+    "link_gbit": "--link-gbit", "timeout": "--timeout",
+    "rendezvous_timeout": "--rendezvous-timeout", "seed": "--seed",
+}
+
+
+class DDPWorkload(Workload):
+    """Data-parallel training throughput of ResNet-18/50 or the Leopard U-Net (PyTorch DDP)."""
+
+    name: ClassVar[str] = "ddp"
+    description: ClassVar[str] = ("data-parallel training throughput (PyTorch DDP; ResNet, "
+                                  "Leopard; real or emulated compute; virtual nodes)")
+    Options: ClassVar[type[WorkloadOptions]] = DDPOptions
+
+    @property
+    def objective(self) -> Objective:
+        """Samples per second, maximised."""
+        return Objective("throughput", "maximize")
+
+    def default_space(self) -> dict[str, Any]:
+        """Worker counts 1, 2 on one node."""
+        return {"workers": [1, 2]}
+
+    def rules(self) -> list[tuple[str, str]]:
+        """Layouts and batches that divide evenly."""
+        return [
+            ("workers % nodes == 0", "every node runs the same number of workers"),
+            ("batch_size % workers == 0", "each worker trains on an equal share of the batch"),
+        ]
+
+    def tool_versions(self) -> dict[str, list[str]]:
+        """torch and torchvision versions go into the machine snapshot."""
+        code = ("import torch, importlib.util as u; v = torch.__version__; "
+                "print(v, 'torchvision', __import__('importlib.metadata').metadata.version("
+                "'torchvision') if u.find_spec('torchvision') else 'none')")
+        return {"torch": [self._python(), "-c", code]}
+
+    @property
+    def _opts(self) -> DDPOptions:
+        assert isinstance(self.options, DDPOptions)
+        return self.options
+
+    def _python(self) -> str:
+        return self._opts.python or sys.executable
+
+    def check(self) -> None:
+        """torch (and torchvision for the ResNets) importable."""
+        for mod in ("torch",) + (("torchvision",) if self._opts.model != "leopard" else ()):
+            if importlib.util.find_spec(mod) is None:
+                raise WorkloadError(f"ddp workload: model {self._opts.model!r} needs the Python "
+                                    f"package {mod!r}: pip install 'tunelab[ddp]'")
+        if self._opts.placement == "vnodes":
+            from tunelab.bench.ddp.placement import check_vnodes
+
+            check_vnodes()
+
+    def settings(self, values: Any) -> dict[str, Any]:
+        """The options with the point's same-named parameters (and derived values) applied."""
+        settings = self._opts.model_dump()
+        for key, value in dict(values).items():
+            if key in settings and key != "python":
+                settings[key] = value
+        try:
+            DDPOptions(**settings)
+        except ValueError as exc:
+            first = str(exc).splitlines()
+            raise WorkloadError(f"ddp workload: invalid point {dict(values)}: "
+                                f"{' '.join(first[:3])}") from None
+        return settings
+
+    def command(self, ctx: RunContext) -> Command:
+        """``python -m tunelab.bench.ddp --workers N --nodes K …``."""
+        settings = self.settings(ctx.values)
+        argv = [self._python(), "-m", "tunelab.bench.ddp"]
+        for key, flag in _FLAGS.items():
+            value = settings[key]
+            if value is not None:
+                argv += [flag, str(value)]
+        # different seeds per repeat would change nothing measured; keep the data fixed
+        return Command(tuple(argv), {}, ctx.run_dir)
+
+    def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
+        """The FOMs of the last ``{"benchmark": "ddp", …}`` line of stdout."""
+        for line in reversed(stdout.splitlines()):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("benchmark") == "ddp":
+                foms = {name: float(record[name]) for name in FOMS
+                        if isinstance(record.get(name), int | float)
+                        and not isinstance(record.get(name), bool)}
+                for flag in ("compute_emulated", "gpu"):
+                    foms[flag] = 1.0 if record.get(flag) else 0.0
+                if "throughput" not in foms:
+                    raise ParseError("the ddp result line has no throughput")
+                return foms
+        errors = [ln for ln in stderr.splitlines() if ln.startswith("ddp:")]
+        hint = f" ({errors[-1]})" if errors else ""
+        raise ParseError(f"no ddp result line in the output{hint}")
+
+    @classmethod
+    def report_plots(
+        cls, runs: pd.DataFrame, out_dir: Path, *, objective: Objective,
+        best: str | None, baseline: str | None,
+    ) -> list[Path]:
+        """Throughput vs workers with the ideal line, efficiency, scale-up vs scale-out."""
+        from tunelab.report.scaling import scaling_plots
+
+        return scaling_plots(runs, out_dir, fom=objective.fom)

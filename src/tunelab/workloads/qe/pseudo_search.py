@@ -1,0 +1,102 @@
+"""Where each pseudopotential of a pw.x input is found: one order, used by every command.
+
+The places are searched in this order, the first holding the file wins:
+
+1. the input's own ``pseudo_dir`` (a relative one is taken from the input file's directory);
+2. the study's ``pseudo_dir`` option (relative to the study file's directory);
+3. ``$ESPRESSO_PSEUDO``;
+4. ``~/espresso/pseudo`` (pw.x's own default);
+5. ``/usr/share/espresso/pseudo`` (Debian's ``quantum-espresso-data``).
+
+A pseudopotential this project generates itself (:data:`.pseudo.GENERATED`, the Ce PAW) that is
+in none of them comes from :func:`.pseudo.pseudo_cache_dir`, generated there by a real run
+(never by ``space`` or ``--dry-run``). A file found nowhere is one error naming every place
+looked at, so ``space``, ``run`` and ``run --dry-run`` all say the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunelab.errors import WorkloadError
+from tunelab.workloads.qe.pseudo import GENERATED, ensure_pseudo, pseudo_cache_dir
+from tunelab.workloads.qe.pwinput import PwInput
+
+__all__ = ["DEBIAN_PSEUDO_DIR", "Place", "Resolved", "resolve_pseudos", "search_places"]
+
+DEBIAN_PSEUDO_DIR = Path("/usr/share/espresso/pseudo")
+
+
+@dataclass(frozen=True)
+class Place:
+    """One place searched: what it is (``label``) and its directory (None when unset)."""
+
+    label: str
+    path: Path | None
+
+    def describe(self) -> str:
+        """``label (directory)``, or ``label (not set)``."""
+        if self.path is None:
+            return f"{self.label} (not set)"
+        if str(self.path) == self.label:
+            return self.label
+        return f"{self.label} ({self.path})"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where each pseudopotential file of an input comes from.
+
+    ``files`` maps a file name to its path; ``generated`` lists the names that a real run
+    will generate first (their path is where they will be written).
+    """
+
+    files: Mapping[str, Path]
+    generated: tuple[str, ...] = ()
+
+
+def search_places(input_dir: Path | None, option_dir: Path | None) -> tuple[Place, ...]:
+    """The places searched, in order (see the module docstring)."""
+    env = os.environ.get("ESPRESSO_PSEUDO")
+    return (
+        Place("the input's pseudo_dir", input_dir),
+        Place("the option pseudo_dir", option_dir),
+        Place("$ESPRESSO_PSEUDO", Path(env) if env else None),
+        Place("~/espresso/pseudo", Path.home() / "espresso" / "pseudo"),
+        Place(str(DEBIAN_PSEUDO_DIR), DEBIAN_PSEUDO_DIR),
+    )
+
+
+def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) -> Resolved:
+    """Find every pseudopotential of ``inp``; generate the project's own ones when
+    ``generate`` (a real run). Raises :class:`WorkloadError` naming every place looked at
+    for the first file found nowhere."""
+    places = search_places(inp.pseudo_dir, option_dir)
+    files: dict[str, Path] = {}
+    generated: list[str] = []
+    for species in inp.species:
+        name = species.pseudo
+        if name in files:
+            continue
+        found = next((p.path / name for p in places
+                      if p.path is not None and (p.path / name).is_file()), None)
+        if found is None and name in GENERATED:
+            found = pseudo_cache_dir() / name
+            if generate:
+                found = ensure_pseudo(name)
+            elif not found.is_file():
+                generated.append(name)
+        if found is None:
+            looked = "; ".join(p.describe() for p in places)
+            hint = ""
+            if not DEBIAN_PSEUDO_DIR.is_dir():
+                hint = " (Debian's quantum-espresso-data installs the last)"
+            raise WorkloadError(
+                f"pseudopotential {name!r} of species {species.label!r} named in {inp.path} "
+                f"is in none of the places searched, in order: {looked}{hint}"
+            )
+        files[name] = found
+    return Resolved(files, tuple(generated))

@@ -1,0 +1,158 @@
+"""The DDP benchmark without training: options and their errors, the gradient bytes per
+step (= 4 x parameters for fp32), DDP's bucket layout, device selection, FOM formulas."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tunelab.bench.ddp.comm import FIRST_BUCKET_BYTES, bucket_sizes
+from tunelab.bench.ddp.config import DDPConfig, parse_compute, parse_fault
+from tunelab.bench.ddp.metrics import RankRecord, StepRecord, ring_factor, summarize
+from tunelab.bench.ddp.worker import select_runtime
+from tunelab.errors import WorkloadError
+
+torch = pytest.importorskip("torch")
+
+PARAMS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "leopard": 474_017}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tunelab.bench.ddp", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"workers": 3, "batch_size": 64}, "--workers 3 does not divide the global --batch-size 64"),
+    ({"model": "vgg16"}, "--model: unknown value 'vgg16'"),
+    ({"workers": 4, "nodes": 3, "batch_size": 12}, "--nodes 3 does not divide --workers 4"),
+    ({"workers": 0}, "--workers must lie in 1..1024, got 0"),
+    ({"batch_size": 10**9}, "--batch-size must lie in 1..65536"),
+    ({"compute": "emulate:-1"}, "emulated seconds must lie in (0, 3600]"),
+    ({"link_gbit": 10.0}, "--link-gbit needs --placement vnodes"),
+    ({"model": "leopard", "window": 1000}, "--window must be a multiple of 32"),
+    ({"data": "files:/x"}, "--data: unknown value 'files:/x'"),
+    ({"workers": 2, "nodes": 2, "batch_size": 2, "fault": parse_fault("node=0,action=absent")},
+     "node 0 must lie in 1..1"),
+])
+def test_bad_options_are_one_line_errors(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(WorkloadError) as exc:
+        DDPConfig(**kwargs).validate()  # type: ignore[arg-type]
+    assert message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_cli_bad_input_exits_2_with_one_line() -> None:
+    proc = cli("--workers", "3", "--batch-size", "64")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "ddp: error: --workers 3 does not divide the global --batch-size 64: each worker "
+        "trains on an equal share (try --batch-size 63)"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_compute_and_fault_parsing() -> None:
+    assert not parse_compute("real").emulated
+    c = parse_compute("emulate:0.17")
+    assert c.emulated and c.seconds == pytest.approx(0.17) and str(c) == "emulate:0.17"
+    with pytest.raises(WorkloadError, match="expected 'real' or 'emulate:SECONDS'"):
+        parse_compute("fast")
+    f = parse_fault("rank=1,step=2,action=kill")
+    assert f is not None and (f.rank, f.step, f.action) == (1, 2, "kill")
+    with pytest.raises(WorkloadError, match="unknown field"):
+        parse_fault("who=1")
+
+
+def test_layout_numbering() -> None:
+    cfg = DDPConfig(workers=8, nodes=4, batch_size=64).validate()
+    assert cfg.workers_per_node == 2 and cfg.local_batch == 8
+    assert [cfg.node_of(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert list(cfg.ranks_of(3)) == [6, 7]
+    assert DDPConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "leopard"])
+def test_gradient_bytes_per_step_are_4_bytes_per_parameter(name: str) -> None:
+    from tunelab.bench.ddp.models import build_model, parameter_count
+
+    model, spec = build_model(name, device="meta")  # shapes only, nothing allocated
+    assert parameter_count(model) == PARAMS[name]
+    numels = [p.numel() for p in model.parameters() if p.requires_grad]
+    sizes = bucket_sizes(numels, 4, 25.0)
+    assert sum(sizes) * 4 == 4 * PARAMS[name]
+    assert sizes[0] * 4 >= FIRST_BUCKET_BYTES or len(sizes) == 1
+    assert all(s * 4 <= 25 * (1 << 20) + max(numels) * 4 for s in sizes)
+
+
+def test_buckets_match_ddp() -> None:
+    """The emulated all-reduce uses the buckets DDP itself builds (after its first step)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from tunelab.bench.ddp.models import build_model
+
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        model, _ = build_model("resnet18", image_size=32)
+        ddp = DDP(model)
+        seen: list[int] = []
+
+        def hook(state, bucket):  # type: ignore[no-untyped-def]
+            seen.append(bucket.buffer().numel())
+            fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+
+        ddp.register_comm_hook(None, hook)
+        for _ in range(2):
+            seen.clear()
+            ddp(torch.randn(2, 3, 32, 32)).sum().backward()
+        assert seen == bucket_sizes([p.numel() for p in model.parameters()], 4, 25.0)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_device_selection() -> None:
+    cpu = select_runtime("auto", "auto", "auto", 0, cuda_devices=0)
+    assert (cpu.device, cpu.backend, cpu.amp) == ("cpu", "gloo", False)
+    gpu = select_runtime("auto", "auto", "auto", 3, cuda_devices=2)
+    assert (gpu.device, gpu.backend, gpu.amp) == ("cuda:1", "nccl", True)
+    assert select_runtime("cpu", "auto", "auto", 0, cuda_devices=2).device == "cpu"
+    assert not select_runtime("cuda", "gloo", "off", 0, cuda_devices=1).amp
+    with pytest.raises(WorkloadError, match="no CUDA device"):
+        select_runtime("cuda", "auto", "auto", 0, cuda_devices=0)
+    with pytest.raises(WorkloadError, match="nccl needs a CUDA device"):
+        select_runtime("auto", "nccl", "auto", 0, cuda_devices=0)
+    with pytest.raises(WorkloadError, match="--amp on needs a CUDA device"):
+        select_runtime("cpu", "auto", "on", 0, cuda_devices=0)
+
+
+def test_summary_formulas() -> None:
+    step = StepRecord(step_s=0.5, compute_s=0.2, allreduce_s=0.25, exposed_s=0.25,
+                      other_s=0.05, bytes=100)
+    slow = StepRecord(step_s=0.6, compute_s=0.2, allreduce_s=0.35, exposed_s=0.35,
+                      other_s=0.05, bytes=100)
+    ranks = [RankRecord(0, 0, 1.0, (step, step)), RankRecord(1, 0, 1.2, (slow, step))]
+    s = summarize(ranks, samples_per_step=64)
+    assert s.throughput == pytest.approx(64 * 2 / 1.2)   # slowest worker's elapsed time
+    assert s.throughput_per_worker == pytest.approx(s.throughput / 2)
+    assert s.step_s == pytest.approx((0.6 + 0.5) / 2)     # each step: its slowest worker
+    assert s.allreduce_s == pytest.approx((0.25 * 3 + 0.35) / 4)
+    assert s.algbw == pytest.approx(100 / s.allreduce_s)
+    assert s.busbw == pytest.approx(s.algbw * ring_factor(2))
+    assert ring_factor(8) == pytest.approx(1.75)
+
+
+def test_torchvision_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from tunelab.bench.ddp import models
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torchvision" else real(name, *a))
+    with pytest.raises(WorkloadError, match=r"need torchvision: pip install 'tunelab\[ddp\]'"):
+        models.build_model("resnet18", device="meta")

@@ -1,0 +1,70 @@
+"""The ``ddp`` workload: registration, the command a point becomes, the parser."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunelab.errors import ParseError, WorkloadError
+from tunelab.workloads import get_workload
+from tunelab.workloads.base import RunContext
+from tunelab.workloads.ddp import DDPOptions, DDPWorkload
+
+
+def ctx(tmp_path: Path, **values: object) -> RunContext:
+    return RunContext(values=values, env={}, run_dir=tmp_path, study_dir=tmp_path,
+                      study_file=None, cores=2)
+
+
+def test_registered_through_the_entry_point() -> None:
+    assert get_workload("ddp") is DDPWorkload
+    w = DDPWorkload(DDPOptions())
+    assert (w.objective.fom, w.objective.direction) == ("throughput", "maximize")
+    assert ("workers % nodes == 0", "every node runs the same number of workers") in w.rules()
+
+
+def test_point_values_and_derived_values_override_options(tmp_path: Path) -> None:
+    w = DDPWorkload(DDPOptions(model="resnet50", compute="emulate:0.17", placement="vnodes",
+                               link_gbit=10))
+    cmd = w.command(ctx(tmp_path, workers=8, nodes=2, batch_size=512))
+    argv = list(cmd.argv)
+    assert argv[:3] == [sys.executable, "-m", "tunelab.bench.ddp"]
+
+    def flag(name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    assert (flag("--workers"), flag("--nodes"), flag("--batch-size")) == ("8", "2", "512")
+    assert (flag("--compute"), flag("--placement"), flag("--link-gbit")) == (
+        "emulate:0.17", "vnodes", "10.0")
+    assert "--threads" not in argv  # None: the benchmark shares the cores itself
+
+
+def test_invalid_point_is_a_workload_error(tmp_path: Path) -> None:
+    w = DDPWorkload(DDPOptions())
+    with pytest.raises(WorkloadError, match="invalid point"):
+        w.command(ctx(tmp_path, workers=0))
+
+
+LINE = {"benchmark": "ddp", "model": "resnet18", "compute_emulated": True, "gpu": False,
+        "throughput": 123.5, "images_per_s": 123.5, "step_s": 0.5, "grad_bytes": 46758048,
+        "workers": 2, "nodes": 1, "unit": "images", "device": "cpu"}
+
+
+def test_parse_reads_the_last_ddp_line(tmp_path: Path) -> None:
+    w = DDPWorkload(DDPOptions())
+    stdout = "DDP training benchmark\n{\"other\": 1}\n" + json.dumps(LINE) + "\n"
+    foms = w.parse(stdout, "", tmp_path)
+    assert foms["throughput"] == 123.5 and foms["grad_bytes"] == 46758048
+    assert foms["compute_emulated"] == 1.0 and foms["gpu"] == 0.0
+    assert "unit" not in foms and "device" not in foms  # text is not a figure of merit
+
+
+def test_parse_failure_carries_the_benchmark_reason(tmp_path: Path) -> None:
+    w = DDPWorkload(DDPOptions())
+    stderr = ("noise\nddp: worker 1 (node 0, pid 7) in phase timed at step 1 died: killed by "
+              "SIGKILL\n")
+    with pytest.raises(ParseError, match=r"no ddp result line in the output \(ddp: worker 1"):
+        w.parse("", stderr, tmp_path)

@@ -1,0 +1,231 @@
+"""The command line as a script, a pipe and a batch job see it: formats, streams, exit codes,
+one-line errors, init templates, two-study comparison. Real studies, real processes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PY, tunelab
+from tunelab.workloads import available_workloads
+
+PROG = Path(__file__).parent / "data" / "prog.py"
+
+
+def study(tmp_path: Path, name: str = "s", modes: str = "[ok]", xs: str = "[1, 2, 3]",
+          repeats: int = 3, extra: str = "", fom: str = "value") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""\
+name: {name}
+workload:
+  name: command
+  options:
+    argv: [{PY}, {PROG}, "{{mode}}", "{{x}}"]
+    foms: {{value: 'value=(?P<value>[0-9.]+)'}}
+parameters:
+  mode: {modes}
+  x: {xs}
+repeats: {repeats}
+timeout: 30
+objective: {{fom: {fom}, direction: minimize}}
+{extra}""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def done_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished study with a baseline (x=3 is the slowest-valued: others are better)."""
+    tmp = tmp_path_factory.mktemp("done")
+    d = tmp / "d"
+    res = tunelab("run", study(tmp, extra="baseline: {mode: ok, x: 3}\n"), "--dir", d, "-q")
+    assert res.returncode == 0, res.stderr
+    return d
+
+
+def test_piped_compare_prints_whole_rows_whatever_columns_says(done_study):
+    for columns in ("40", "200", None):
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        if columns:
+            env["COLUMNS"] = columns
+        res = subprocess.run([PY, "-m", "tunelab", "compare", str(done_study)],
+                             capture_output=True, text=True, env=env)
+        assert res.returncode == 0, res.stderr
+        rows = [line for line in res.stdout.splitlines() if line.endswith(" better")]
+        assert len(rows) == 2  # x=1 and x=2 are better than the baseline x=3
+        for row in rows:  # the whole record: point, mean ± sd, speedup, interval, p, verdict
+            assert "±" in row and "×" in row and "[" in row and "]" in row
+        assert all(line == line.rstrip() for line in res.stdout.splitlines())
+        assert "\x1b[" not in res.stdout
+
+
+def test_compare_json_has_the_documented_schema(done_study):
+    res = tunelab("compare", done_study, "--format", "json")
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "tunelab.compare" and doc["version"] == 1
+    assert doc["objective"] == {"fom": "value", "direction": "minimize"}
+    assert doc["baseline"] == {"mode": "ok", "x": 3}
+    by_x = {p["point"]["x"]: p for p in doc["points"]}
+    assert by_x[3]["is_baseline"] and by_x[3]["verdict"] == "baseline"
+    one = by_x[1]
+    for key in ("n", "mean", "sd", "median", "speedup", "ci_low", "ci_high", "p", "verdict",
+                "failures"):
+        assert key in one
+    assert one["n"] == 3 and one["mean"] == pytest.approx(2.0)
+    assert one["speedup"] == pytest.approx(3.0) and one["verdict"] == "better"
+    assert one["ci_low"] <= 3.0 <= one["ci_high"]
+
+
+def test_compare_csv_and_markdown(done_study):
+    rows = list(csv.DictReader(io.StringIO(tunelab("compare", done_study, "--format",
+                                                   "csv").stdout)))
+    assert len(rows) == 3 and {"x", "mode", "speedup", "verdict"} <= set(rows[0])
+    md = tunelab("compare", done_study, "--format", "markdown").stdout
+    assert md.count("\n| ") >= 4 and "|---:|" in md
+
+
+def test_best_status_space_workloads_speak_json(done_study, tmp_path):
+    best = json.loads(tunelab("best", done_study, "--format", "json").stdout)
+    assert best["schema"] == "tunelab.best" and best["best"]["point"] == {"mode": "ok", "x": 1}
+    status = json.loads(tunelab("status", done_study, "--format", "json").stdout)
+    assert status["done"] == status["planned"] == 9 and status["counts"] == {"ok": 9}
+    space = json.loads(tunelab("space", study(tmp_path), "--format", "json").stdout)
+    assert space["valid"] == 3 and space["plan"]["runs"] == 9
+    names = [w["name"] for w in json.loads(tunelab("workloads", "--format",
+                                                   "json").stdout)["workloads"]]
+    assert {"command", "qe", "merge", "leopard"} <= set(names)
+
+
+def test_export_to_stdout_is_valid_json_with_points_as_objects(done_study):
+    res = tunelab("export", done_study, "-f", "json", "-o", "-")
+    records = json.loads(res.stdout)
+    assert len(records) == 9 and records[0]["point"]["mode"] == "ok"
+    assert "9 runs written to standard output" in res.stderr
+    assert not (Path("-")).exists()
+
+
+def test_compare_two_studies_judges_common_points_and_lists_the_rest(done_study, tmp_path):
+    other = tmp_path / "b"
+    assert tunelab("run", study(tmp_path, "b", xs="[1, 2, 4]"), "--dir", other,
+                   "-q").returncode == 0
+    text = tunelab("compare", done_study, other)
+    assert text.returncode == 0, text.stderr
+    assert "only in 's' (A)" in text.stdout and "only in 'b' (B)" in text.stdout
+    doc = json.loads(tunelab("compare", other, "--baseline-study", done_study, "--format",
+                             "json").stdout)
+    assert doc["schema"] == "tunelab.compare-studies"
+    assert sorted(p["point"]["x"] for p in doc["points"]) == [1, 2]
+    # the same program on the same inputs: indistinguishable, never a verdict from noise
+    assert all(p["verdict"] == "indistinguishable" for p in doc["points"])
+    assert [p["point"]["x"] for p in doc["only_a"]] == [3]
+    assert [p["point"]["x"] for p in doc["only_b"]] == [4]
+    report = tunelab("report", other, "--baseline-study", done_study)
+    assert report.returncode == 0, report.stderr
+    html = Path(report.stdout.strip()).read_text()
+    assert "Against study &#39;s&#39;" in html or "Against study 's'" in html
+
+
+def test_compare_refuses_studies_with_different_objectives(done_study, tmp_path):
+    other = tmp_path / "w"
+    assert tunelab("run", study(tmp_path, "w", fom="wall_s", repeats=1), "--dir", other,
+                   "-q").returncode == 0
+    res = tunelab("compare", done_study, other)
+    assert res.returncode == 2 and "figure of merit or its direction differ" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_every_run_failed_is_exit_1_everywhere_and_report_still_writes(tmp_path):
+    d = tmp_path / "d"
+    res = tunelab("run", study(tmp_path, modes="[crash]", repeats=1), "--dir", d)
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr and "failed" in res.stderr
+    for command in ("status", "compare", "best"):
+        read = tunelab(command, d)
+        assert read.returncode == 1, (command, read.stderr)
+        assert "Traceback" not in read.stderr
+    report = tunelab("report", d)
+    assert report.returncode == 1 and (d / "report.html").is_file()
+    assert "something broke badly" in (d / "report.html").read_text()
+
+
+def test_run_logs_a_line_per_finished_run_while_it_runs(tmp_path):
+    path = study(tmp_path, modes="[slow]", xs="[1, 2]", repeats=2)
+    log = tmp_path / "log"
+    with log.open("w") as out:  # like `tunelab run study.yaml > log 2>&1 &`
+        proc = subprocess.Popen([PY, "-m", "tunelab", "run", str(path), "--dir",
+                                 str(tmp_path / "d")], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "SLOW_S": "1.0"})
+        try:
+            deadline = time.monotonic() + 60
+            while "[1/4]" not in log.read_text() and time.monotonic() < deadline:
+                assert proc.poll() is None, log.read_text()
+                time.sleep(0.1)
+            assert proc.poll() is None, "the first run's line must appear before the end"
+        finally:
+            proc.wait(timeout=120)
+    lines = log.read_text().splitlines()
+    progress = [ln for ln in lines if ln.startswith("[")]
+    assert len(progress) == 4 and all(" ok " in ln and ln.endswith(tuple("0123456789"))
+                                      or "value=" in ln for ln in progress)
+    assert progress[-1].startswith("[4/4] ")
+
+
+def test_malformed_input_to_every_command_is_one_line_and_exit_2(tmp_path):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("name: [unclosed\n")
+    brace = tmp_path / "brace.yaml"
+    brace.write_text('name: b\nworkload: {name: command, options: {argv: [echo, "{level"]}}\n'
+                     "parameters: {level: [1]}\n")
+    nowhere = tmp_path / "no-such-dir"
+    cases = [
+        ("run", bad_yaml), ("run", bad_yaml, "--dry-run"), ("space", bad_yaml),
+        ("space", brace), ("run", brace, "--dry-run"), ("status", nowhere),
+        ("compare", nowhere), ("compare", nowhere, nowhere, nowhere), ("best", nowhere),
+        ("report", nowhere), ("export", nowhere), ("script", nowhere, "-s", "pbs"),
+        ("combine", nowhere, "-o", tmp_path / "c.yaml"), ("init", "nosuchworkload"),
+        ("compare", tmp_path, "--format", "yaml"), ("run", bad_yaml, "--bogus-flag"),
+        ("workloads", "--format", "xml"), ("run", tmp_path / "missing.yaml"),
+    ]
+    for args in cases:
+        res = tunelab(*args)
+        assert res.returncode == 2, (args, res.returncode, res.stderr)
+        assert "Traceback" not in res.stderr, args
+        if "--bogus-flag" not in args and "--format" not in args:  # click's usage block
+            assert len(res.stderr.strip().splitlines()) == 1, (args, res.stderr)
+    brace_error = tunelab("space", brace).stderr
+    assert "brace.yaml:2" in brace_error and "{{" in brace_error
+
+
+@pytest.mark.parametrize("workload", sorted(available_workloads()))
+def test_init_writes_a_study_that_space_and_dry_run_accept(workload, tmp_path):
+    env = {**os.environ, "TUNELAB_CACHE": str(tmp_path / "cache")}
+
+    def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "tunelab", *map(str, args)], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=120)
+
+    made = cli("init", workload)
+    assert made.returncode == 0, made.stderr
+    path = tmp_path / f"{workload}-study.yaml"
+    assert f"tunelab space {path.name}" in path.read_text()  # names the file it is
+    assert cli("space", path).returncode == 0
+    dry = cli("run", path, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.count("\n") >= 1 and "tunelab-dry-" not in dry.stdout
+    # --dry-run has no side effects: no study directory, no generated data
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
+    again = cli("init", workload)
+    assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_version_short_help_and_flags_shown_as_flags():
+    assert tunelab("--version").stdout.startswith("tunelab ")
+    short = tunelab("run", "-h")
+    assert short.returncode == 0 and "--dry-run" in short.stdout
+    assert "<bool>" not in short.stdout

@@ -1,0 +1,193 @@
+"""tunelab.scaling: speedup/efficiency/Karp–Flatt with intervals, layout gaps with verdicts,
+and the step-time model recovering known parameters and predicting held-out points."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tunelab.scaling import (
+    StepModel,
+    fit_step_model,
+    karp_flatt,
+    layout_gaps,
+    model_check,
+    observations,
+    ring_factor,
+    scaling_table,
+)
+from tunelab.stats import StatsError, Verdict
+
+S = 102_228_128.0  # ResNet-50 gradient bytes
+TRUE = StepModel(overhead_s=0.01, host_bw=0.6e9, link_bw=1.1e9, compute_s=0.17,
+                 grad_bytes=S, samples_per_worker=64, shared_cores=2)
+
+
+def make_runs(model: StepModel, layouts: list[tuple[int, int]], repeats: int = 4,
+              noise: float = 0.01, seed: int = 0, extra: dict[str, object] | None = None,
+              fail: tuple[int, int] | None = None) -> pd.DataFrame:
+    """A runs table as the store gives it, with step times drawn around ``model``."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for pid, (n, k) in enumerate(layouts):
+        params = {"workers": n, "nodes": k, **(extra or {})}
+        for rep in range(repeats):
+            t = model.step_s(n, k) * (1 + noise * rng.standard_normal())
+            status = "failed" if fail == (n, k) and rep == 0 else "ok"
+            rows.append({
+                "run_id": len(rows) + 1, "point_id": pid,
+                "point": json.dumps(params, sort_keys=True), "repeat": rep,
+                "status": status, **params,
+                "fom.throughput": math.nan if status != "ok" else 64 * n / t,
+                "fom.step_s": t, "fom.compute_s": model.compute_s,
+                "fom.grad_bytes": S, "fom.hosts": 1.0, "fom.host_cores": 2.0, "fom.gpu": 0.0,
+            })
+    return pd.DataFrame(rows)
+
+
+LAYOUTS = [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4)]
+
+
+def test_ring_factor_and_karp_flatt() -> None:
+    assert ring_factor(1) == 0.0
+    assert ring_factor(2) == 1.0
+    assert ring_factor(8) == pytest.approx(1.75)
+    assert karp_flatt(8.0, 8) == pytest.approx(0.0)         # linear: no serial part
+    assert karp_flatt(1.0, 8) == pytest.approx(1.0)         # no speedup: all serial
+    assert karp_flatt(4.0, 8) == pytest.approx((0.25 - 0.125) / 0.875)
+    assert math.isnan(karp_flatt(1.0, 1))
+
+
+def test_scaling_table_speedup_efficiency_with_intervals() -> None:
+    runs = make_runs(TRUE, LAYOUTS)
+    table = {(p.workers, p.nodes): p for p in scaling_table(runs, n_resamples=999)}
+    base = table[(1, 1)]
+    assert base.speedup == pytest.approx(1.0) and base.ideal == 1
+    p = table[(8, 1)]
+    expected = TRUE.throughput(8, 1) / TRUE.throughput(1, 1)
+    assert p.speedup == pytest.approx(expected, rel=0.03)
+    assert p.speedup_low < p.speedup < p.speedup_high
+    assert p.efficiency == pytest.approx(p.speedup / 8)
+    assert p.efficiency_low == pytest.approx(p.speedup_low / 8)
+    assert p.karp_flatt == pytest.approx(karp_flatt(p.speedup, 8))
+    assert p.karp_flatt_low <= p.karp_flatt <= p.karp_flatt_high
+    assert p.n == 4 and p.workers_per_node == 8
+
+
+def test_scaling_table_counts_only_ok_runs_and_splits_series() -> None:
+    a = make_runs(TRUE, LAYOUTS[:3], extra={"link": 1}, fail=(2, 1))
+    b = make_runs(TRUE.with_(link_bw=1e8), LAYOUTS[:3], extra={"link": 10}, seed=1)
+    b["run_id"] += len(a)
+    table = scaling_table(pd.concat([a, b], ignore_index=True), n_resamples=999)
+    series = {p.series for p in table}
+    assert series == {"link=1", "link=10"}
+    two = next(p for p in table if p.series == "link=1" and (p.workers, p.nodes) == (2, 1))
+    assert two.n == 3  # the failed run is not a value
+
+
+def test_layout_gap_verdicts() -> None:
+    slow_link = TRUE.with_(link_bw=0.2e9)  # scale-out clearly slower
+    runs = make_runs(slow_link, LAYOUTS, noise=0.005)
+    gaps = {(g.workers, g.nodes): g for g in layout_gaps(runs, n_resamples=999)}
+    assert set(gaps) == {(2, 2), (4, 2), (4, 4), (8, 2), (8, 4)}
+    g = gaps[(8, 2)]
+    assert g.ref_nodes == 1
+    assert g.ratio == pytest.approx(slow_link.throughput(8, 2) / slow_link.throughput(8, 1),
+                                    rel=0.02)
+    assert g.verdict == Verdict.WORSE and g.gap_pct > 10
+    # links as fast as the inside of a node, one core per worker: no difference to show
+    same = make_runs(TRUE.with_(link_bw=TRUE.host_bw, shared_cores=0), LAYOUTS, noise=0.01,
+                     seed=3)
+    for gap in layout_gaps(same, n_resamples=999):
+        assert gap.verdict == Verdict.INDISTINGUISHABLE
+
+
+def test_fit_recovers_known_parameters() -> None:
+    obs = observations(make_runs(TRUE, LAYOUTS, noise=0.0))
+    model = fit_step_model(obs)
+    assert model.overhead_s == pytest.approx(TRUE.overhead_s, rel=1e-3, abs=1e-6)
+    assert model.host_bw == pytest.approx(TRUE.host_bw, rel=1e-3)
+    assert model.link_bw == pytest.approx(TRUE.link_bw, rel=1e-3)
+    assert model.residual_pct < 1e-6
+    assert model.compute_s == pytest.approx(0.17)
+    assert model.samples_per_worker == pytest.approx(64)
+    assert not model.strong
+
+
+def test_model_predicts_held_out_and_ratio_within_10_percent() -> None:
+    runs = make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.02, seed=5)
+    check = model_check(observations(runs), hold_out=[8], extrapolate=[(32, 4)])
+    assert {p.workers for p in check.points if p.held_out} == {8, 32}
+    assert check.held_out_error_pct < 5
+    ratio = next(r for r in check.ratios if r[:3] == (8, 1, 2))
+    assert abs(ratio[4] / ratio[3] - 1) < 0.10
+    p32 = next(p for p in check.points if p.workers == 32)
+    assert math.isnan(p32.measured)
+    assert p32.predicted == pytest.approx(TRUE.throughput(32, 4), rel=0.1)
+
+
+def test_model_cannot_fit_from_nothing() -> None:
+    runs = make_runs(TRUE, [(1, 1)])
+    with pytest.raises(StatsError, match="at least 2"):
+        fit_step_model(observations(runs))
+
+
+def test_observations_need_one_series() -> None:
+    a = make_runs(TRUE, LAYOUTS[:2], extra={"link": 1})
+    b = make_runs(TRUE, LAYOUTS[:2], extra={"link": 10})
+    both = pd.concat([a, b], ignore_index=True)
+    with pytest.raises(StatsError, match="several series"):
+        observations(both)
+    assert len(observations(both, series="link=10")) == 2
+
+
+def test_strong_scaling_compute_shrinks() -> None:
+    model = TRUE.with_(strong=True, samples_per_step=256, compute_s=0.4,
+                       compute_ref_workers=1)
+    assert model.compute(4) == pytest.approx(0.1)
+    assert model.throughput(1) == pytest.approx(256 / (0.4 + 0.01))
+
+
+def test_unknown_fom_is_a_clear_error() -> None:
+    with pytest.raises(StatsError, match="no figure of merit 'nope'"):
+        scaling_table(make_runs(TRUE, LAYOUTS[:2]), fom="nope")
+
+
+def test_plot_data_and_pngs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tunelab.report.scaling import scaling_plot_data, scaling_plots
+
+    runs = make_runs(TRUE, LAYOUTS, noise=0.01)
+    data = scaling_plot_data(runs, n_resamples=199, predict_to=32)
+    assert data.model is not None and not data.note
+    assert {(k, n) for _, k, n, _ in data.predicted} >= {(1, 32), (2, 32), (4, 32), (4, 4)}
+    assert (2, 1) not in {(k, n) for _, k, n, _ in data.predicted}  # 1 worker on 2 nodes
+    assert len(data.gaps) == 5
+    paths = scaling_plots(runs, tmp_path, n_resamples=199)
+    assert [p.name for p in paths] == ["scaling-throughput.png", "scaling-efficiency.png",
+                                       "scaling-layouts.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a study without a worker-count axis gets no scaling plot, and no error
+    assert scaling_plots(runs.drop(columns=["workers"]), tmp_path / "none") == []
+
+
+def test_model_forms_shared_cpu_gpu_and_link_floor() -> None:
+    gpu = TRUE.with_(shared_cores=0)
+    ring = ring_factor(8) * S
+    assert gpu.allreduce_s(8, 1) == pytest.approx(ring / gpu.host_bw)   # slowest edge: inside
+    assert gpu.allreduce_s(8, 2) == pytest.approx(ring / gpu.link_bw)   # slowest edge: link
+    assert gpu.allreduce_s(8, 4) == gpu.allreduce_s(8, 2)
+    # 8 workers on 2 shared cores: the CPU serves every edge; more nodes, more crossings
+    shared = TRUE
+    assert shared.allreduce_s(8, 1) == pytest.approx(ring * 8 / 2 / shared.host_bw)
+    assert shared.allreduce_s(8, 4) == pytest.approx(
+        ring * (4 / shared.host_bw + 4 / shared.link_bw) / 2)
+    assert shared.step_s(8, 1) == pytest.approx(0.17 + 0.01 * 4 + shared.allreduce_s(8, 1))
+    # a configured link rate is a floor for layouts that cross nodes
+    slow = gpu.with_(link_limit_bw=1e7)
+    assert slow.allreduce_s(8, 2) == pytest.approx(ring / 1e7)
+    assert slow.allreduce_s(8, 1) == gpu.allreduce_s(8, 1)
