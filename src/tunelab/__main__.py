@@ -1,5 +1,5 @@
 """``python -m tunelab`` runs the command line."""
 
-from tunelab.cli import main
+from tunelab._entry import main
 
 main()

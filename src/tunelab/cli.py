@@ -11,6 +11,7 @@ messages and progress go to standard error.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import signal
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tunelab._entry import interrupted
 from tunelab.errors import TunelabError
 from tunelab.report.output import message
 
@@ -109,6 +111,17 @@ def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+class _Interrupted(BaseException):
+    """An interrupt with its explanation; :func:`main` prints it (typer would swallow a
+    KeyboardInterrupt into a silent exit 130)."""
+
+
+def _ignore_further_signals() -> None:
+    """Once interrupted, finish saying so: a second Ctrl-C or SIGTERM changes nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _failed_runs(counts: dict[str, int]) -> int:
     return sum(n for status, n in counts.items() if status in FAILED_STATUSES)
 
@@ -173,11 +186,11 @@ def run(
                                 on_event=progress.update, detach=detach,
                                 wait_quiet=wait_quiet)
         except KeyboardInterrupt:
+            _ignore_further_signals()
             progress.stop()
             cancelled = " its batch jobs were cancelled;" if study.launcher.batch else ""
-            message(f"tunelab: interrupted;{cancelled} finished runs are stored in "
-                    f"{study_dir}. Run the same command again to resume.")
-            raise typer.Exit(130) from None
+            raise _Interrupted(f"tunelab: interrupted;{cancelled} finished runs are stored in "
+                               f"{study_dir}. Run the same command again to resume.") from None
     if outcome.queued_jobs:
         message(f"{study.spec.name}: {outcome.queued_jobs} job(s) in the queue, "
                 f"{outcome.ran} runs collected now. 'tunelab status {study_dir}' collects "
@@ -263,21 +276,28 @@ def space(
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Count the valid points of a study's space and what each constraint excluded."""
+    from tunelab.errors import SpaceError
     from tunelab.execute.runner import prepare_study
     from tunelab.report.views import SpaceView, space_view
+    from tunelab.space import SpaceSummary
 
     if show < 0:
         raise TunelabError(f"--show must be >= 0, got {show}")
     study = prepare_study(_load(study_file), dry_run=True)
-    summary, points = study.space.summarize()
+    summary: SpaceSummary | None = None
+    try:
+        summary, points = study.space.summarize()
+    except SpaceError:  # too large to enumerate: a sampling search (grid was refused above)
+        points = study.points
     why = {c.label: c.why or "" for c in study.space.constraints}
     origin = {c.label: c.origin for c in study.space.constraints}
     exclusions = tuple(
         (label, n, origin.get(label, "study"), why.get(label, ""))
-        for label, n in sorted(summary.excluded.items(), key=lambda kv: -kv[1]))
+        for label, n in sorted((summary.excluded if summary else {}).items(),
+                               key=lambda kv: -kv[1]))
     data = SpaceView(
-        study=study.spec.name, names=tuple(study.space.names), total=summary.total,
-        valid=summary.valid, exclusions=exclusions,
+        study=study.spec.name, names=tuple(study.space.names), total=study.space.size,
+        valid=summary.valid if summary else None, exclusions=exclusions,
         points=tuple(dict(p) for p in points[:show]), plan=_plan_text(study),
         plan_doc={"points": None if study.adaptive else len(study.points),
                   "repeats": study.spec.repeats, "runs": study.planned_runs,
@@ -323,7 +343,7 @@ def compare(
     --baseline-study), the second study against the first, point by point.
     """
     from tunelab.report.summary import load_results
-    from tunelab.report.views import compare_view, cross_compare_view
+    from tunelab.report.views import compare_view, cross_compare_view, with_storage
 
     if len(directories) > 2 or (baseline_study is not None and len(directories) != 1):
         raise TunelabError("compare takes one study directory, or two (DIR_A DIR_B), or one "
@@ -332,7 +352,7 @@ def compare(
         directories = [baseline_study, *directories]
     if len(directories) == 1:
         results = load_results(directories[0])
-        _emit(compare_view(results), fmt)
+        _emit(with_storage(compare_view(results), results.runs), fmt)
         _exit_if_failed(_status_counts(results), f"study {results.name!r}")
         return
     a, b = (load_results(d) for d in directories)
@@ -382,7 +402,12 @@ def report(
     cross = None
     if baseline_study is not None:
         cross = _compare_studies(load_results(baseline_study), results)
-    path = write_report(results, output or directory / "report.html", cross=cross)
+    try:
+        path = write_report(results, output or directory / "report.html", cross=cross)
+    except OSError as exc:
+        raise TunelabError(f"cannot write {exc.filename or output or directory}: "
+                           f"{exc.strerror or exc}; write the report elsewhere with --output "
+                           "FILE") from None
     sys.stdout.write(f"{path}\n")
     _exit_if_failed(_status_counts(results), f"study {results.name!r}")
 
@@ -522,24 +547,41 @@ def main() -> None:
     """Console-script entry point: one-line errors, exit status 2 on bad input."""
     try:
         rc = app(standalone_mode=False)  # returns a typer.Exit's code instead of raising it
+        if rc == 130:  # typer turned a KeyboardInterrupt into a silent exit 130
+            _exit_interrupted("tunelab: interrupted")
+    except _Interrupted as exc:
+        _exit_interrupted(str(exc))
     except TunelabError as exc:
         message(f"tunelab: error: {_one_line(str(exc))}")
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        message("tunelab: interrupted")
-        sys.exit(130)
+        _exit_interrupted("tunelab: interrupted")
     except typer.exceptions.TyperException as exc:  # usage errors (unknown option, …)
         show = getattr(exc, "show", None)
         if show is None:
             raise
         show()
         sys.exit(int(getattr(exc, "exit_code", 2)))
+    except RuntimeError as exc:
+        if not interrupted(exc):
+            raise
+        _exit_interrupted("tunelab: interrupted")
     except BrokenPipeError:  # `tunelab compare DIR | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _exit_interrupted(text: str) -> None:
+    """Say why, and exit 130 at once: an interrupt that passed through code run by
+    ``PyRun_String`` makes Python end a normal exit by killing itself with SIGINT."""
+    _ignore_further_signals()
+    message(text)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(130)
 
 
 def _one_line(text: str) -> str:

@@ -5,6 +5,12 @@ An expression such as ``np % npool == 0 and is_square(ndiag)`` is parsed once wi
 evaluated by walking the tree. Nothing is passed to ``eval``: attribute access, subscripts,
 comprehensions, lambdas and calls of anything but the listed functions are refused at parse
 time with a message naming the offending part.
+
+Expressions are bounded (see :mod:`tunelab.limits`): their length, node count and nesting
+depth at parse time; the integers, strings and tuples they compute before each operation
+that could grow them (``**``, ``*``, ``+``), so ``((10**64)**64)**64`` or ``'a' * 10**11``
+is refused at once instead of exhausting the CPU or the memory. ``%`` on a string (printf
+formatting, which can pad to any width) is not allowed.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from tunelab.limits import LIMITS
 
 __all__ = ["FUNCTIONS", "Expression", "ExpressionError"]
 
@@ -86,15 +94,23 @@ class Expression:
 
     @classmethod
     def parse(cls, source: str) -> Expression:
-        """Parse ``source``; raise :class:`ExpressionError` for anything not whitelisted."""
+        """Parse ``source``; raise :class:`ExpressionError` for anything not whitelisted
+        or over the size limits."""
         if not isinstance(source, str) or not source.strip():
             raise ExpressionError("an expression must be a non-empty string")
+        if len(source) > LIMITS.expression_chars:
+            raise ExpressionError(f"longer than {LIMITS.expression_chars:,} characters "
+                                  f"({len(source):,})")
+        shown = _shorten(source)
         try:
             tree = ast.parse(source.strip(), mode="eval")
         except SyntaxError as exc:
-            raise ExpressionError(f"invalid syntax in {source!r}: {exc.msg}") from None
+            raise ExpressionError(f"invalid syntax in {shown!r}: {exc.msg}") from None
+        except (RecursionError, MemoryError, ValueError):
+            raise ExpressionError(f"{shown!r} is nested too deeply to parse") from None
+        _check_size(tree, shown)
         for node in ast.walk(tree):
-            _check_node(node, source)
+            _check_node(node, shown)
         func_nodes = {
             id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
         }
@@ -106,11 +122,77 @@ class Expression:
     def evaluate(self, values: Mapping[str, Any]) -> Any:
         """Evaluate with ``values`` bound to names; errors become :class:`ExpressionError`."""
         try:
-            return _eval(self.tree.body, values)
+            return _bounded(_eval(self.tree.body, values))
         except ExpressionError:
             raise
         except (ArithmeticError, TypeError, ValueError) as exc:
-            raise ExpressionError(f"{self.source!r} failed: {exc}") from None
+            raise ExpressionError(f"{_shorten(self.source)!r} failed: {exc}") from None
+
+
+def _shorten(source: str, width: int = 80) -> str:
+    """``source`` cut for an error message."""
+    return source if len(source) <= width else source[:width - 1] + "…"
+
+
+def _check_size(tree: ast.AST, shown: str) -> None:
+    """Refuse trees with too many nodes or nested too deeply (walked without recursion)."""
+    count = 0
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, ast.expr_context | ast.operator | ast.unaryop | ast.cmpop |
+                      ast.boolop):
+            continue
+        count += 1
+        if count > LIMITS.expression_nodes:
+            raise ExpressionError(f"{shown!r} has more than {LIMITS.expression_nodes} terms")
+        if depth > LIMITS.expression_depth:
+            raise ExpressionError(f"{shown!r} is nested more than "
+                                  f"{LIMITS.expression_depth} levels deep")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+def _bounded(value: Any) -> Any:
+    """``value``, or ExpressionError when it is an integer or sequence over the limits."""
+    if isinstance(value, int) and value.bit_length() > LIMITS.integer_bits:
+        raise ExpressionError(f"an integer larger than {LIMITS.integer_bits} bits")
+    if isinstance(value, str | tuple) and len(value) > LIMITS.string_chars:
+        raise ExpressionError(f"a {'string' if isinstance(value, str) else 'tuple'} longer "
+                              f"than {LIMITS.string_chars:,}")
+    return value
+
+
+def _size(value: Any) -> int:
+    """What an operand contributes to a result's size: bits of an int, length of a sequence."""
+    if isinstance(value, int):
+        return abs(value).bit_length()
+    if isinstance(value, str | tuple):
+        return len(value)
+    return 0
+
+
+def _check_growth(op: ast.operator, left: Any, right: Any) -> None:
+    """Refuse, before computing it, an operation whose result would be over the limits."""
+    ints = isinstance(left, int) and isinstance(right, int)
+    if isinstance(op, ast.Pow):
+        if isinstance(right, int | float) and abs(right) > 64:
+            raise ExpressionError("exponent larger than 64 is not allowed")
+        if ints and right > 0 and _size(left) * right > LIMITS.integer_bits:
+            raise ExpressionError(f"a {_size(left)}-bit integer ** {right} is larger than "
+                                  f"{LIMITS.integer_bits} bits")
+    elif isinstance(op, ast.Mult):
+        if ints and _size(left) + _size(right) > LIMITS.integer_bits + 1:
+            raise ExpressionError(f"a product larger than {LIMITS.integer_bits} bits")
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, str | tuple) and isinstance(n, int) and \
+                    len(seq) * n > LIMITS.string_chars:
+                raise ExpressionError(f"repeating a sequence of {len(seq)} {n} times is "
+                                      f"longer than {LIMITS.string_chars:,}")
+    elif isinstance(op, ast.Add):
+        if isinstance(left, str | tuple) and _size(left) + _size(right) > LIMITS.string_chars:
+            raise ExpressionError(f"a concatenation longer than {LIMITS.string_chars:,}")
+    elif isinstance(op, ast.Mod) and isinstance(left, str | bytes):
+        raise ExpressionError("string formatting with % is not allowed")
 
 
 def _check_node(node: ast.AST, source: str) -> None:
@@ -150,7 +232,7 @@ def _check_node(node: ast.AST, source: str) -> None:
 
 def _eval(node: ast.AST, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
-        return node.value
+        return _bounded(node.value)
     if isinstance(node, ast.Name):
         if node.id in values:
             return values[node.id]
@@ -159,9 +241,8 @@ def _eval(node: ast.AST, values: Mapping[str, Any]) -> Any:
         raise ExpressionError(f"unknown name {node.id!r}")
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, values), _eval(node.right, values)
-        if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > 64:
-            raise ExpressionError("exponent larger than 64 is not allowed")
-        return _BINARY[type(node.op)](left, right)
+        _check_growth(node.op, left, right)
+        return _bounded(_BINARY[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_eval(node.operand, values))
     if isinstance(node, ast.BoolOp):
@@ -191,7 +272,7 @@ def _eval(node: ast.AST, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)  # guaranteed by _check_node
         args = [_eval(a, values) for a in node.args]
-        return FUNCTIONS[node.func.id](*args)
+        return _bounded(FUNCTIONS[node.func.id](*args))
     if isinstance(node, ast.Tuple | ast.List):
         return tuple(_eval(e, values) for e in node.elts)
     raise ExpressionError(f"cannot evaluate {type(node).__name__}")  # pragma: no cover

@@ -5,6 +5,14 @@ checks every constraint as soon as all the names it reads are bound, so a whole 
 invalid points is pruned at once and never materialised. The size of each pruned sub-tree is
 credited to the constraint that pruned it, which is how ``tunelab space`` can say how many
 points each constraint excluded without visiting them.
+
+The size of the full product is known without enumerating it (:attr:`Space.size`).
+Enumeration takes at most ``LIMITS.enumeration_steps`` steps (one per value bound at any
+depth), so a product larger than that enumerates only when its constraints prune early;
+otherwise it is refused with its size and the advice to sample — at once when a lower bound
+of the steps left (nothing can be pruned between two depths that check no rule) already
+exceeds the budget. Sampling a space larger than
+the limit spends a bounded number of random draws.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 
 from tunelab.errors import SpaceError
 from tunelab.expr import Expression, ExpressionError
+from tunelab.limits import LIMITS
 from tunelab.spec import ENV_AXIS, ConstraintSpec, Scalar, StudySpec
 
 __all__ = ["Point", "Space", "SpaceSummary"]
@@ -100,6 +109,7 @@ class Space:
         constants: Mapping[str, Any] | None = None,
     ) -> None:
         self.axes = [_Axis(n, v) for n, v in axes]
+        self._members = [{(type(v), v) for v in a.values} for a in self.axes]
         self.derived = dict(derived or {})
         self.constraints = list(constraints or [])
         self.constants = {"cores": os.cpu_count() or 1, **(constants or {})}
@@ -148,8 +158,37 @@ class Space:
 
     @property
     def size(self) -> int:
-        """Size of the full product, valid or not."""
+        """Size of the full product, valid or not (computed, never enumerated)."""
         return math.prod(len(a.values) for a in self.axes)
+
+    @property
+    def enumerable(self) -> bool:
+        """Whether the full product is small enough to enumerate whatever the constraints."""
+        return self.size <= LIMITS.enumeration_steps // 2
+
+    def _min_steps_from(self) -> list[int]:
+        """For each depth d, a lower bound of the steps a walk entering depth d takes: no
+        value is pruned before the first depth >= d that checks a rule, so every
+        combination of the axes down to it is visited. (One more entry, 0, for the end.)"""
+        n = len(self.axes)
+        bounds = [0] * (n + 1)
+        for d in range(n):
+            prefix, total = 1, 0
+            for j in range(d, n):
+                prefix *= len(self.axes[j].values)
+                total += prefix
+                if self._checks[j] or self._derived_at[j] or total > LIMITS.enumeration_steps:
+                    break
+            bounds[d] = total
+        return bounds
+
+    def _too_large(self) -> SpaceError:
+        shape = " x ".join(f"{len(a.values):,} {a.name}" for a in self.axes)
+        return SpaceError(
+            f"the space has {self.size:,} combinations ({shape}); enumerating it takes more "
+            f"than the {LIMITS.enumeration_steps:,} steps a grid search may take: sample it "
+            "with 'search: {strategy: random, samples: N}' (or optuna), or give fewer values "
+            "or constraints on the first parameters that exclude more")
 
     def values(self, point: Mapping[str, Scalar]) -> dict[str, Any]:
         """The point's parameters plus its derived values (what commands and reports see)."""
@@ -169,10 +208,16 @@ class Space:
             if extra:
                 parts.append(f"unknown {', '.join(extra)}")
             return "; ".join(parts)
-        for axis in self.axes:
-            if not any(point[axis.name] == v and type(point[axis.name]) is type(v)
-                       for v in axis.values):
-                return f"{axis.name}={point[axis.name]!r} is not one of {list(axis.values)}"
+        for axis, members in zip(self.axes, self._members, strict=True):
+            value = point[axis.name]
+            if (type(value), value) not in members:
+                shown = list(axis.values[:20])
+                more = f" and {len(axis.values) - 20:,} more" if len(axis.values) > 20 else ""
+                return f"{axis.name}={value!r} is not one of {shown}{more}"
+        return self._first_failure(point)
+
+    def _first_failure(self, point: Mapping[str, Scalar]) -> str | None:
+        """The reason the first failing rule gives for a point of the product, or None."""
         scope: dict[str, Any] = {**self.constants, **point}
         for depth in range(len(self.axes)):
             failed = self._check_level(depth, scope)
@@ -207,10 +252,18 @@ class Space:
         rest = [math.prod(len(a.values) for a in self.axes[d + 1:]) for d in range(n)]
         scope: dict[str, Any] = dict(self.constants)
         chosen: dict[str, Scalar] = {}
+        steps = 0
+        min_steps = self._min_steps_from()
+        if min_steps[0] > LIMITS.enumeration_steps:
+            raise self._too_large()
 
         def rec(depth: int) -> Iterator[Point]:
+            nonlocal steps
             axis = self.axes[depth]
             for v in axis.values:
+                steps += 1
+                if steps > LIMITS.enumeration_steps:
+                    raise self._too_large()
                 scope[axis.name] = v
                 chosen[axis.name] = v
                 failed = self._check_level(depth, scope)
@@ -224,16 +277,21 @@ class Space:
                         summary.valid += 1
                     yield Point(chosen)
                 else:
+                    if steps + min_steps[depth + 1] > LIMITS.enumeration_steps:
+                        raise self._too_large()
                     yield from rec(depth + 1)
 
         yield from rec(0)
 
     def __iter__(self) -> Iterator[Point]:
-        """Every valid point, in a deterministic order."""
+        """Every valid point, in a deterministic order (SpaceError when the space is too
+        large to enumerate)."""
         return self._walk(None)
 
     def summarize(self) -> tuple[SpaceSummary, list[Point]]:
-        """Count valid points and what each constraint excluded; also return the points."""
+        """Count valid points and what each constraint excluded; also return the points.
+
+        Raises :class:`SpaceError` when the space is too large to enumerate."""
         summary = SpaceSummary(total=self.size, valid=0)
         points = list(self._walk(summary))
         return summary, points
@@ -243,23 +301,31 @@ class Space:
         summary, points = self.summarize()
         if not points:
             detail = ", ".join(f"{k!r} excluded {v}" for k, v in summary.excluded.items())
+            first = self._first_failure({a.name: a.values[0] for a in self.axes})
             raise SpaceError(
                 f"no valid point: all {summary.total} combinations are excluded"
                 + (f" ({detail})" if detail else "")
+                + (f"; the first combination: {first}" if first and "cannot be" in first
+                   else "")
             )
         return points
 
     def sample(self, n: int, seed: int = 0) -> list[Point]:
-        """``n`` distinct valid points drawn at random (fewer if the space is smaller)."""
+        """``n`` distinct valid points drawn at random (fewer if the space is smaller).
+
+        A space small enough to enumerate is enumerated and sampled exactly; a larger one
+        is drawn from at random, at most ``LIMITS.sample_draws`` times."""
+        if n > LIMITS.samples:
+            raise SpaceError(f"cannot sample {n:,} points: at most {LIMITS.samples:,}")
         rng = random.Random(seed)
-        if self.size <= 200_000:
+        if self.enumerable:
             points = self.points()
             return rng.sample(points, min(n, len(points)))
         found: dict[Point, None] = {}
-        for _ in range(max(1000, 200 * n)):
-            candidate = Point({a.name: rng.choice(a.values) for a in self.axes})
-            if self.contains(candidate):
-                found[candidate] = None
+        for _ in range(min(max(1000, 200 * n), LIMITS.sample_draws)):
+            values = {a.name: rng.choice(a.values) for a in self.axes}
+            if self._first_failure(values) is None:
+                found[Point(values)] = None
                 if len(found) == n:
                     break
         if not found:

@@ -11,17 +11,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tunelab.errors import StudyError
 from tunelab.expr import Expression, ExpressionError
+from tunelab.limits import LIMITS
+from tunelab.safeyaml import load_yaml
 
 __all__ = [
     "ConstraintSpec",
@@ -33,7 +36,6 @@ __all__ = [
 
 Scalar = int | float | str | bool
 ENV_AXIS = "env"
-_MAX_VALUES = 100_000
 
 
 @dataclass(frozen=True)
@@ -59,13 +61,13 @@ class ConstraintSpec:
 
 
 class _Workload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
 
 
 class _Objective(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     fom: str
     direction: Literal["minimize", "maximize"] = "minimize"
 
@@ -74,18 +76,18 @@ StrategyName = Literal["grid", "random", "optuna", "racing", "one-at-a-time", "h
 
 
 class _Search(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     strategy: StrategyName = "grid"
     seed: int = 0
-    samples: int | None = Field(default=None, ge=1)
+    samples: int | None = Field(default=None, ge=1, le=LIMITS.samples)
     # run strategies and samplers (see docs/search.md)
     sampler: Literal["tpe", "gp", "cmaes"] = "tpe"
     propose: Literal["grid", "random", "optuna"] = "grid"
-    min_repeats: int = Field(default=2, ge=1, le=1000)
-    max_repeats: int = Field(default=10, ge=1, le=1000)
+    min_repeats: int = Field(default=2, ge=1, le=LIMITS.repeats)
+    max_repeats: int = Field(default=10, ge=1, le=LIMITS.repeats)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     indifference: float | None = Field(default=None, ge=0, lt=1)
-    max_runs: int | None = Field(default=None, ge=1, le=10_000_000)
+    max_runs: int | None = Field(default=None, ge=1, le=LIMITS.runs)
     max_wall: float | str | None = None
     per_round: int = Field(default=2, ge=1, le=1000)
     groups: list[list[str]] | None = Field(default=None, max_length=100)
@@ -93,7 +95,7 @@ class _Search(BaseModel):
 
 
 class _Constraint(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     expr: str
     why: str | None = None
 
@@ -101,7 +103,7 @@ class _Constraint(BaseModel):
 class _StudyFile(BaseModel):
     """The raw structure of a study file (types only; meaning is checked afterwards)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str | None = None
     description: str | None = None
     workload: _Workload
@@ -109,9 +111,9 @@ class _StudyFile(BaseModel):
     derived: dict[str, str] = Field(default_factory=dict)
     constraints: list[str | _Constraint] = Field(default_factory=list)
     env: dict[str, dict[str, Any] | None] | None = None
-    repeats: int = Field(default=3, ge=1, le=10_000)
+    repeats: int = Field(default=3, ge=1, le=LIMITS.repeats)
     baseline: dict[str, Any] | None = None
-    timeout: float | str = 600
+    timeout: Any = 600  # a number or a duration string; parse_duration checks it
     objective: _Objective | None = None
     search: _Search = Field(default_factory=_Search)
     noise_threshold: float = Field(default=0.02, ge=0, lt=1)
@@ -120,9 +122,20 @@ class _StudyFile(BaseModel):
     @field_validator("name")
     @classmethod
     def _name_is_simple(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
-            raise ValueError(f"must be letters, digits, '-', '_' or '.', got {v!r}")
+        if v is not None:
+            problem = name_problem(v)
+            if problem:
+                raise ValueError(problem)
         return v
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a study (it names the default study directory), or None."""
+    if len(name) > LIMITS.name_chars:
+        return f"must be at most {LIMITS.name_chars} characters ({len(name)} given)"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        return "must be letters, digits, '-', '_' or '.' (starting with a letter or digit)"
+    return None
 
 
 class StudySpec(BaseModel):
@@ -186,32 +199,45 @@ class StudySpec(BaseModel):
 def load_study(path: str | Path) -> StudySpec:
     """Read and validate the study file at ``path``."""
     path = Path(path)
+    data, lines = load_yaml(_read_study_text(path), str(path))
+    return _build(data, _Lines(str(path), lines), path.resolve())
+
+
+def _read_study_text(path: Path) -> str:
+    """The study file's text, read no further than the size limit (a FIFO, a device or a
+    huge file is refused before it is read)."""
+    limit = LIMITS.study_file_bytes
     try:
-        text = path.read_text()
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device not end
+            raise StudyError(f"{path}: not a regular file")
+        with open(path, "rb") as f:
+            blob = f.read(limit + 1)
     except FileNotFoundError:
         raise StudyError(f"{path}: study file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StudyError(f"{path}: cannot read study file: {exc}") from None
+    except IsADirectoryError:
+        raise StudyError(f"{path}: is a directory, not a study file") from None
+    except OSError as exc:
+        raise StudyError(f"{path}: cannot read study file: {exc.strerror or exc}") from None
+    if len(blob) > limit:
+        raise StudyError(f"{path}: larger than {limit >> 20} MiB; a study file is a short "
+                         "description, not data")
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise StudyError(f"{where}: malformed YAML: {problem}") from None
-    lines: dict[tuple[Any, ...], int] = {}
-    if node is not None:
-        _index_lines(node, (), lines)
-    return _build(data, _Lines(str(path), lines), path.resolve())
+        return blob.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StudyError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def parse_duration(value: float | str) -> float:
     """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``; ValueError otherwise."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got {value!r}")
     if isinstance(value, int | float):
         seconds = float(value)
+    elif len(value) > 64:
+        raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got a string of "
+                         f"{len(value):,} characters")
     else:
         match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*"
                              r"(?:(\d+(?:\.\d+)?)s?)?\s*", value)
@@ -225,19 +251,6 @@ def parse_duration(value: float | str) -> float:
 
 
 # --- line numbers ---------------------------------------------------------------------
-
-
-def _index_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub = (*path, key.value)
-            out[sub] = key.start_mark.line + 1
-            _index_lines(value, sub, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out[(*path, i)] = item.start_mark.line + 1
-            _index_lines(item, (*path, i), out)
 
 
 @dataclass(frozen=True)
@@ -266,6 +279,8 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
     except ValidationError as exc:
         raise _pydantic_error(exc, lines, data) from None
 
+    if len(raw.parameters) > LIMITS.parameters:
+        raise lines.error(("parameters",), f"more than {LIMITS.parameters} parameters")
     parameters = tuple(
         _parse_parameter(name, value, lines) for name, value in raw.parameters.items()
     )
@@ -296,7 +311,8 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
         try:
             constraints.append(ConstraintSpec(Expression.parse(source), why))
         except ExpressionError as exc:
-            raise lines.error(("constraints", i), f"constraint {source!r}: {exc}") from None
+            raise lines.error(("constraints", i),
+                              f"constraint {_shorten(source)!r}: {exc}") from None
 
     try:
         timeout_s = parse_duration(raw.timeout)
@@ -339,7 +355,7 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
             )
 
     return StudySpec(
-        name=raw.name or (path.stem if path is not None else "study"),
+        name=raw.name or _name_from_file(path, lines),
         path=path,
         raw=data,
         workload=raw.workload.name,
@@ -360,6 +376,17 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
         noise_threshold=raw.noise_threshold,
         lines=dict(lines.lines),
     )
+
+
+def _name_from_file(path: Path | None, lines: _Lines) -> str:
+    """The study's name when the file gives none: the file's stem, if it is a valid name."""
+    if path is None:
+        return "study"
+    problem = name_problem(path.stem)
+    if problem:
+        raise lines.error((), f"the study has no 'name:' and its file name {path.stem!r} "
+                              f"cannot name it ({problem}); add 'name: ...' to the file")
+    return path.stem
 
 
 def _parse_parameter(name: str, value: Any, lines: _Lines) -> ParameterSpec:
@@ -408,8 +435,9 @@ def _parse_parameter(name: str, value: Any, lines: _Lines) -> ParameterSpec:
         lo, hi, step = integer("min"), integer("max"), integer("step", 1, positive=True)
         if hi < lo:
             raise fail("max", f"'max' ({hi}) is smaller than 'min' ({lo})")
-        if (hi - lo) // step + 1 > _MAX_VALUES:
-            raise fail(None, f"more than {_MAX_VALUES} values; use a larger 'step'")
+        if (hi - lo) // step + 1 > LIMITS.parameter_values:
+            raise fail(None, f"more than {LIMITS.parameter_values:,} values; use a larger "
+                             "'step'")
         return ParameterSpec(name, tuple(range(lo, hi + 1, step)))
     lo, hi = integer("min", positive=True), integer("max", positive=True)
     if hi < lo:
@@ -423,14 +451,16 @@ def _parse_parameter(name: str, value: Any, lines: _Lines) -> ParameterSpec:
 def _check_values(values: list[Any], fail: Any) -> tuple[Scalar, ...]:
     if not values:
         raise fail(None, "the list of values is empty")
-    seen: list[Any] = []
+    if len(values) > LIMITS.parameter_values:
+        raise fail(None, f"more than {LIMITS.parameter_values:,} values")
+    seen: set[tuple[type, Any]] = set()
     for v in values:
         if not isinstance(v, int | float | str | bool) or (isinstance(v, float) and
                                                            not math.isfinite(v)):
             raise fail(None, f"values must be numbers, strings or booleans, got {v!r}")
-        if any(v == s and type(v) is type(s) for s in seen):
+        if (type(v), v) in seen:
             raise fail(None, f"value {v!r} is listed twice")
-        seen.append(v)
+        seen.add((type(v), v))
     return tuple(values)
 
 
@@ -491,4 +521,9 @@ def _pydantic_error(exc: ValidationError, lines: _Lines, data: Any) -> StudyErro
         return lines.error(loc[:-1], f"missing required field {field!r}")
     message = err["msg"].removeprefix("Value error, ")
     message = message[0].lower() + message[1:] if message else message
-    return lines.error(loc, f"{field!r}: {message}, got {err.get('input')!r}")
+    return lines.error(loc, f"{field!r}: {message}, got {_shorten(repr(err.get('input')))}")
+
+
+def _shorten(text: str, width: int = 80) -> str:
+    """``text`` cut for an error message."""
+    return text if len(text) <= width else text[:width - 1] + "…"

@@ -17,28 +17,42 @@ time holds the study directory's lock (see :class:`StudyLock`).
 
 Schema versions (``meta.schema_version``): 1 — the tables above but ``noise``; 2 — adds
 ``noise`` (one row per run recorded since; see :mod:`tunelab.noise`) and the run status
-``pruned`` (a training run stopped early by the search's pruner). Opening a version-1 database
-creates the table and sets version 2: nothing is rewritten, older runs simply have no noise
-row (their ``noise.*`` columns are NaN in :meth:`Store.runs_frame`). The status list lives in
-a CHECK constraint, which SQLite cannot alter: the first ``pruned`` run recorded into an older
-database rebuilds its ``runs`` table, rows and ids unchanged, in the same transaction.
+``pruned`` (a training run stopped early by the search's pruner). Opening a version-1
+database for writing creates the table and sets version 2: nothing is rewritten, older runs
+simply have no noise row (their ``noise.*`` columns are NaN in :meth:`Store.runs_frame`; a
+version-1 store opened read-only has no ``noise`` table and reads the same). The status list
+lives in a CHECK constraint, which SQLite cannot alter: the first ``pruned`` run recorded
+into an older database rebuilds its ``runs`` table (one transaction, rows and ids unchanged)
+just before.
+
+Only ``tunelab run`` (and ``status`` collecting batch jobs) opens a store for writing
+(``open_store(dir, create=True)`` or ``write=True``); every other command opens it read-only
+(SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot work, e.g. a WAL database on
+a read-only file system), so a study on a read-only medium can still be read. A write that
+fails (read-only, disk full, I/O error) rolls its transaction back and raises
+:class:`~tunelab.errors.StoreError` naming the database: the store stays as it was, and the
+study resumes once the cause is fixed.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
+import math
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from tunelab.errors import StoreError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["DB_NAME", "RunRecord", "Store", "StoredJob", "StudyLock", "open_store"]
 
@@ -128,10 +142,44 @@ class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._conn = conn
         self.path = path
+        self._abandoned = False
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; a failed write rolls back and becomes a StoreError.
+
+        The database's files are checked first: SQLite maps ``-shm`` into memory, and a
+        write to a mapping of a file made immutable meanwhile kills the process with SIGBUS
+        instead of returning an error."""
+        for path in (self.path.parent, *(Path(f"{self.path}{s}") for s in ("", "-wal", "-shm"))):
+            if path.exists() and not os.access(path, os.W_OK):
+                self._abandon()
+                raise StoreError(f"cannot write {path}: it became read-only or immutable; the "
+                                 "finished runs are stored, fix this and run the same command "
+                                 "again to resume")
+        try:
+            with self._conn:
+                yield self._conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot write the results database: {exc}; the "
+                             "finished runs are stored, fix this and run the same command "
+                             "again to resume") from None
 
     def close(self) -> None:
-        """Close the connection."""
-        self._conn.close()
+        """Close the connection (unless it was abandoned, see :meth:`_abandon`)."""
+        if not self._abandoned:
+            self._conn.close()
+
+    def _abandon(self) -> None:
+        """Never close this connection, not even when the interpreter exits.
+
+        Closing a WAL database checkpoints it, which writes to the memory-mapped ``-shm``
+        file; when that file has become immutable the write is a SIGBUS that kills the
+        process before it can say why. The operating system releases the file and its
+        locks at exit instead, and the next ``tunelab run`` recovers the WAL as usual."""
+        if not self._abandoned:
+            self._abandoned = True
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self._conn))
 
     def __enter__(self) -> Store:
         return self
@@ -148,7 +196,7 @@ class Store:
 
     def set_meta(self, values: Mapping[str, str]) -> None:
         """Store meta values (one transaction)."""
-        with self._conn:
+        with self._writing():
             self._conn.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -166,7 +214,7 @@ class Store:
 
     def add_sysinfo(self, taken_at: str, snapshot: Mapping[str, Any]) -> int:
         """Store a machine snapshot; returns its id."""
-        with self._conn:
+        with self._writing():
             cur = self._conn.execute(
                 "INSERT INTO sysinfo (taken_at, snapshot) VALUES (?, ?)",
                 (taken_at, json.dumps(snapshot, sort_keys=True, default=str)),
@@ -177,9 +225,11 @@ class Store:
         """Store a finished run and its figures of merit in one transaction."""
         if run.status not in STATUSES:
             raise ValueError(f"unknown run status {run.status!r}")
+        if not all(math.isfinite(v) for v in run.foms.values()):
+            raise ValueError(f"figures of merit must be finite, got {dict(run.foms)}")
         if run.status == "pruned":
             self._allow_pruned()
-        with self._conn:
+        with self._writing():
             point_id = self._point_id(run.point_key, run.params)
             cur = self._conn.execute(
                 "INSERT INTO runs (point_id, repeat, status, reason, rc, wall_s, started_at, "
@@ -214,7 +264,7 @@ class Store:
             "CREATE TABLE IF NOT EXISTS runs (", "CREATE TABLE runs_v2 (")
         self._conn.execute("PRAGMA foreign_keys=OFF")
         try:
-            with self._conn:
+            with self._writing():
                 self._conn.execute(create)
                 self._conn.execute("INSERT INTO runs_v2 SELECT * FROM runs")
                 self._conn.execute("DROP TABLE runs")
@@ -248,7 +298,7 @@ class Store:
                 submitted_at: str) -> None:
         """Record a job about to be submitted (before ``sbatch``: a controller that dies in
         between finds it by name when it comes back)."""
-        with self._conn:
+        with self._writing():
             self._conn.execute(
                 "INSERT INTO jobs (token, launcher, state, submitted_at, runs) "
                 "VALUES (?, ?, 'submitting', ?, ?)",
@@ -256,18 +306,26 @@ class Store:
 
     def set_job_id(self, token: str, job_id: str) -> None:
         """The scheduler accepted the job: store its id."""
-        with self._conn:
+        with self._writing():
             self._conn.execute("UPDATE jobs SET job_id = ?, state = 'active' WHERE token = ?",
                                (job_id, token))
 
     def close_job(self, token: str, ended_state: str) -> None:
         """The job will run nothing more (``ended_state``: the scheduler's word, or why)."""
-        with self._conn:
+        with self._writing():
             self._conn.execute("UPDATE jobs SET state = 'closed', ended_state = ? "
                                "WHERE token = ?", (ended_state, token))
 
+    def _has_jobs_table(self) -> bool:
+        """Whether the store has the ``jobs`` table (a store written before batch
+        launchers existed, opened read-only, has not)."""
+        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                  "name = 'jobs'").fetchone() is not None
+
     def open_jobs(self) -> list[StoredJob]:
         """Jobs not yet closed, oldest first."""
+        if not self._has_jobs_table():
+            return []
         rows = self._conn.execute(
             "SELECT token, launcher, job_id, state, runs FROM jobs WHERE state != 'closed' "
             "ORDER BY submitted_at, token")
@@ -275,6 +333,8 @@ class Store:
 
     def job_counts(self) -> dict[str, int]:
         """Number of jobs per state (``submitting``, ``active``, ``closed``)."""
+        if not self._has_jobs_table():
+            return {}
         rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
         return {s: int(n) for s, n in rows}
 
@@ -328,6 +388,8 @@ class Store:
 
     def runs_frame(self) -> pd.DataFrame:
         """One row per run: run columns, one column per parameter, ``fom.<name>`` columns."""
+        import pandas as pd  # on use: ``tunelab run`` starts its first run sooner without it
+
         runs = pd.read_sql_query(
             "SELECT r.id AS run_id, r.point_id, p.key AS point, p.params, r.repeat, r.status, "
             "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host FROM runs r "
@@ -354,14 +416,20 @@ class Store:
         return pd.concat([runs, params, wide, noise.astype(float)], axis=1)
 
 
-def open_store(study_dir: str | Path, *, create: bool = False) -> Store:
-    """Open the store of ``study_dir``; with ``create``, make the directory and schema."""
+def open_store(study_dir: str | Path, *, create: bool = False, write: bool = False) -> Store:
+    """Open the store of ``study_dir``: read-only; with ``write`` for writing an existing
+    store; with ``create`` for writing, making the directory and the schema as needed."""
     study_dir = Path(study_dir)
     path = study_dir / DB_NAME
-    if not create and not path.exists():
-        raise StoreError(f"{study_dir}: not a tunelab study directory (no {DB_NAME})")
-    if create:
+    if not create or write:
+        if not path.is_file():
+            raise StoreError(f"{study_dir}: not a tunelab study directory (no {DB_NAME})")
+        if not write:
+            return Store(_connect_readonly(path), path)
+    try:
         study_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create {study_dir}: {exc.strerror or exc}") from None
     try:
         conn = sqlite3.connect(path, timeout=30)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -373,9 +441,37 @@ def open_store(study_dir: str | Path, *, create: bool = False) -> Store:
                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
                          "WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
                          (str(SCHEMA_VERSION),))
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path}: cannot open the results database: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open the results database for writing: {exc}") \
+            from None
     return Store(conn, path)
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection: ``mode=ro``, or ``immutable=1`` when the directory or the
+    medium cannot be written at all (then SQLite takes no locks and reads the file as is)."""
+    uri = "file:" + quote(str(path.resolve()))
+    problem: sqlite3.Error | None = None
+    for options in ("mode=ro", "mode=ro&immutable=1"):
+        try:
+            conn = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=30)
+        except sqlite3.Error as exc:
+            problem = exc
+            continue
+        try:
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"meta", "points", "runs", "foms"} <= tables:
+                conn.close()
+                raise StoreError(f"{path}: holds no tunelab results (a database of "
+                                 "something else, or one whose writer never finished)")
+            return conn
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            problem = exc
+            if "not a database" in str(exc) or "malformed" in str(exc):
+                break
+    raise StoreError(f"{path}: cannot read the results database: {problem}")
 
 
 class StudyLock:
@@ -391,8 +487,12 @@ class StudyLock:
 
     def acquire(self) -> None:
         """Take the lock or raise :class:`StoreError` naming the holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot open the lock file {self.path}: "
+                             f"{exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -402,14 +502,16 @@ class StudyLock:
                 f"{self.path.parent}: another tunelab run (pid {holder}) is working in this "
                 "study directory; wait for it or use another --dir"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        with suppress(OSError):  # a lock file that cannot hold the pid still locks
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
 
     def release(self) -> None:
         """Release the lock."""
         if self._fd is not None:
-            os.ftruncate(self._fd, 0)
+            with suppress(OSError):
+                os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

@@ -30,6 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunelab.errors import LaunchError, ParseError, RunReportedError, WorkloadError
+from tunelab.execute.guards import (
+    check_run_dir,
+    command_problem,
+    read_output,
+    split_finite,
+    write_fault,
+)
 from tunelab.execute.launchers.base import (
     ENDED_STATES,
     Job,
@@ -65,10 +72,7 @@ def _now() -> str:
 
 
 def _tail(path: Path) -> str:
-    try:
-        text = path.read_text(errors="replace").strip()
-    except OSError:
-        return ""
+    text = read_output(path).strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return lines[-1][-_TAIL_CHARS:] if lines else ""
 
@@ -317,9 +321,12 @@ class Executor:
         self.active[job.token] = _Active(job, job_id)
 
     def _clean(self, run_dir: Path) -> None:
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        run_dir.mkdir(parents=True)
+        try:
+            if run_dir.exists():
+                shutil.rmtree(run_dir)
+            run_dir.mkdir(parents=True)
+        except OSError as exc:
+            raise write_fault(exc, run_dir) from None
 
     def _prepare(self, point: Point, repeat: int) -> RunRequest | None:
         """The run's directory (wiped) and command; a command that cannot be built is
@@ -335,6 +342,9 @@ class Executor:
                                 cores=self.launcher.cores_per_node)
             env = dict(ctx.env)
             cmd = study.workload.command(ctx)
+            problem = command_problem(cmd.argv, {**ctx.env, **cmd.env}, cmd.cwd or run_dir)
+            if problem is not None:
+                raise LaunchError(problem)
         except (LaunchError, WorkloadError) as exc:
             self._record(point.key, dict(point), repeat, run_dir, [], env,
                          Outcome("failed", None, 0.0, reason=str(exc)))
@@ -399,8 +409,10 @@ class Executor:
         elif reason is not None:  # could not start, or cut off by the scheduler
             status = "timeout" if outcome.status == "timeout" else "failed"
         elif outcome.status == "timeout":
+            check_run_dir(run_dir, run_dir / "stdout.txt", run_dir / "stderr.txt")
             reason = f"killed after the {study.spec.timeout_s:g} s timeout"
         else:
+            check_run_dir(run_dir, run_dir / "stdout.txt", run_dir / "stderr.txt")
             status, reason, foms = parse_run(study, outcome.rc, run_dir)
         foms = {**foms, "wall_s": outcome.wall_s}
         if status == "ok":
@@ -419,22 +431,23 @@ def parse_run(study: Study, rc: int | None,
     """(status, reason, FOMs) of a finished run from its output files; a missing or
     truncated output is ``failed``, never a number."""
     stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
+    for path in (stdout_path, stderr_path):
+        if not path.is_file():
+            return "failed", f"output missing: No such file or directory: {path}", {}
+    stdout, stderr = read_output(stdout_path), read_output(stderr_path)
     try:
-        stdout = stdout_path.read_text(errors="replace")
-        stderr = stderr_path.read_text(errors="replace")
-    except OSError as exc:
-        return "failed", f"output missing: {exc.strerror}: {exc.filename}", {}
-    try:
-        foms = study.workload.parse(stdout, stderr, run_dir)
+        foms, not_finite = split_finite(study.workload.parse(stdout, stderr, run_dir))
     except RunReportedError as exc:
         return "failed", (f"exit code {rc}: {exc}" if rc else str(exc)), {}
     except ParseError as exc:
         if rc == 0:
             return "failed", f"unparsable output: {exc}", {}
-        foms = {}
+        foms, not_finite = {}, None
     if rc != 0:
         tail = _tail(stderr_path) or _tail(stdout_path)
         return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
+    if not_finite is not None:
+        return "failed", not_finite, foms
     if study.objective.fom != "wall_s" and study.objective.fom not in foms:
         have = ", ".join(sorted(foms)) or "none"
         return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "

@@ -28,6 +28,8 @@ from pydantic import ValidationError
 from tunelab.cluster.mpi import Placement
 from tunelab.errors import StoreError, StudyError, WorkloadError
 from tunelab.execute.executor import Executor
+from tunelab.execute.guards import check_study_dir
+from tunelab.execute.hygiene import study_processes
 from tunelab.execute.launchers import (
     Launcher,
     LauncherConfig,
@@ -36,6 +38,7 @@ from tunelab.execute.launchers import (
     make_launcher,
 )
 from tunelab.execute.watch import RunWatch
+from tunelab.limits import LIMITS
 from tunelab.search import (
     RUN_STRATEGIES,
     RunStrategy,
@@ -220,6 +223,8 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
     """Build the workload, space, strategy and baseline of ``spec``; validate them.
 
     ``dry_run`` (``space``, ``run --dry-run``) tells the workload to start no program."""
+    if repeats is not None and not 1 <= repeats <= LIMITS.repeats:
+        raise StudyError(f"--repeats must be between 1 and {LIMITS.repeats:,}, got {repeats}")
     cls = get_workload(spec.workload)
     try:
         options = cls.Options.model_validate(spec.workload_options)
@@ -245,6 +250,11 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
         if isinstance(exc, StudyError | WorkloadError):
             raise
         raise StudyError(f"{spec.where('constraints')}: {exc}") from None
+    try:
+        workload.validate(frozenset([*space.names, *space.derived, *space.constants]))
+    except WorkloadError as exc:
+        raise StudyError(f"{spec.where('workload', 'options')}: workload {spec.workload!r}: "
+                         f"{exc}") from None
     baseline = None
     if spec.baseline is not None:
         baseline = Point(spec.baseline)
@@ -270,10 +280,12 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
         if baseline is not None and baseline not in points:
             points.insert(0, baseline)
     if repeats is not None:
-        if repeats < 1:
-            raise StudyError(f"--repeats must be at least 1, got {repeats}")
         spec = spec.model_copy(update={"repeats": repeats})
-    return Study(spec, workload, space, objective, points, baseline, adaptive, launcher)
+    study = Study(spec, workload, space, objective, points, baseline, adaptive, launcher)
+    if study.planned_runs > LIMITS.runs:
+        raise StudyError(f"{spec.where('repeats')}: the study would make {study.planned_runs:,} "
+                         f"runs, more than {LIMITS.runs:,}; use fewer points or repeats")
+    return study
 
 
 def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, Any]:
@@ -406,9 +418,12 @@ def run_study(
     launcher = launcher or make_launcher(study.launcher)
     watch = _watch(study, launcher, wait_quiet)
     study.workload.check()
+    check_study_dir(study_dir)
     lock = StudyLock(study_dir)
-    with lock.held(), open_store(study_dir, create=True) as store:
+    with lock.held(), open_store(study_dir, create=True) as store, \
+            study_processes(study_dir, store) as processes:
         _identity_check(store, study)
+        processes.sweep()  # runs a killed controller left running die before anything runs
         plan = plan_runs(study.points, study.spec.repeats, study.spec.seed, study.baseline)
         store.set_meta({
             "identity": study.spec.identity_hash(),
@@ -510,7 +525,7 @@ def collect_study(study: Study, study_dir: Path) -> tuple[StudyOutcome, dict[str
     (``queued``, ``running``)."""
     study_dir = Path(study_dir)
     launcher = make_launcher(study.launcher)
-    with StudyLock(study_dir).held(), open_store(study_dir) as store:
+    with StudyLock(study_dir).held(), open_store(study_dir, write=True) as store:
         _identity_check(store, study)
         before = len(store.completed())
         executor = Executor(study, store, study_dir, launcher, host=socket.gethostname(),

@@ -190,6 +190,12 @@ class Workload(ABC):
         """FOM name -> absolute tolerance for values that must agree across all runs."""
         return {}
 
+    def validate(self, names: frozenset[str]) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`~tunelab.errors.WorkloadError` when the options refer to a name the
+        study does not define. ``names`` are the study's parameters, derived values and
+        constants (``env`` when it has environment sets). Called before anything runs (also
+        by ``tunelab space`` and ``--dry-run``)."""
+
     def check(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Raise :class:`~tunelab.errors.WorkloadError` if the workload cannot run here
         (missing executable, missing input file). Called once before a study starts."""

@@ -11,6 +11,13 @@ Options::
     cwd: null              # working directory (default: the run's own directory)
 
 The wall time the engine measured is always recorded as the FOM ``wall_s``.
+
+Everything is checked before the first run: placeholders are plain names of the study
+(``{x}``, ``{x:>8}``; no ``{x.attr}``, ``{x[0]}`` or ``{x:{w}}``) with a format width and
+precision within ``LIMITS.template_width``; environment names hold no ``=`` or NUL; the working
+directory exists. FOM regexes run with the ``regex`` engine under a CPU-time budget
+(``LIMITS.regex_timeout_s`` for all of a run's regexes together), so a pattern that
+backtracks catastrophically fails the run instead of hanging the study.
 """
 
 from __future__ import annotations
@@ -19,12 +26,15 @@ import json
 import re
 import shutil
 import string
+import time
 from pathlib import Path
 from typing import Any
 
+import regex
 from pydantic import Field, field_validator
 
 from tunelab.errors import ParseError, WorkloadError
+from tunelab.limits import LIMITS
 from tunelab.workloads.base import Command, RunContext, Workload, WorkloadOptions
 
 __all__ = ["CommandOptions", "CommandWorkload", "read_json_foms"]
@@ -43,24 +53,64 @@ class CommandOptions(WorkloadOptions):
     @classmethod
     def _templates_parse(cls, argv: list[str]) -> list[str]:
         for index, arg in enumerate(argv):
-            try:
-                list(string.Formatter().parse(arg))
-            except ValueError as exc:
-                raise ValueError(f"argv[{index}] {arg!r} is not a valid template ({exc}); a "
-                                 "literal brace is written {{ or }}") from None
+            problem = _template_problem(arg)
+            if problem:
+                raise ValueError(f"argv[{index}] {arg!r}: {problem}")
         return argv
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not name or "=" in name or "\x00" in name:
+                raise ValueError(f"{name!r} is not an environment variable name (no '=' or "
+                                 "NUL, not empty)")
+            if "\x00" in value:
+                raise ValueError(f"the value of {name} holds a NUL character")
+        return env
 
     @field_validator("foms")
     @classmethod
     def _regexes_compile(cls, foms: dict[str, str]) -> dict[str, str]:
         for name, pattern in foms.items():
             try:
-                compiled = re.compile(pattern, re.MULTILINE)
-            except re.error as exc:
+                compiled = regex.compile(pattern, regex.MULTILINE)
+            except (regex.error, OverflowError, RecursionError) as exc:
                 raise ValueError(f"FOM {name!r}: invalid regular expression: {exc}") from None
             if "value" not in compiled.groupindex and compiled.groups == 0:
                 raise ValueError(f"FOM {name!r}: the regex needs a group, e.g. (?P<value>...)")
         return foms
+
+
+_SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?"
+                   r"[a-zA-Z%]?")
+
+
+def _template_problem(arg: str) -> str | None:
+    """Why ``arg`` is not a valid argv template, or None."""
+    try:
+        parts = list(string.Formatter().parse(arg))
+    except ValueError as exc:
+        return f"not a valid template ({exc}); a literal brace is written {{{{ or }}}}"
+    for _, field_name, spec, conversion in parts:
+        if field_name is None:
+            continue
+        if not field_name.isidentifier():
+            return (f"placeholder {{{field_name}}} must be a plain name such as {{np}} (no "
+                    "attributes, indexes or positional fields)")
+        if conversion not in (None, "r", "s", "a"):
+            return f"placeholder {{{field_name}!{conversion}}}: unknown conversion"
+        if spec and ("{" in spec or "}" in spec):
+            return f"placeholder {{{field_name}}}: nested placeholders in a format spec"
+        match = _SPEC.fullmatch(spec or "")
+        if match is None:
+            return f"placeholder {{{field_name}:{spec}}}: invalid format spec {spec!r}"
+        for part in ("width", "precision"):
+            digits = match.group(part)
+            if digits and (len(digits) > 6 or int(digits) > LIMITS.template_width):
+                return (f"placeholder {{{field_name}:{spec}}}: {part} larger than "
+                        f"{LIMITS.template_width:,}")
+    return None
 
 
 def read_json_foms(stdout: str) -> dict[str, float]:
@@ -96,34 +146,56 @@ class CommandWorkload(Workload):
                     found.add(field_name)
         return found
 
+    def validate(self, names: frozenset[str]) -> None:
+        unknown = sorted(self.placeholders() - names)
+        if unknown:
+            raise WorkloadError(
+                f"argv placeholder {{{unknown[0]}}} is not a parameter or derived value; "
+                f"known: {', '.join(sorted(names)) or 'none'} (a literal brace is written "
+                "{{ or }})")
+
+    def _cwd(self, run_dir: Path) -> Path:
+        if not self.options.cwd:
+            return run_dir
+        cwd = Path(self.options.cwd)
+        if not cwd.is_absolute() and self.study_file is not None:
+            cwd = self.study_file.parent / cwd
+        return cwd
+
     def check(self) -> None:
         exe = self.options.argv[0]
         if "{" not in exe and shutil.which(exe) is None and not Path(exe).is_file():
             raise WorkloadError(f"workload 'command': executable {exe!r} not found on PATH")
+        if self.options.cwd:
+            cwd = self._cwd(Path("."))
+            if not cwd.is_dir():
+                raise WorkloadError(f"workload 'command': working directory (cwd) {cwd} "
+                                    "does not exist or is not a directory")
 
     def command(self, ctx: RunContext) -> Command:
         values: dict[str, Any] = dict(ctx.values)
-        try:
-            argv = tuple(arg.format_map(values) for arg in self.options.argv)
-        except KeyError as exc:
-            raise WorkloadError(
-                f"workload 'command': argv placeholder {{{exc.args[0]}}} is not a parameter "
-                f"or derived value; known: {', '.join(sorted(values))}"
-            ) from None
-        cwd = Path(self.options.cwd) if self.options.cwd else ctx.run_dir
-        if self.options.cwd and not cwd.is_absolute() and ctx.study_file is not None:
-            cwd = ctx.study_file.parent / cwd
-        return Command(argv=argv, env=dict(self.options.env), cwd=cwd)
+        argv = []
+        for index, arg in enumerate(self.options.argv):
+            try:
+                argv.append(arg.format_map(values))
+            except KeyError as exc:
+                raise WorkloadError(
+                    f"workload 'command': argv placeholder {{{exc.args[0]}}} is not a "
+                    f"parameter or derived value; known: {', '.join(sorted(values))}"
+                ) from None
+            except (ValueError, TypeError) as exc:
+                raise WorkloadError(f"workload 'command': argv[{index}] {arg!r} cannot format "
+                                    f"these values: {exc}") from None
+        return Command(argv=tuple(argv), env=dict(self.options.env), cwd=self._cwd(ctx.run_dir))
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         foms: dict[str, float] = read_json_foms(stdout) if self.options.json_line else {}
         if self.options.json_line and not foms and not self.options.foms:
             raise ParseError("no JSON line of figures of merit in stdout")
         text = stdout + "\n" + stderr
+        deadline = time.process_time() + LIMITS.regex_timeout_s
         for name, pattern in self.options.foms.items():
-            # keep the last match: programs often print progress before the result
-            matches = list(re.finditer(pattern, text, re.MULTILINE))
-            match = matches[-1] if matches else None
+            match = _last_match(name, pattern, text, deadline)
             if match is None:
                 raise ParseError(f"FOM {name!r}: no match for {pattern!r} in the output")
             raw = match.group("value") if "value" in match.re.groupindex else match.group(1)
@@ -133,3 +205,18 @@ class CommandWorkload(Workload):
                 raise ParseError(f"FOM {name!r}: matched {raw!r}, which is not a number") \
                     from None
         return foms
+
+
+def _last_match(name: str, pattern: str, text: str, deadline: float) -> Any:
+    """The last match of ``pattern`` in ``text`` (programs often print progress before the
+    result), or None; ParseError when the CPU-time ``deadline`` passes first."""
+    last = None
+    try:
+        for last in regex.finditer(pattern, text, regex.MULTILINE,  # noqa: B007
+                                   timeout=max(deadline - time.process_time(), 0.001)):
+            pass
+    except TimeoutError:
+        raise ParseError(f"FOM {name!r}: the regex {pattern!r} took more than "
+                         f"{LIMITS.regex_timeout_s:g} s of CPU on the output (it backtracks too "
+                         "much; make it more specific)") from None
+    return last

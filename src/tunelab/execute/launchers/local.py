@@ -2,16 +2,16 @@
 
 A run is an argv list (never a shell string) with an environment and a working directory;
 stdout and stderr go to files, and the outcome comes back as an :class:`Outcome`. On timeout
-or interrupt the command's whole process group is killed, so an ``mpirun`` and all its ranks
-go together. Under the launcher contract, :meth:`LocalLauncher.submit` runs a job's runs to
-their end, one after another (one run at a time keeps measurements undisturbed), and
-:meth:`LocalLauncher.collect` hands their outcomes back.
+or interrupt every process of the run is killed (its process group, its cgroup, the orphans
+it left: see :mod:`tunelab.execute.hygiene`), so an ``mpirun`` and all its ranks go
+together, and after every run whatever it left running is killed. Under the launcher
+contract, :meth:`LocalLauncher.submit` runs a job's runs to their end, one after another (one
+run at a time keeps measurements undisturbed), and :meth:`LocalLauncher.collect` hands their
+outcomes back.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunelab.errors import LaunchError
+from tunelab.execute import hygiene
 from tunelab.execute.launchers.base import Job, JobStatus, Launcher, Outcome, RunRequest
 from tunelab.execute.launchers.config import LauncherConfig
 
@@ -80,31 +81,38 @@ class LocalLauncher(Launcher):
         cannot start at all (for example, the executable does not exist). ``should_stop``
         is asked every ``poll_s`` while the command runs; when it says True the command's
         process group is killed and the outcome is ``stopped`` (a pruned run)."""
+        processes = hygiene.current(stdout_path.parent)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             start = time.perf_counter()
             try:
                 proc = subprocess.Popen(
-                    list(argv), env=dict(env), cwd=cwd, stdout=out, stderr=err,
-                    stdin=subprocess.DEVNULL, start_new_session=True,
+                    list(argv), env={**env, **processes.env}, cwd=cwd, stdout=out,
+                    stderr=err, stdin=subprocess.DEVNULL, **processes.popen_options(),
                 )
             except FileNotFoundError:
+                processes.cleanup()
                 raise LaunchError(f"command not found: {argv[0]!r}") from None
             except PermissionError:
+                processes.cleanup()
                 raise LaunchError(f"command is not executable: {argv[0]!r}") from None
-            except OSError as exc:
-                raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                processes.cleanup()
+                raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from None
             try:
+                processes.started(proc)
                 rc = _wait(proc, start + timeout_s, should_stop, poll_s)
+                wall = time.perf_counter() - start
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                return Outcome("timeout", None, time.perf_counter() - start)
-            except BaseException:  # Ctrl-C: take the whole process group down with us
-                _kill_group(proc)
+                wall = time.perf_counter() - start  # the time at the timeout, not after the kill
+                processes.end(proc, _KILL_GRACE_S)
+                return Outcome("timeout", None, wall)
+            except BaseException:  # Ctrl-C: every process of the run goes down with us
+                processes.end(proc, _KILL_GRACE_S)
                 raise
-            wall = time.perf_counter() - start
-            if rc is None:  # should_stop said so
-                _kill_group(proc)
+            if rc is None:  # should_stop said so: the run goes down like on a timeout
+                processes.end(proc, _KILL_GRACE_S)
                 return Outcome("stopped", None, wall)
+            processes.cleanup()  # what the run left behind (background processes, daemons)
         return Outcome("ok" if rc == 0 else "failed", rc, wall)
 
 
@@ -123,21 +131,3 @@ def _wait(proc: subprocess.Popen[bytes], deadline: float,
         except subprocess.TimeoutExpired:
             if should_stop():
                 return None
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, _KILL_GRACE_S), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            # the leader is gone; make sure no stragglers of the group survive
-            os.killpg(proc.pid, signal.SIGKILL)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue

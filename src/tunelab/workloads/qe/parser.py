@@ -48,6 +48,9 @@ _CRASH = re.compile(
     r"from\s+(?P<routine>\S+)\s*:\s*error\s*#\s*(?P<code>-?\d+)\s*\n(?P<msg>.*?)\n\s*%{5,}",
     re.DOTALL,
 )
+_TAG_MISSING = re.compile(r"^[ \t]*(\S.*\btag \S+ not found\b.*?)[ \t]*$", re.MULTILINE)
+"""pw.x's pseudopotential reader on a corrupt file prints this, then dies in the Fortran
+runtime without an ``Error in routine`` block (mpirun's banner is all stderr shows)."""
 _ENERGY = re.compile(r"^\s*!+\s*total energy\s*=\s*(?P<e>[-+\d.EeDd]+)\s*Ry", re.MULTILINE)
 _CONVERGED = re.compile(r"convergence has been achieved in\s+(\d+)\s+iterations")
 _NOT_CONVERGED = re.compile(r"convergence NOT achieved after\s+(\d+)\s+iterations")
@@ -169,6 +172,9 @@ def parse_pw_output(stdout: str, run_dir: Path | None = None) -> dict[str, float
     err = pw_error(stdout, run_dir)
     if err is not None:
         raise RunReportedError(f"pw.x stopped with Error in routine {err}")
+    missing = _TAG_MISSING.search(stdout)
+    if missing is not None and "JOB DONE" not in stdout:
+        raise RunReportedError(f"pw.x stopped: {missing.group(1)}")
     total = None
     for m in _TIMER.finditer(stdout):
         if m.group("name").upper() == "PWSCF":

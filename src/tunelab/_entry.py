@@ -1,0 +1,49 @@
+"""The console script's first code: signals are handled before anything slow is imported.
+
+Importing the command line (typer, rich, pydantic) takes a few tenths of a second; a SIGTERM
+or Ctrl-C in that time would otherwise kill tunelab without a word (exit 143) or print a
+``KeyboardInterrupt`` traceback. Here both become one line and exit status 130, like an
+interrupt at any later point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+__all__ = ["interrupted", "main"]
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, an interrupt (Python 3.11 wraps one raised
+    while a class is being created in a RuntimeError)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def main() -> None:
+    """Install the SIGTERM handler, then import and run :func:`tunelab.cli.main`."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        from tunelab.cli import main as cli_main
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sys.stderr.write("tunelab: interrupted while starting; nothing was done\n")
+        sys.stderr.flush()
+        os._exit(130)  # no finalization of half-imported modules: nothing was done
+    cli_main()

@@ -1,0 +1,136 @@
+"""Checks the runner makes at its edges, so a fault ends in one line and never in a wedge.
+
+* :func:`check_study_dir` — before the lock is taken: the study directory, its lock file and
+  its ``runs`` directory are what they should be and writable.
+* :func:`command_problem` — before a run starts: an argv or environment that no program can
+  be started with (NUL characters, ``=`` in a name, a missing working directory) fails that
+  run with the reason, instead of an exception that would stop the study at the same run on
+  every resume.
+* :func:`check_run_dir` — after a run: if its directory or output files stopped being
+  writable, or the disk filled up, the run's failure may be the file system's doing, so the
+  study stops (the run is not stored; resuming runs it again) instead of blaming the run.
+* :func:`read_output` — a run's output read for parsing within ``LIMITS.output_parse_bytes``.
+* :func:`split_finite` — figures of merit that are NaN or infinite make the run fail
+  (``figure of merit 'v' is not finite: nan``); they are never stored.
+* :func:`write_fault` — an ``OSError`` while writing the study directory (read-only, full,
+  permissions) as one :class:`~tunelab.errors.StoreError` naming the path, saying that the
+  finished runs are kept and the study resumes.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tunelab.errors import StoreError
+from tunelab.limits import LIMITS
+
+__all__ = ["check_run_dir", "check_study_dir", "command_problem", "read_output",
+           "split_finite", "write_fault"]
+
+_LOCK_NAME = ".tunelab.lock"
+_RUNS_NAME = "runs"
+
+
+def write_fault(exc: OSError, path: Path | str | None = None) -> StoreError:
+    """``exc`` (raised while writing ``path``) as the one line that stops the study."""
+    where = exc.filename or path or "the study directory"
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        reason = "no space left on the device"
+    return StoreError(f"cannot write {where}: {reason}; the finished runs are stored, fix "
+                      "this and run the same command again to resume")
+
+
+def check_study_dir(study_dir: Path) -> None:
+    """Make sure ``study_dir`` can hold a running study: a writable directory whose lock file
+    and ``runs`` entry, when present, are a regular file and a directory."""
+    if study_dir.exists() and not study_dir.is_dir():
+        raise StoreError(f"{study_dir}: exists and is not a directory; use another --dir")
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_fault(exc, study_dir) from None
+    lock = study_dir / _LOCK_NAME
+    if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+        raise StoreError(f"{lock}: is not a regular file (tunelab's lock file); remove it")
+    runs = study_dir / _RUNS_NAME
+    if runs.is_symlink() or (runs.exists() and not runs.is_dir()):
+        raise StoreError(f"{runs}: is not a directory (tunelab keeps each run's files "
+                         "there); remove or rename it")
+    try:
+        runs.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise write_fault(exc, runs) from None
+    if not os.access(study_dir, os.W_OK | os.X_OK) or not os.access(runs, os.W_OK | os.X_OK):
+        bad = study_dir if not os.access(study_dir, os.W_OK | os.X_OK) else runs
+        raise StoreError(f"{bad}: not writable; `tunelab run` needs to write there (the "
+                         "read-only commands status, compare, best, report -o and export work)")
+
+
+_MIN_FREE_BYTES = 64 << 10
+
+
+def check_run_dir(run_dir: Path, *files: Path) -> None:
+    """Raise the write fault that stops the study when ``run_dir`` or ``files`` are no
+    longer writable or their file system is (nearly) full."""
+    for path in (run_dir, *files):
+        if path.exists() and not os.access(path, os.W_OK):
+            raise write_fault(PermissionError(errno.EPERM, "it became read-only or immutable "
+                                              "during the run", str(path)))
+    try:
+        fs = os.statvfs(run_dir)
+    except OSError as exc:
+        raise write_fault(exc, run_dir) from None
+    if fs.f_bavail * fs.f_frsize < _MIN_FREE_BYTES:
+        raise write_fault(OSError(errno.ENOSPC, "no space left on the device", str(run_dir)))
+
+
+def command_problem(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> str | None:
+    """Why no program can be started with this argv, environment and working directory; or
+    None when it can be tried."""
+    if not argv:
+        return "the command is empty"
+    for index, arg in enumerate(argv):
+        if "\x00" in arg:
+            return f"argv[{index}] {arg!r} holds a NUL character"
+    for name, value in env.items():
+        if not name or "=" in name or "\x00" in name:
+            return f"environment variable name {name!r} is empty or holds '=' or NUL"
+        if "\x00" in value:
+            return f"the value of environment variable {name} holds a NUL character"
+    if not cwd.is_dir():
+        return f"the working directory {cwd} does not exist or is not a directory"
+    return None
+
+
+def read_output(path: Path) -> str:
+    """The text of a run's output file for parsing: all of it up to
+    ``LIMITS.output_parse_bytes``, else its first and last halves with a marker line between;
+    empty if it cannot be read."""
+    limit = LIMITS.output_parse_bytes
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= limit:
+                blob = f.read(limit)
+            else:
+                head = f.read(limit // 2)
+                f.seek(size - limit // 2)
+                blob = (head + f"\n[... {size - limit:,} bytes not read ...]\n".encode()
+                        + f.read(limit // 2))
+    except OSError:
+        return ""
+    return blob.decode(errors="replace")
+
+
+def split_finite(foms: Mapping[str, float]) -> tuple[dict[str, float], str | None]:
+    """The finite figures of merit, and the failure reason naming the first that is not
+    (NaN or infinite), or None."""
+    finite = {k: v for k, v in foms.items() if math.isfinite(v)}
+    bad = next((k for k in foms if k not in finite), None)
+    reason = None if bad is None else f"figure of merit {bad!r} is not finite: {foms[bad]}"
+    return finite, reason

@@ -1,0 +1,458 @@
+"""Process hygiene: every process a run starts ends with the run, whatever happens.
+
+A run's processes are found four ways, so that none escapes:
+
+* **process group** — the run starts a new session; the group is signalled as a whole.
+* **cgroup v2** — where the unified hierarchy is writable, each run's processes live in a
+  cgroup of their own (``<own cgroup>/tunelab-<study>/<run>``), entered before ``exec``. A
+  process that calls ``setsid()`` or double-forks stays in it; ``cgroup.kill`` ends them all.
+  The cgroup outlives a controller killed with ``kill -9``, so the next start finds what it
+  left.
+* **subreaper** — while a run is in flight the controller is a child subreaper
+  (``PR_SET_CHILD_SUBREAPER``): an orphaned descendant of the run becomes the controller's
+  child instead of init's, and is killed and reaped when the run ends. Used everywhere; it is
+  all there is where cgroups are not writable.
+* **environment marker** — every run's environment holds ``TUNELAB_RUN=<study>/<run>``,
+  inherited by its descendants; ``/proc/*/environ`` finds those that escaped the rest after
+  a controller was killed with ``kill -9``.
+
+Rules the launcher relies on (:class:`RunProcesses`):
+
+* ending a run (:meth:`RunProcesses.end`) sends SIGTERM, waits a grace period, then SIGKILLs
+  everything left; SIGINT and SIGTERM are blocked meanwhile, so a second Ctrl-C can never
+  skip the kill step — it only cuts the grace short;
+* after every run, finished or not, :meth:`RunProcesses.cleanup` kills what the run left
+  behind (background processes, ``setsid()`` daemons) and waits until it is gone;
+* the pid and start time of the run in flight are recorded (in the store, through the
+  study's :class:`StudyProcesses`); when a study starts, :meth:`StudyProcesses.sweep` kills
+  any run a killed controller left running before anything is run again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["RunProcesses", "StudyProcesses", "current", "study_processes"]
+
+MARKER = "TUNELAB_RUN"
+_PR_SET_CHILD_SUBREAPER = 36
+_GONE_WAIT_S = 5.0
+_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+
+
+# --- /proc ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    ppid: int
+    pgid: int
+    start: int  # clock ticks after boot (field 22 of /proc/PID/stat)
+
+
+def _stat(pid: int) -> _Proc | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2:].split()  # after "pid (comm) "
+    if fields[0] == b"Z":  # a zombie is dead already; only its parent can reap it
+        return None
+    return _Proc(pid, int(fields[1]), int(fields[2]), int(fields[19]))
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return needle in b"\0" + f.read()
+    except OSError:
+        return False
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+
+
+def _marked(needle: bytes) -> list[_Proc]:
+    """Live processes (not this one) whose environment holds ``needle``."""
+    me = os.getpid()
+    found = []
+    for pid in _pids():
+        if pid != me and _environ_has(pid, needle):
+            proc = _stat(pid)
+            if proc is not None:
+                found.append(proc)
+    return found
+
+
+def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, sig)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, sig)
+
+
+def _reap(pid: int) -> None:
+    """Reap ``pid`` if it is a child of this process that has ended."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+# --- cgroup v2 --------------------------------------------------------------------------
+
+
+def _cgroup_base() -> Path | None:
+    """This process's own cgroup directory in a writable cgroup v2 hierarchy, or None."""
+    try:
+        own = next((line.split("::", 1)[1].strip() for line in
+                    Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.startswith("0::")), None)
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    if own is None:
+        return None
+    for line in mounts:
+        left, _, right = line.partition(" - ")
+        if right.split()[:1] == ["cgroup2"]:
+            base = Path(left.split()[4]) / own.lstrip("/")
+            if base.is_dir() and os.access(base, os.W_OK):
+                return base
+    return None
+
+
+def _cgroup_pids(cgroup: Path) -> list[int]:
+    try:
+        return [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _cgroup_kill(cgroup: Path) -> None:
+    """SIGKILL every process in ``cgroup`` (``cgroup.kill``, or one by one when frozen)."""
+    try:
+        (cgroup / "cgroup.kill").write_text("1")
+        return
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        (cgroup / "cgroup.freeze").write_text("1")
+    for pid in _cgroup_pids(cgroup):
+        _kill(pid)
+    with contextlib.suppress(OSError):
+        (cgroup / "cgroup.freeze").write_text("0")
+
+
+def _cgroup_remove(cgroup: Path) -> None:
+    deadline = time.monotonic() + _GONE_WAIT_S
+    while _cgroup_pids(cgroup) and time.monotonic() < deadline:
+        _cgroup_kill(cgroup)
+        for pid in _cgroup_pids(cgroup):
+            _reap(pid)
+        time.sleep(0.01)
+    with contextlib.suppress(OSError):
+        cgroup.rmdir()
+
+
+# --- signals ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[Callable[[], bool]]:
+    """Hold SIGINT and SIGTERM back; yield a function that tells whether one arrived
+    meanwhile. On exit the usual handlers are back and a held signal is raised again, so it
+    is handled as usual — after the kill. (Python runs signal handlers in the main thread
+    only, whichever thread the kernel delivered the signal to, so replacing the handlers is
+    what holds them; away from the main thread no KeyboardInterrupt can arrive anyway.)"""
+    arrived: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        arrived.append(signum)
+
+    try:
+        old = {sig: signal.signal(sig, note) for sig in _INTERRUPTS}
+    except ValueError:  # not the main thread
+        yield lambda: False
+        return
+    try:
+        yield lambda: bool(arrived)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])
+
+
+# --- a study's processes ------------------------------------------------------------------
+
+
+class MetaStore(Protocol):
+    """What hygiene needs of a store: meta values (the in-flight record)."""
+
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, values: Mapping[str, str]) -> None: ...
+
+
+INFLIGHT_KEY = "inflight"
+"""Meta key of the run in flight: JSON ``{"pid", "start", "marker", "cgroup"}``, or empty."""
+
+
+@dataclass
+class StudyProcesses:
+    """The process hygiene of one study controller (see the module docstring)."""
+
+    study_dir: Path
+    store: MetaStore | None = None
+    token: str = field(init=False)
+    cgroup: Path | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.token = hashlib.sha1(str(self.study_dir.resolve()).encode()).hexdigest()[:12]
+        base = _cgroup_base()
+        if base is not None:
+            candidate = base / f"tunelab-{self.token}"
+            with contextlib.suppress(OSError):
+                candidate.mkdir(exist_ok=True)
+                self.cgroup = candidate
+
+    def sweep(self) -> int:
+        """Kill every process a killed controller of this study left running (cgroups, the
+        environment marker, the recorded in-flight run); wait until they are gone. Returns
+        how many processes were killed."""
+        victims: dict[int, _Proc] = {}
+        recorded = self._recorded()
+        if recorded:
+            proc = _stat(int(recorded.get("pid", 0)))
+            if proc is not None and proc.start == recorded.get("start"):
+                _killpg(proc.pgid, signal.SIGKILL)
+                victims[proc.pid] = proc
+        if self.cgroup is not None:
+            for leaf in [p for p in self.cgroup.iterdir() if p.is_dir()]:
+                victims.update((pid, _Proc(pid, 0, 0, 0)) for pid in _cgroup_pids(leaf))
+                _cgroup_remove(leaf)
+        for proc in _marked(f"{MARKER}={self.token}/".encode()):
+            _killpg(proc.pgid, signal.SIGKILL)
+            _kill(proc.pid)
+            victims[proc.pid] = proc
+        _wait_gone(list(victims.values()))
+        if recorded:
+            self.record(None)
+        return len(victims)
+
+    def _recorded(self) -> dict[str, Any]:
+        raw = self.store.get_meta(INFLIGHT_KEY) if self.store is not None else None
+        try:
+            record = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def record(self, record: dict[str, Any] | None) -> None:
+        """Store the record of the run in flight, or clear it (None)."""
+        if self.store is not None:
+            self.store.set_meta({INFLIGHT_KEY: json.dumps(record) if record else ""})
+
+    def run(self, name: str) -> RunProcesses:
+        """The processes of the run called ``name`` (unique within the study)."""
+        return RunProcesses(self, name)
+
+    def close(self) -> None:
+        """Remove the study's cgroup once it is empty."""
+        if self.cgroup is not None:
+            for leaf in [p for p in self.cgroup.iterdir() if p.is_dir()]:
+                _cgroup_remove(leaf)
+            with contextlib.suppress(OSError):
+                self.cgroup.rmdir()
+
+
+_CURRENT: list[StudyProcesses] = []
+
+
+@contextlib.contextmanager
+def study_processes(study_dir: Path, store: MetaStore | None = None
+                    ) -> Iterator[StudyProcesses]:
+    """Make the hygiene of ``study_dir`` the current one while a study runs: the local
+    launcher's runs join it (see :func:`current`); ``store`` keeps the in-flight record."""
+    processes = StudyProcesses(Path(study_dir), store)
+    _CURRENT.append(processes)
+    try:
+        yield processes
+    finally:
+        _CURRENT.remove(processes)
+        processes.close()
+
+
+def current(run_dir: Path) -> RunProcesses:
+    """The processes of the run whose directory is ``run_dir``: within the current study's
+    hygiene when a study runs, else within a hygiene of its own (closed by cleanup)."""
+    name = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
+    if _CURRENT:
+        return _CURRENT[-1].run(name)
+    return RunProcesses(StudyProcesses(run_dir), name, owns_study=True)
+
+
+def _subreaper(on: bool) -> None:
+    """Make this process a child subreaper (or stop being one)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+
+
+def _wait_gone(procs: list[_Proc]) -> None:
+    """Wait until every process of ``procs`` has ended (or a few seconds have passed)."""
+    deadline = time.monotonic() + _GONE_WAIT_S
+    every = list(procs)
+    while procs and time.monotonic() < deadline:
+        for proc in procs:
+            _reap(proc.pid)
+        procs = [p for p in procs if (now := _stat(p.pid)) is not None and
+                 (p.start == 0 or now.start == p.start)]
+        if procs:
+            time.sleep(0.01)
+    for proc in every:  # an adopted orphan that died meanwhile is a zombie until reaped
+        _reap(proc.pid)
+
+
+# --- one run's processes ------------------------------------------------------------------
+
+
+class RunProcesses:
+    """Everything one run starts: how to start it (:attr:`env`, :meth:`popen_options`), how
+    to end it (:meth:`end`) and how to clean up after it (:meth:`cleanup`)."""
+
+    def __init__(self, study: StudyProcesses, name: str, *, owns_study: bool = False) -> None:
+        self.study = study
+        self._owns_study = owns_study
+        self.env = {MARKER: f"{study.token}/{name}"}
+        self.cgroup: Path | None = None
+        self._cgroup_fd: int | None = None
+        self._leader: _Proc | None = None
+        self._children_before: set[int] = set()
+        if study.cgroup is not None:
+            leaf = study.cgroup / name
+            try:
+                leaf.mkdir(exist_ok=True)
+                self._cgroup_fd = os.open(leaf / "cgroup.procs", os.O_WRONLY)
+                self.cgroup = leaf
+            except OSError:
+                self.cgroup = None
+
+    def popen_options(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`subprocess.Popen`: a new session, and entering the
+        run's cgroup between ``fork`` and ``exec`` (so no descendant starts outside it)."""
+        options: dict[str, Any] = {"start_new_session": True}
+        _subreaper(True)  # for this run only: what it orphans is adopted, killed and reaped
+        fd = self._cgroup_fd
+        if fd is not None:
+            def enter_cgroup() -> None:  # in the child, between fork and exec
+                with contextlib.suppress(OSError):
+                    os.write(fd, b"0")
+
+            options["preexec_fn"] = enter_cgroup
+        self._children_before = {p.pid for p in _children()}
+        return options
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        """Record the run's leader (pid and start time) while it is in flight."""
+        self._leader = _stat(proc.pid)
+        if self._leader is not None:
+            self.study.record({"pid": self._leader.pid, "start": self._leader.start,
+                               "marker": self.env[MARKER],
+                               "cgroup": str(self.cgroup) if self.cgroup else None})
+
+    def end(self, proc: subprocess.Popen[bytes], grace_s: float) -> None:
+        """SIGTERM the run's processes, give them ``grace_s`` seconds, SIGKILL the rest.
+        Interrupts wait until this is done; one arriving meanwhile ends the grace."""
+        with _interrupts_held() as interrupted:
+            self._signal_all(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and not interrupted():
+                if proc.poll() is not None and not self._members(proc.pid):
+                    break
+                time.sleep(0.02)
+            self._signal_all(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=_GONE_WAIT_S)
+            self.cleanup()
+
+    def cleanup(self) -> None:
+        """Kill whatever the run left running (background processes, ``setsid()``
+        daemons, orphans adopted by this subreaper), wait until it is gone, and clear the
+        in-flight record."""
+        with _interrupts_held():
+            leftovers = self._leftovers()
+            for proc in leftovers:
+                _killpg(proc.pgid, signal.SIGKILL)
+                _kill(proc.pid)
+            if self.cgroup is not None:
+                _cgroup_remove(self.cgroup)
+            _wait_gone(leftovers)
+            if self._cgroup_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._cgroup_fd)
+                self._cgroup_fd = None
+            if self._leader is not None:
+                self._leader = None
+                self.study.record(None)
+            _subreaper(False)  # orphans of anything else go to init, as usual
+            if self._owns_study:
+                self.study.close()
+
+    def _members(self, pgid: int) -> list[_Proc]:
+        """The run's live processes: its group, its cgroup, its marked descendants."""
+        found = {p.pid: p for p in _marked(f"{MARKER}={self.env[MARKER]}".encode())}
+        if self.cgroup is not None:
+            for pid in _cgroup_pids(self.cgroup):
+                proc = _stat(pid)
+                if proc is not None:
+                    found[pid] = proc
+        for proc in _children():
+            if proc.pgid == pgid:
+                found[proc.pid] = proc
+        return list(found.values())
+
+    def _leftovers(self) -> list[_Proc]:
+        pgid = self._leader.pgid if self._leader else -1
+        found = {p.pid: p for p in self._members(pgid)}
+        for proc in _children():  # orphans this subreaper adopted during the run
+            if proc.pid not in self._children_before:
+                found[proc.pid] = proc
+        return list(found.values())
+
+    def _signal_all(self, pgid: int, sig: int) -> None:
+        _killpg(pgid, sig)
+        for proc in self._members(pgid):
+            _kill(proc.pid, sig)
+            if proc.pgid != pgid:
+                _killpg(proc.pgid, sig)
+
+
+def _children() -> list[_Proc]:
+    """Live children of this process (adopted orphans included)."""
+    me = os.getpid()
+    found = []
+    for pid in _pids():
+        proc = _stat(pid)
+        if proc is not None and proc.ppid == me:
+            found.append(proc)
+    return found

@@ -1,0 +1,74 @@
+"""Fixtures and helpers of the hardening suite: the in-process CLI worker, study texts, and
+the checks every hostile input must pass (one line, exit 1 or 2, bounded CPU and memory)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.hardening.worker import CliWorker
+
+PY = sys.executable
+CPU_LIMIT_S = 5.0
+"""CPU seconds one hostile input may cost tunelab (its children are counted apart)."""
+RSS_LIMIT_MB = 500.0
+"""Peak resident memory of the process that handled the inputs (imports included)."""
+
+
+@pytest.fixture(scope="module")
+def cli() -> Iterator[CliWorker]:
+    """A worker running ``tunelab`` in-process (started once per test module)."""
+    worker = CliWorker()
+    yield worker
+    worker.close()
+
+
+def command_study(argv: list[str], *, params: str = "x: [1]", extra: str = "",
+                  options: str = "", name: str | None = "s") -> str:
+    """A study of the ``command`` workload (``argv`` and ``options`` as YAML flow)."""
+    head = f"name: {name}\n" if name else ""
+    more = f", {options}" if options else ""
+    return (f"{head}workload: {{name: command, options: {{argv: {json.dumps(argv)}{more}}}}}\n"
+            f"parameters: {{{params}}}\nrepeats: 1\ntimeout: 60\n{extra}")
+
+
+def printing(text: str) -> list[str]:
+    """argv of a program that prints ``text`` (braces escaped for the argv template)."""
+    code = f"import sys; sys.stdout.write({text!r})"
+    return [PY, "-c", code.replace("{", "{{").replace("}", "}}")]
+
+
+def assert_clean(answer: dict[str, Any], rc: int, *fragments: str) -> None:
+    """Exit status ``rc``; for 2, exactly one line ``tunelab: error: …`` holding every
+    fragment; never a traceback or an escaped exception; CPU and memory within the limits."""
+    assert answer["escaped"] is None, answer["escaped"]
+    err = answer["stderr"]
+    assert answer["rc"] == rc, (answer["rc"], err[-2000:])
+    assert "Traceback" not in err and "Traceback" not in answer["stdout"]
+    if rc == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tunelab: error: "), err[-2000:]
+        assert len(lines[0]) < 600, lines[0]
+    for fragment in fragments:
+        assert fragment in err, (fragment, err[-2000:])
+    assert answer["cpu_s"] < CPU_LIMIT_S, answer["cpu_s"]
+    assert answer["maxrss_mb"] < RSS_LIMIT_MB, answer["maxrss_mb"]
+
+
+def store_rows(db: Path) -> list[tuple[str, int, str, str | None]]:
+    """(point key, repeat, status, reason) of every stored run, after checking the database's
+    integrity."""
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return [(k, int(r), s, why) for k, r, s, why in conn.execute(
+            "SELECT p.key, r.repeat, r.status, r.reason FROM runs r "
+            "JOIN points p ON p.id = r.point_id ORDER BY r.id")]
+    finally:
+        conn.close()

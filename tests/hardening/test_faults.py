@@ -1,0 +1,311 @@
+"""Faults of the machine and of the user, with real processes: ``kill -9`` of tunelab at
+random points (then resumed), repeated Ctrl-C, SIGTERM while starting, runs that leave
+``setsid()`` daemons and background processes, timeouts, file systems that turn read-only
+or immutable mid-run, a full disk, and a study read from a read-only medium.
+
+After each: every (point, repeat) is stored exactly once, ``PRAGMA integrity_check`` is ok,
+and no process of the study is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.hardening.conftest import PY, assert_clean, store_rows
+
+PROG = Path(__file__).with_name("leaver.py")
+
+
+def leaver_study(tag: str, *, points: int = 3, repeats: int = 2, sleep: str = "0.1",
+                 leave: str = "both", timeout: float = 60, extra: str = "") -> str:
+    """A study whose runs each leave a ``setsid()`` grandchild and a background process
+    running (tagged ``tag`` on their command lines) and print ``v=<x>``."""
+    xs = ", ".join(str(i) for i in range(points))
+    return (f"name: f\nworkload: {{name: command, options: {{argv: [{PY}, {PROG}, {leave}, "
+            f"'{sleep}', {tag}, '{{x}}'], foms: {{v: 'v=(?P<value>\\S+)'}}}}}}\n"
+            f"parameters: {{x: [{xs}]}}\nrepeats: {repeats}\ntimeout: {timeout}\n"
+            f"objective: {{fom: v}}\n{extra}")
+
+
+def survivors(tag: str) -> list[str]:
+    """Command lines of live processes tagged ``tag`` (zombies are dead)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if tag in cmd and state != "Z":
+            found.append(f"{pid}: {cmd}")
+    return found
+
+
+def wait_no_survivors(tag: str, timeout: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := survivors(tag)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def count_runs(db: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def start(study: Path, directory: Path, *options: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([PY, "-m", "tunelab", "run", str(study), "--dir", str(directory),
+                             *options],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=study.parent)
+
+
+def wait_until(check, timeout: float = 120.0, what: str = "") -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def assert_complete(db: Path, points: int, repeats: int) -> None:
+    rows = store_rows(db)
+    keys = [(key, repeat) for key, repeat, _, _ in rows]
+    assert len(keys) == len(set(keys)) == points * repeats, rows
+    assert all(status == "ok" for _, _, status, _ in rows), rows
+
+
+# --- kill -9 at random points -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_then_resume_keeps_every_run_exactly_once(cli, tmp_path):
+    orphaned = 0  # seeds whose kill left a run (and what it started) running
+    for seed in range(20):
+        rng = random.Random(seed)
+        tag = f"tl{uuid.uuid4().hex[:10]}"
+        study = tmp_path / f"s{seed}.yaml"
+        study.write_text(leaver_study(tag, sleep=f"{rng.uniform(0.02, 0.15):.2f}"))
+        d = tmp_path / f"d{seed}"
+        proc = start(study, d)
+        stored = rng.randint(0, 5)  # kill once this many runs are stored, plus a little
+        db = d / "tunelab.db"
+        wait_until(lambda: count_runs(db) >= stored or proc.poll() is not None,  # noqa: B023
+                   what=f"{stored} runs")
+        time.sleep(rng.uniform(0, 0.2))
+        proc.kill()  # kill -9 of tunelab alone: its run in flight is orphaned
+        proc.communicate(timeout=30)
+        orphaned += bool(survivors(tag))
+        answer = cli.run({}, ["run", str(study), "--dir", str(d), "-q"], cwd=str(tmp_path))
+        assert_clean(answer, 0)
+        assert_complete(d / "tunelab.db", 3, 2)
+        assert wait_no_survivors(tag) == [], f"seed {seed}"
+    assert orphaned >= 5, orphaned
+
+
+# --- signals ------------------------------------------------------------------------------
+
+
+def test_repeated_ctrl_c_never_skips_the_kill(tmp_path):
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=1, repeats=1, sleep="60", leave="stubborn"))
+    proc = start(study, tmp_path / "d")
+    wait_until(lambda: len(survivors(tag)) >= 3, what="the run and its leftovers")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # inside the grace period: the run ignores SIGTERM
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert wait_no_survivors(tag) == []
+
+
+def _catches_sigterm(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.3])
+def test_sigterm_while_tunelab_starts_is_one_line(tmp_path, delay):
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study("unused", points=1, repeats=1))
+    proc = start(study, tmp_path / "d")
+    wait_until(lambda: _catches_sigterm(proc.pid) or proc.poll() is not None,
+               what="tunelab to handle SIGTERM")
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert len(err.strip().splitlines()) == 1 and "interrupted" in err, err
+
+
+# --- what runs leave behind ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cgroups", [True, False])
+def test_setsid_grandchildren_and_background_processes_end_with_each_run(tmp_path, cgroups):
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=2, repeats=1, leave="all",
+                                  extra="search: {strategy: grid}\n"))
+    code = ("import sys, tunelab.execute.hygiene as h\n"
+            + ("" if cgroups else "h._cgroup_base = lambda: None\n")
+            + "from tunelab._entry import main\nsys.argv[0] = 'tunelab'\nmain()\n")
+    res = subprocess.run([PY, "-c", code, "run", str(study), "--dir", str(tmp_path / "d"),
+                          "-q"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert survivors(tag) == []
+    rows = store_rows(tmp_path / "d" / "tunelab.db")
+    # each run checked that the previous run's leftovers were gone before it started
+    assert [status for *_, status, _ in rows] == ["ok", "ok"], rows
+
+
+def test_a_timed_out_run_records_the_time_at_the_timeout(cli):
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    answer = cli.run({"s.yaml": leaver_study(tag, points=1, repeats=1, sleep="60",
+                                             leave="stubborn", timeout=0.5)},
+                     ["run", "s.yaml", "-q"])
+    assert_clean(answer, 1)
+    conn = sqlite3.connect(Path(answer["dir"], "runs/f/tunelab.db"))
+    status, wall = conn.execute("SELECT status, wall_s FROM runs").fetchone()
+    conn.close()
+    assert status == "timeout" and 0.5 <= wall < 1.5, wall  # not 0.5 s + the 3 s grace
+    assert wait_no_survivors(tag) == []
+
+
+# --- file systems -------------------------------------------------------------------------
+
+
+def _root_can(*argv: str) -> bool:
+    return os.geteuid() == 0 and subprocess.run(argv, capture_output=True).returncode == 0
+
+
+@contextmanager
+def read_only_view(directory: Path) -> Iterator[Path]:
+    """``directory`` seen through a read-only bind mount."""
+    view = directory.with_name(directory.name + "-ro")
+    view.mkdir()
+    if not _root_can("mount", "--bind", str(directory), str(view)):
+        pytest.skip("needs root to bind-mount")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+@pytest.mark.parametrize("killed", [False, True])
+def test_a_study_on_a_read_only_medium_is_readable_by_every_read_command(cli, tmp_path,
+                                                                        killed):
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, extra="baseline: {x: 0}\n"))
+    d = tmp_path / "d"
+    if killed:  # a WAL and its index left by kill -9
+        proc = start(study, d)
+        wait_until(lambda: count_runs(d / "tunelab.db") >= 2, what="2 runs")
+        proc.kill()
+        proc.communicate(timeout=30)
+        assert (d / "tunelab.db-wal").exists()
+    else:
+        assert_clean(cli.run({}, ["run", str(study), "--dir", str(d), "-q"],
+                             cwd=str(tmp_path)), 0)
+    with read_only_view(d) as ro:
+        report = tmp_path / "report.html"
+        for argv in (["status", ro], ["compare", ro], ["best", ro], ["export", ro, "-o", "-"],
+                     ["report", ro, "-o", report], ["status", ro, "--format", "json"]):
+            answer = cli.run({}, [str(a) for a in argv], cwd=str(tmp_path))
+            assert answer["escaped"] is None and answer["rc"] in (0, 1), answer["stderr"]
+            assert "error" not in answer["stderr"], answer["stderr"]
+        assert report.exists()
+        assert_clean(cli.run({}, ["report", str(ro)], cwd=str(tmp_path)), 2,
+                     "Read-only file system", "--output")
+        assert_clean(cli.run({}, ["run", str(study), "--dir", str(ro)], cwd=str(tmp_path)), 2,
+                     "not writable")
+    wait_no_survivors(tag)
+
+
+@pytest.mark.parametrize("target", ["runs", "tunelab.db-shm", "tunelab.db-wal", "."])
+def test_a_study_directory_made_immutable_mid_run_stops_with_one_line(tmp_path, target):
+    if not _root_can("chattr", "-i", str(tmp_path)):
+        pytest.skip("needs root and a file system with chattr")
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=3, repeats=2, sleep="0.3"))
+    d = tmp_path / "d"
+    proc = start(study, d, "-q")
+    try:
+        wait_until(lambda: count_runs(d / "tunelab.db") >= 1, what="a run")
+        subprocess.run(["chattr", "-R", "+i", str(d / target)], check=True)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(d)], check=True)
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tunelab: error: cannot write"), err
+    assert "run the same command again to resume" in lines[0]
+    assert wait_no_survivors(tag) == []
+    res = subprocess.run([PY, "-m", "tunelab", "run", str(study), "--dir", str(d), "-q"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert_complete(d / "tunelab.db", 3, 2)
+
+
+def test_a_full_disk_mid_run_stops_with_one_line_and_resumes(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if not _root_can("mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        tag = f"tl{uuid.uuid4().hex[:10]}"
+        study = disk / "s.yaml"
+        # each run writes 0.7 MB of output: the disk fills after a few runs
+        study.write_text(leaver_study(tag, points=4, repeats=2, leave="fill"))
+        res = subprocess.run([PY, "-m", "tunelab", "run", str(study), "--dir", str(disk / "d"),
+                              "-q"], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2, res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "cannot write" in lines[0], res.stderr
+        assert "no space left" in lines[0].lower() or "full" in lines[0], lines[0]
+        done = store_rows(disk / "d" / "tunelab.db")
+        assert 0 < len(done) < 8
+        for run_dir in (disk / "d" / "runs").glob("*/*"):
+            for f in run_dir.glob("*.txt"):
+                f.unlink()  # make room
+        res = subprocess.run([PY, "-m", "tunelab", "run", str(study), "--dir",
+                              str(disk / "d"), "-q"], capture_output=True, text=True,
+                             timeout=120)
+        rows = store_rows(disk / "d" / "tunelab.db")
+        keys = [(k, r) for k, r, _, _ in rows]
+        assert len(keys) == len(set(keys)) and len(keys) >= len(done)
+        assert wait_no_survivors(tag) == []
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

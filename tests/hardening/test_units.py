@@ -1,0 +1,135 @@
+"""The pieces behind the promises, one by one (fast, in-process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tunelab.errors import SpaceError, StoreError, StudyError
+from tunelab.execute.guards import check_study_dir, command_problem, read_output, split_finite
+from tunelab.execute.hygiene import MARKER, StudyProcesses, _interrupts_held
+from tunelab.expr import Expression, ExpressionError
+from tunelab.limits import LIMITS
+from tunelab.safeyaml import load_yaml
+from tunelab.space import Space
+
+
+def test_yaml_lines_are_indexed_once_per_node_even_through_aliases():
+    text = "a: &x\n  b: 1\n  c: [1, 2]\nd: *x\ne: [*x, *x]\n"
+    data, lines = load_yaml(text, "s.yaml")
+    assert data["d"] == data["a"] and data["e"][1]["c"] == [1, 2]
+    assert lines[("a", "b")] == 2 and lines[("d",)] == 4 and lines[("e",)] == 5
+
+
+def test_yaml_alias_expansion_is_counted_without_being_walked():
+    # each level doubles: 2**40 nodes once expanded, sized in microseconds
+    lines = ["l0: &l0 [1, 2]"] + [f"l{i}: &l{i} [*l{i - 1}, *l{i - 1}]" for i in range(1, 41)]
+    started = time.process_time()
+    with pytest.raises(StudyError, match=r"s.yaml:\d+: more than 100,000 YAML nodes"):
+        load_yaml("\n".join(lines), "s.yaml")
+    assert time.process_time() - started < 1
+
+
+def test_merge_keys_still_work_and_explicit_keys_win():
+    data, _ = load_yaml("base: &b {x: 1, y: 2}\nd: {<<: *b, y: 3}\n", "s.yaml")
+    assert data["d"] == {"x": 1, "y": 3}
+
+
+@pytest.mark.parametrize("source", ["2 ** 64 > 0", "'ab' * 5000 != ''", "(2**63)**64 > 0",
+                                    "max(" + ", ".join(["1"] * 400) + ") == 1"])
+def test_expressions_just_within_the_limits_evaluate(source):
+    assert Expression.parse(source).evaluate({}) is True
+
+
+@pytest.mark.parametrize("source", ["(2**64)**64", "'ab' * 5001", "(2**63)**64 * 2**64"])
+def test_expressions_just_over_the_limits_are_refused_before_computing(source):
+    with pytest.raises(ExpressionError, match="larger than 4096 bits|longer than 10,000"):
+        Expression.parse(source).evaluate({})
+
+
+def test_enumeration_refuses_at_once_when_nothing_prunes_early():
+    space = Space([("a", tuple(range(1000))), ("b", tuple(range(1000)))])
+    started = time.process_time()
+    with pytest.raises(SpaceError, match=r"1,000,000 combinations \(1,000 a x 1,000 b\)"):
+        space.points()
+    assert time.process_time() - started < 0.1
+
+
+def test_a_large_product_that_prunes_early_still_enumerates():
+    space = Space([("a", tuple(range(10_000))), ("b", tuple(range(10_000)))],
+                  constraints=[_rule("a < 3")])
+    assert space.size == 10**8
+    assert len(space.points()) == 3 * 10_000
+
+
+def _rule(text):
+    from tunelab.spec import ConstraintSpec
+
+    return ConstraintSpec(Expression.parse(text))
+
+
+def test_read_output_keeps_head_and_tail_of_huge_output(tmp_path):
+    path = tmp_path / "out"
+    half = LIMITS.output_parse_bytes // 2
+    path.write_bytes(b"HEAD\n" + b"x" * (3 * half) + b"\nTAIL\n")
+    text = read_output(path)
+    assert text.startswith("HEAD") and text.endswith("TAIL\n")
+    assert "bytes not read" in text and len(text) < LIMITS.output_parse_bytes + 100
+
+
+def test_split_finite_names_the_first_non_finite_fom():
+    finite, reason = split_finite({"a": 1.0, "v": float("nan"), "w": float("inf")})
+    assert finite == {"a": 1.0} and reason == "figure of merit 'v' is not finite: nan"
+
+
+@pytest.mark.parametrize(("argv", "env", "fragment"), [
+    (["echo", "a\x00b"], {}, "argv[1] 'a\\x00b' holds a NUL"),
+    (["echo"], {"A=B": "1"}, "name 'A=B'"),
+    (["echo"], {"A": "x\x00"}, "value of environment variable A"),
+    ([], {}, "empty"),
+])
+def test_commands_no_program_can_start_with_are_named(tmp_path, argv, env, fragment):
+    assert fragment in (command_problem(argv, env, tmp_path) or "")
+    assert "does not exist" in (command_problem(["echo"], {}, tmp_path / "nope") or "")
+
+
+def test_study_dir_problems_are_found_before_the_lock(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(StoreError, match="exists and is not a directory"):
+        check_study_dir(tmp_path / "f")
+    (tmp_path / "d" / "runs").mkdir(parents=True)
+    (tmp_path / "d" / ".tunelab.lock").symlink_to("/etc/passwd")
+    with pytest.raises(StoreError, match="is not a regular file"):
+        check_study_dir(tmp_path / "d")
+
+
+def test_interrupts_wait_until_the_kill_is_done():
+    seen = []
+    old = signal.signal(signal.SIGINT, lambda *_: seen.append("handled"))
+    try:
+        with _interrupts_held() as interrupted:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C changes nothing
+            time.sleep(0.05)
+            assert interrupted() and seen == []
+        assert seen == ["handled"]
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_the_sweep_kills_what_a_dead_controller_left_by_its_marker(tmp_path):
+    study = StudyProcesses(tmp_path)
+    env = {**os.environ, MARKER: f"{study.token}/r0"}
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
+                              start_new_session=True)
+    try:
+        assert study.sweep() >= 1
+        orphan.wait(timeout=10)  # it was killed (the sweep may have reaped it already)
+    finally:
+        orphan.kill()
+        study.close()
