@@ -102,7 +102,7 @@ def test_a_schema_1_store_is_migrated_in_place(tmp_path: Path):
     conn = sqlite3.connect(tmp_path / "tunelab.db")
     conn.executescript(OLD_SCHEMA)
     conn.close()
-    with open_store(tmp_path) as store:
+    with open_store(tmp_path, write=True) as store:
         assert store.get_meta("schema_version") == "2"
         store.record_run(_record({"x": 1}, 1, 1.1, disturbed=True))
         frame = store.runs_frame()
@@ -134,7 +134,7 @@ def test_a_pruned_run_rebuilds_an_old_runs_table_keeping_every_row(tmp_path: Pat
         point_key='{"x": 2}', params={"x": 2}, repeat=0, status="pruned",
         reason="pruned at step 2", rc=None, wall_s=0.5, started_at="t", ended_at="t",
         host="h", command=[], env={}, run_dir="r", foms={"wall_s": 0.5})
-    with open_store(tmp_path) as store:
+    with open_store(tmp_path, write=True) as store:
         store.record_run(pruned)
         assert store.status_counts() == {"ok": 1, "pruned": 1}
         frame = store.runs_frame()
