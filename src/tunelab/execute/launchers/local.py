@@ -82,7 +82,19 @@ class LocalLauncher(Launcher):
         is asked every ``poll_s`` while the command runs; when it says True the command's
         process group is killed and the outcome is ``stopped`` (a pruned run)."""
         processes = hygiene.current(stdout_path.parent)
-        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        try:
+            out_file = open(stdout_path, "wb")  # noqa: SIM115
+            try:
+                err_file = open(stderr_path, "wb")  # noqa: SIM115
+            except OSError:
+                out_file.close()
+                raise
+        except OSError as exc:  # the study directory became unwritable since it was prepared
+            from tunelab.execute.guards import write_fault
+
+            processes.cleanup()
+            raise write_fault(exc, stdout_path.parent) from None
+        with out_file as out, err_file as err:
             start = time.perf_counter()
             try:
                 proc = subprocess.Popen(
