@@ -404,7 +404,9 @@ class Executor:
         foms: dict[str, float] = {}
         status: str = outcome.status
         reason = outcome.reason
-        if reason is not None:  # could not start, or cut off by the scheduler
+        if outcome.status == "stopped":  # the pruner stopped it (see execute/watch.py)
+            status = "pruned"
+        elif reason is not None:  # could not start, or cut off by the scheduler
             status = "timeout" if outcome.status == "timeout" else "failed"
         elif outcome.status == "timeout":
             check_run_dir(run_dir, run_dir / "stdout.txt", run_dir / "stderr.txt")
@@ -421,7 +423,7 @@ class Executor:
             rc=outcome.rc, wall_s=outcome.wall_s, started_at=outcome.started_at or _now(),
             ended_at=outcome.ended_at or _now(), host=outcome.host or self.host,
             command=argv, env=env, run_dir=str(run_dir.relative_to(self.study_dir)),
-            foms=foms, sysinfo_id=self.sysinfo_id))
+            foms=foms, sysinfo_id=self.sysinfo_id, noise=outcome.noise))
 
 
 def parse_run(study: Study, rc: int | None,

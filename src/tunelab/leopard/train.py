@@ -412,6 +412,9 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                 wait = 0
             else:
                 wait += 1
+            if ctx.is_main:  # intermediate figures for a study's pruner (tunelab.search)
+                print(json.dumps({"intermediate": {"epoch": epoch + 1, "val_pr_auc": val["pr_auc"],
+                                                   "val_loss": val["loss"]}}), flush=True)
             log(f"epoch {epoch + 1}/{cfg.epochs}  loss {row['train_loss']:.4g}  val_loss "
                 f"{val['loss']:.4g}  val_pr_auc {val['pr_auc']:.4f}  {row['windows_per_s']:.1f} "
                 f"windows/s{'  *' if improved else ''}")
