@@ -140,6 +140,35 @@ def test_repeated_ctrl_c_never_skips_the_kill(tmp_path):
     assert wait_no_survivors(tag) == []
 
 
+def start_without_cgroups(study: Path, directory: Path) -> subprocess.Popen[str]:
+    """``tunelab run`` with cgroups out of reach: the process group and the subreaper are
+    all that find a run's processes."""
+    code = ("import sys, tunelab.execute.hygiene as h\nh._cgroup_base = lambda: None\n"
+            "from tunelab._entry import main\nsys.argv[0] = 'tunelab'\nmain()\n")
+    return subprocess.Popen([PY, "-c", code, "run", str(study), "--dir", str(directory)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=study.parent)
+
+
+def test_two_signals_at_once_end_the_run_at_once_without_cgroups(tmp_path):
+    """SIGINT and SIGTERM pending together: the first unwinds, the second is held until
+    the kill step runs and only cuts its grace short (it used to be lost to the KeyboardInterrupt
+    handling of the wait, so the whole grace passed)."""
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=1, repeats=1, sleep="60", leave="stubborn"))
+    proc = start_without_cgroups(study, tmp_path / "d")
+    wait_until(lambda: len(survivors(tag)) >= 3, what="the run and its leftovers")
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err, err
+    assert wait_no_survivors(tag) == []
+    assert took < 3.0, took  # the 3 s grace was cut short by the second signal
+
+
 def _catches_sigterm(pid: int) -> bool:
     try:
         status = Path(f"/proc/{pid}/status").read_text()

@@ -70,7 +70,8 @@ class LocalLauncher(Launcher):
         """Run ``argv`` to completion or until ``timeout_s``; raise LaunchError if it
         cannot start at all (for example, the executable does not exist)."""
         processes = hygiene.current(stdout_path.parent)
-        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err, \
+                processes.in_flight():
             start = time.perf_counter()
             try:
                 proc = subprocess.Popen(
@@ -86,6 +87,9 @@ class LocalLauncher(Launcher):
             except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 processes.cleanup()
                 raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from None
+            except BaseException:  # interrupted while starting: what did start goes down
+                processes.cleanup()
+                raise
             try:
                 processes.started(proc)
                 rc = proc.wait(timeout=timeout_s)
