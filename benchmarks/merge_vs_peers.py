@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
 """tunelab's merge benchmark against its peers, on the same machine and sizes, side by side.
 
-Runs, one after the other:
+Every round runs, one after the other (so a busy moment of the machine hits every row):
 
 1. ``python -m tunelab.bench.merge`` on every transport available (tcp, mpi with ob1 and with
-   the UCX PML, dask, and ucxx when an interpreter with UCXX is given or found);
+   the UCX PML, dask, and ucxx when an interpreter with UCXX is given or found), and the same
+   from another source tree with ``--compare-src`` (for example the code before a change);
 2. dask-cuda's ``local_cudf_merge -t cpu`` against a local Dask cluster started with the
    ``dask scheduler`` / ``dask worker`` command lines (dask-cuda's own cluster needs a GPU);
    skipped with a message when dask-cuda does not import;
-3. the link's upper bound: ``ucx_perftest -t tag_bw`` and an mpi4py ping-pong (ob1 and UCX
-   PML), at the size of one partition message.
+3. the link's upper bound at the size of one exchanged message (one column of one partition,
+   8 bytes x rows for that worker): ``ucx_perftest -t tag_bw`` and an mpi4py ping-pong (ob1
+   and UCX PML).
 
-and prints throughput and bandwidth per row plus the ratios that matter: each tunelab
-transport's bandwidth as a share of the link bound, and tunelab's Dask merge against
-dask-cuda's (same data volume, same cluster shape, throughput defined identically: all chunks'
-data ÷ wall clock).
+It prints medians over the rounds: throughput and bandwidth per row, each bandwidth as a
+fraction of its own bound (the MPI rows of the ping-pong over the same PML, the others of
+the best bound), and the ratios of the targets: MPI exchange / MPI ping-pong and merge
+throughput / dask-cuda's.
 
-    python benchmarks/merge_vs_peers.py --chunk-size 1000000 --iterations 5 \
-        --ucxx-python /tmp/ucxvenv/bin/python --dask-cuda-python /tmp/ucxvenv/bin/python
+    python benchmarks/merge_vs_peers.py --chunk-size 1000000 --iterations 5 --rounds 3 \
+        --ucxx-python ~/.cache/tunelab/ucx-venv/bin/python \
+        --dask-cuda-python ~/.cache/tunelab/ucx-venv/bin/python
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,9 +41,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 MiB = 1 << 20
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def _env(extra: dict[str, str] | None = None, src: Path = SRC) -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{path}" if path else str(SRC)}
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{path}" if path else str(src)}
     env.update(extra or {})
     return env
 
@@ -50,12 +54,14 @@ def _imports(python: str, module: str) -> bool:
 
 
 def tunelab_run(python: str, transport: str, args: argparse.Namespace,
-                extra: list[str], env: dict[str, str] | None = None) -> dict | None:
+                extra: list[str], env: dict[str, str] | None = None,
+                src: Path = SRC) -> dict | None:
     """One tunelab merge run; its JSON figures of merit, or None (reason printed)."""
     argv = [python, "-m", "tunelab.bench.merge", "-t", transport, "-n", str(args.workers),
             "-c", str(args.chunk_size), "-i", str(args.iterations), "--warmup", "1",
             "--verify", "count", "--timeout", "300", *extra]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(env), timeout=1800)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(env, src),
+                          timeout=1800)
     if proc.returncode != 0:
         print(f"  ! {transport} {' '.join(extra)} failed: {proc.stderr.strip()[-300:]}")
         return None
@@ -171,77 +177,108 @@ def mpi_pingpong(size: int, pml: str) -> float | None:
         return None
 
 
+def _med(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk-size", type=int, default=1_000_000)
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds over all contenders (medians are reported)")
     parser.add_argument("--ucxx-python", default=os.environ.get("TUNELAB_UCXX_PYTHON"),
                         help="a Python with ucxx (and tunelab's deps) for the ucxx transport")
     parser.add_argument("--dask-cuda-python", default=os.environ.get("TUNELAB_UCXX_PYTHON"),
                         help="a Python with dask-cuda for its merge benchmark")
+    parser.add_argument("--compare-src", type=Path,
+                        help="another tunelab src/ directory to run as 'before' rows")
     args = parser.parse_args()
     py = sys.executable
     ucxx_py = args.ucxx_python or (py if _imports(py, "ucxx") else None)
     dc_py = args.dask_cuda_python or py
 
     n, c = args.workers, args.chunk_size
-    part = 16 * c // n  # bytes of one partition message (int64 key + payload per row)
+    msg = 8 * c // n  # bytes of one exchanged message: one int64 column of one partition
     print(f"merge_vs_peers: {n} workers, {c} rows per chunk, {args.iterations} timed "
-          f"iterations, partition message ~{part / MiB:.2f} MiB, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.2f}")
-
-    rows: list[tuple[str, float | None, float | None]] = []
-    plan = [("tunelab tcp", "tcp", [], None),
-            ("tunelab mpi ob1", "mpi", ["--mpi-pml", "ob1"], None),
-            ("tunelab mpi ucx", "mpi", ["--mpi-pml", "ucx"], None),
-            ("tunelab dask tcp", "dask", [], None)]
-    for label, transport, extra, env in plan:
-        print(f"  running {label} …", flush=True)
-        res = tunelab_run(py, transport, args, extra, env)
-        rows.append((label, res and res["throughput"], res and res["bandwidth"]))
+          f"iterations x {args.rounds} rounds, exchanged message ~{msg / MiB:.2f} MiB "
+          f"(one column of one partition), {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.2f}")
+    plan: list[tuple[str, str, list[str], dict[str, str] | None, str, Path]] = [
+        ("tunelab tcp", "tcp", [], None, py, SRC),
+        ("tunelab mpi ob1", "mpi", ["--mpi-pml", "ob1"], None, py, SRC),
+        ("tunelab mpi ucx", "mpi", ["--mpi-pml", "ucx"], None, py, SRC),
+        ("tunelab dask tcp", "dask", [], None, py, SRC)]
     if ucxx_py:
-        print("  running tunelab ucxx …", flush=True)
-        res = tunelab_run(ucxx_py, "ucxx", args, [], {"UCX_WARN_UNUSED_ENV_VARS": "n"})
-        rows.append(("tunelab ucxx", res and res["throughput"], res and res["bandwidth"]))
+        plan.append(("tunelab ucxx", "ucxx", [], {"UCX_WARN_UNUSED_ENV_VARS": "n"}, ucxx_py,
+                     SRC))
     else:
         print("  - ucxx: no interpreter with ucxx (--ucxx-python); skipped")
-    print("  running dask-cuda local_cudf_merge -t cpu …", flush=True)
-    dc = dask_cuda_run(dc_py, args)
-    rows.append(("dask-cuda merge (cpu)", dc and dc["throughput"], dc and dc["bandwidth"]))
-    print("  measuring link bounds …", flush=True)
-    perf = ucx_perftest(part)
-    pp_ob1 = mpi_pingpong(part, "ob1")
-    pp_ucx = mpi_pingpong(part, "ucx")
-    rows += [("ucx_perftest tag_bw", None, perf), ("MPI ping-pong ob1", None, pp_ob1),
-             ("MPI ping-pong ucx", None, pp_ucx)]
+    if args.compare_src:
+        plan += [(f"before: {label[8:]}", t, e, env, p, args.compare_src)
+                 for label, t, e, env, p, _ in plan if t in ("tcp", "mpi")]
+    tp: dict[str, list[float]] = {}
+    bw: dict[str, list[float]] = {}
+    for r in range(args.rounds):
+        for label, transport, extra, env, python, src in plan:
+            print(f"  round {r + 1}: {label} …", flush=True)
+            res = tunelab_run(python, transport, args, extra, env, src)
+            if res:
+                tp.setdefault(label, []).append(res["throughput"])
+                bw.setdefault(label, []).append(res["bandwidth"])
+        print(f"  round {r + 1}: dask-cuda local_cudf_merge -t cpu …", flush=True)
+        dc = dask_cuda_run(dc_py, args)
+        if dc:
+            tp.setdefault("dask-cuda merge (cpu)", []).append(dc["throughput"])
+            bw.setdefault("dask-cuda merge (cpu)", []).append(dc["bandwidth"])
+        print(f"  round {r + 1}: link bounds …", flush=True)
+        for label, value in (("ucx_perftest tag_bw", ucx_perftest(msg)),
+                             ("MPI ping-pong ob1", mpi_pingpong(msg, "ob1")),
+                             ("MPI ping-pong ucx", mpi_pingpong(msg, "ucx"))):
+            if value:
+                bw.setdefault(label, []).append(value)
 
     def fmt(v: float | None) -> str:
         return "—" if v is None else f"{v / MiB:10.1f}"
 
-    bound = max((v for v in (perf, pp_ob1, pp_ucx) if v), default=None)
+    bounds = {k: _med(bw.get(k, [])) for k in ("ucx_perftest tag_bw", "MPI ping-pong ob1",
+                                                "MPI ping-pong ucx")}
+    best_bound = max((v for v in bounds.values() if v), default=None)
+
+    def bound_of(label: str) -> float | None:
+        for pml in ("ob1", "ucx"):
+            if label.endswith(f"mpi {pml}"):
+                return bounds[f"MPI ping-pong {pml}"]
+        return best_bound
+
     print(f"  load average at the end {os.getloadavg()[0]:.2f} (other work on the machine "
           "skews every figure: compare rows of one run only)")
     print()
-    print(f"{'run':<24} {'throughput MiB/s':>17} {'bandwidth MiB/s':>16} {'bw / link bound':>16}")
-    print("-" * 76)
-    for label, tp, bw in rows:
-        share = f"{bw / bound:16.2f}" if bw and bound else f"{'—':>16}"
-        print(f"{label:<24} {fmt(tp):>17} {fmt(bw):>16} {share}")
-    print("-" * 76)
-    by = {label: (tp, bw) for label, tp, bw in rows}
-    tl_dask, dcuda = by["tunelab dask tcp"][0], by["dask-cuda merge (cpu)"][0]
-    if tl_dask and dcuda:
-        print(f"throughput tunelab dask / dask-cuda merge:   {tl_dask / dcuda:6.2f}")
-    best = max((tp, label) for label, tp, _ in rows if tp and label.startswith("tunelab"))
+    print(f"{'run (median of rounds)':<26} {'throughput MiB/s':>17} {'bandwidth MiB/s':>16} "
+          f"{'bw / bound':>11}  bandwidth runs MiB/s")
+    print("-" * 100)
+    labels = [p[0] for p in plan] + ["dask-cuda merge (cpu)", *bounds]
+    for label in labels:
+        t, b = _med(tp.get(label, [])), _med(bw.get(label, []))
+        bound = None if label in bounds else bound_of(label)
+        share = f"{b / bound:11.2f}" if b and bound else f"{'—':>11}"
+        runs = [round(v / MiB) for v in bw.get(label, [])]
+        print(f"{label:<26} {fmt(t):>17} {fmt(b):>16} {share}  {runs}")
+    print("-" * 100)
+    dcuda = _med(tp.get("dask-cuda merge (cpu)", []))
+    for label in ("tunelab mpi ob1", "tunelab mpi ucx"):
+        b, pp = _med(bw.get(label, [])), bound_of(label)
+        if b and pp:
+            print(f"bandwidth {label} / MPI ping-pong {label[-3:]}: {b / pp:5.2f} "
+                  f"(target >= 0.70: {'met' if b >= 0.7 * pp else 'MISSED'})")
     if dcuda:
-        print(f"throughput best tunelab ({best[1]}) / dask-cuda: {best[0] / dcuda:6.2f}")
-    mpi_ucx = by["tunelab mpi ucx"][1]
-    if mpi_ucx and pp_ucx:
-        print(f"bandwidth tunelab mpi ucx / MPI ping-pong ucx: {mpi_ucx / pp_ucx:6.2f}")
-    tcp_bw = by["tunelab tcp"][1]
-    if tcp_bw and perf:
-        print(f"bandwidth tunelab tcp / ucx_perftest:         {tcp_bw / perf:6.2f}")
+        for label in [p[0] for p in plan if p[0].startswith("tunelab")]:
+            t = _med(tp.get(label, []))
+            if t:
+                print(f"throughput {label} / dask-cuda merge: {t / dcuda:5.2f}"
+                      + (f" (target >= 1.5: {'met' if t >= 1.5 * dcuda else 'MISSED'})"
+                         if label != "tunelab dask tcp" else ""))
 
 
 if __name__ == "__main__":

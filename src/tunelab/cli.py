@@ -336,7 +336,7 @@ def compare(
     --baseline-study), the second study against the first, point by point.
     """
     from tunelab.report.summary import load_results
-    from tunelab.report.views import compare_view, cross_compare_view
+    from tunelab.report.views import compare_view, cross_compare_view, with_storage
 
     if len(directories) > 2 or (baseline_study is not None and len(directories) != 1):
         raise TunelabError("compare takes one study directory, or two (DIR_A DIR_B), or one "
@@ -345,7 +345,7 @@ def compare(
         directories = [baseline_study, *directories]
     if len(directories) == 1:
         results = load_results(directories[0])
-        _emit(compare_view(results), fmt)
+        _emit(with_storage(compare_view(results), results.runs), fmt)
         _exit_if_failed(_status_counts(results), f"study {results.name!r}")
         return
     a, b = (load_results(d) for d in directories)

@@ -33,7 +33,22 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     ({"compute": "emulate:-1"}, "emulated seconds must lie in (0, 3600]"),
     ({"link_gbit": 10.0}, "--link-gbit needs --placement vnodes"),
     ({"model": "leopard", "window": 1000}, "--window must be a multiple of 32"),
-    ({"data": "files:/x"}, "--data: unknown value 'files:/x'"),
+    ({"data": "tape:/x"}, "--data: unknown value 'tape:/x'"),
+    ({"data": "files:"}, "--data files: needs the dataset directory"),
+    ({"read_limit": "200MB/s"}, "--read-limit applies to --data files:DIR"),
+    ({"data": "files:/x", "read_limit": "fast"}, "--read-limit: expected a rate"),
+    ({"data": "files:/x", "read_limit": "1B/s"}, "--read-limit must lie in 1kB/s..10TB/s"),
+    ({"data": "files:/x", "cache": "lukewarm"}, "--cache: unknown value 'lukewarm'"),
+    ({"loader_workers": 65}, "--loader-workers must lie in 0..64"),
+    ({"model": "unet3d", "patch": 100}, "--patch must be a multiple of 32"),
+    ({"model": "leopard", "data": "files:/x"}, "the leopard model reads its own data"),
+    ({"compute": "emulate:resnet50/a100/b400"},
+     "is a step of 400 samples per accelerator, but each worker trains on 64"),
+    ({"model": "resnet18", "compute": "emulate:resnet50/a100/b400", "batch_size": 400},
+     "emulates resnet50, but --model is resnet18"),
+    ({"compute": "emulate:resnet50/tpu9/b64"}, "unknown accelerator profile; known: "),
+    ({"data": "synthetic", "fault": parse_fault("rank=0,step=1,action=kill-loader")},
+     "action=kill-loader needs data-loader processes"),
     ({"workers": 2, "nodes": 2, "batch_size": 2, "fault": parse_fault("node=0,action=absent")},
      "node 0 must lie in 1..1"),
 ])
@@ -57,7 +72,7 @@ def test_compute_and_fault_parsing() -> None:
     assert not parse_compute("real").emulated
     c = parse_compute("emulate:0.17")
     assert c.emulated and c.seconds == pytest.approx(0.17) and str(c) == "emulate:0.17"
-    with pytest.raises(WorkloadError, match="expected 'real' or 'emulate:SECONDS'"):
+    with pytest.raises(WorkloadError, match="expected 'real', 'emulate:SECONDS' or"):
         parse_compute("fast")
     f = parse_fault("rank=1,step=2,action=kill")
     assert f is not None and (f.rank, f.step, f.action) == (1, 2, "kill")

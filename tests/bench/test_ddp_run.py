@@ -124,7 +124,7 @@ def _root() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not _root(), reason="virtual nodes need root")
 def test_two_virtual_nodes_with_a_link_limit() -> None:
-    from tunelab.cluster.vnodes import STATE_ROOT, unavailable_reason
+    from tunelab.cluster.vnodes import STATE_ROOT, tbf_burst_bytes, unavailable_reason
 
     reason = unavailable_reason()
     if reason:
@@ -136,7 +136,11 @@ def test_two_virtual_nodes_with_a_link_limit() -> None:
     assert rec["grad_bytes"] == 4 * PARAMS_LEOPARD
     assert rec["unit"] == "windows" and rec["windows_per_s"] == rec["throughput"] > 0
     assert rec["hosts"] == 1  # virtual nodes share this machine
-    assert rec["allreduce_busbw"] < 1.1 * 1e9 / 8  # cannot beat the 1 Gbit/s link
+    # cannot beat the 1 Gbit/s link, less the token bucket refilled while the step computed:
+    # each worker's link carries grad_bytes * 2(N-1)/N = grad_bytes bytes at N = 2
+    rate, link_bytes = 1e9 / 8, rec["grad_bytes"]
+    fastest = link_bytes / ((link_bytes - tbf_burst_bytes(10**9)) / rate)
+    assert rec["allreduce_busbw"] < 1.1 * fastest
     # its namespaces are gone: every set left belongs to a live process (another run)
     for state in STATE_ROOT.glob("ddp*/state.json"):
         try:

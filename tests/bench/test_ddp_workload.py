@@ -68,3 +68,52 @@ def test_parse_failure_carries_the_benchmark_reason(tmp_path: Path) -> None:
               "SIGKILL\n")
     with pytest.raises(ParseError, match=r"no ddp result line in the output \(ddp: worker 1"):
         w.parse("", stderr, tmp_path)
+
+
+def test_input_pipeline_options_become_flags_and_relative_datasets_follow_the_study(
+        tmp_path: Path) -> None:
+    (tmp_path / "data" / "img").mkdir(parents=True)
+    study = tmp_path / "study.yaml"
+    w = DDPWorkload(DDPOptions(loader_workers=4, cache="warm", read_limit="200MB/s",
+                               decode="off", compute="emulate:resnet50/a100/b400"),
+                    study_file=study)
+    argv = list(w.command(ctx(tmp_path, data="files:data/img", workers=2,
+                              batch_size=800)).argv)
+
+    def flag(name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    assert flag("--data") == f"files:{tmp_path / 'data' / 'img'}"
+    assert (flag("--loader-workers"), flag("--cache"), flag("--read-limit"),
+            flag("--decode")) == ("4", "warm", "200MB/s", "off")
+    assert w.needs({"workers": 8, "nodes": 2}).ranks_per_node == 4
+
+
+def test_in_an_allocation_nodes_start_one_torchrun_each_through_srun(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tunelab.cluster.mpi import Placement
+
+    w = DDPWorkload(DDPOptions(placement="vnodes", compute="emulate:0.1"))
+    job = replace(ctx(tmp_path, workers=4, nodes=2, batch_size=8),
+                  placement=Placement("job", "srun", 2, 2))
+    argv = list(w.command(job).argv)
+    assert argv[:4] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
+    assert "tunelab.cluster.nodeenv" in argv
+    assert argv[argv.index("--nproc_per_node") + 1] == "2"
+    assert argv[argv.index("--placement") + 1] == "local"  # the scheduler placed the nodes
+    one = list(w.command(replace(job, values={"workers": 2, "nodes": 1,
+                                              "batch_size": 4})).argv)
+    assert one[1:3] == ["-m", "tunelab.bench.ddp"] and "srun" not in one
+    limited = DDPWorkload(DDPOptions(data=f"files:{tmp_path}", read_limit="10MB/s"))
+    with pytest.raises(WorkloadError, match="--read-limit needs the benchmark's own launcher"):
+        limited.command(replace(job, values={"workers": 2, "nodes": 2, "batch_size": 4}))
+
+
+def test_parse_reads_the_input_pipeline_figures(tmp_path: Path) -> None:
+    line = {**LINE, "au": 0.93, "read_MBps": 120.5, "input_bound": True, "bound": "input-bound",
+            "corrupt_samples": 2, "cache": "cold", "device_share": None}
+    foms = DDPWorkload(DDPOptions()).parse(json.dumps(line) + "\n", "", tmp_path)
+    assert (foms["au"], foms["read_MBps"], foms["input_bound"], foms["corrupt_samples"]) == (
+        0.93, 120.5, 1.0, 2.0)
+    assert "device_share" not in foms and "cache" not in foms

@@ -120,6 +120,28 @@ def test_a_dead_owner_s_nodes_are_reaped(vnodes_factory):
         vn.down()
 
 
+def test_a_set_being_made_is_never_reaped_and_one_claim_wins(vnodes_factory):
+    """The state directory appears with its state.json in one rename: a concurrent
+    reap_stale (another session's allocate) sees a live owner, never a stateless directory
+    it would take for a dead set; of two claims on one prefix the second fails and leaves
+    the first's state alone."""
+    from tunelab.cluster.vnodes import load_state, reap_stale
+
+    vn = VirtualNodes(1, prefix="tlc0", subnet="10.249.0", owner_pid=os.getpid())
+    try:
+        vn._claim()  # what up() does before making any link
+        state = load_state("tlc0")
+        assert state is not None and state["owner_pid"] == os.getpid()
+        assert reap_stale("tlc") == [] and (STATE_ROOT / "tlc0" / "state.json").exists()
+        with pytest.raises(VirtualNodesError, match="another session claimed them"):
+            VirtualNodes(1, prefix="tlc0", subnet="10.248.0")._claim()
+        assert load_state("tlc0") == state
+        assert not list(STATE_ROOT.glob(".tlc0.*"))
+    finally:
+        teardown("tlc0")
+    assert not (STATE_ROOT / "tlc0").exists()
+
+
 @pytest.mark.parametrize("bad", [dict(n=0), dict(n=1, prefix="Bad-Prefix"),
                                  dict(n=1, subnet="8.8.8"), dict(n=1, rate="fast"),
                                  dict(n=2, hostnames=["a", "a"])])

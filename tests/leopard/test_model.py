@@ -65,3 +65,46 @@ def test_length_not_divisible_by_32_is_refused() -> None:
 def test_wrong_channel_count_is_refused() -> None:
     with pytest.raises(LeopardError, match=r"\(batch, 5, length\)"):
         LeopardUNet()(torch.randn(1, 6, 1024))
+
+
+def test_channels_last_inference_matches_the_1d_modules() -> None:
+    """Inference on a CPU runs 2-D channels-last kernels on the same parameters: the same
+    logits as the plain 1-D modules; training and gradients stay on the 1-D modules."""
+    import copy
+
+    torch.manual_seed(0)
+    fast = LeopardUNet(base_filters=8, depth=3)
+    with torch.no_grad():
+        for m in fast.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    plain = copy.deepcopy(fast)
+    plain.channels_last = False
+    x = torch.relu(torch.randn(4, 5, 512)) * 3
+    fast.eval()
+    plain.eval()
+    with torch.no_grad():
+        assert torch.allclose(fast(x), plain(x), atol=1e-5, rtol=0)
+    fast.train()
+    plain.train()
+    torch.manual_seed(1)
+    y_fast = fast(x)
+    y_plain = plain(x)
+    assert torch.equal(y_fast, y_plain)  # the very same kernels while training
+    for a, b in zip(fast.buffers(), plain.buffers(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_synchronised_batchnorm_takes_the_1d_path() -> None:
+    from tunelab.leopard.distributed import _global_batch_norm_cls
+
+    model = LeopardUNet(base_filters=4, depth=2)
+    bn = model.stem[2]
+    replacement = _global_batch_norm_cls()(bn.num_features, eps=bn.eps, momentum=bn.momentum)
+    model.stem[2] = replacement
+    calls: list[int] = []
+    replacement.register_forward_hook(lambda *a: calls.append(1))
+    model.eval()
+    model(torch.randn(1, 5, 64))
+    assert calls == [1]  # the module itself ran: no 2-D shortcut around it

@@ -31,10 +31,12 @@ def _model(channels: int = 5) -> LeopardUNet:
 
 
 def _reference(model: LeopardUNet, seq: np.ndarray, dnase: np.ndarray, window: int,
-               edge: int, avg: np.ndarray | None = None) -> np.ndarray:
-    """One window at a time, one base at a time."""
+               edge: int, avg: np.ndarray | None = None,
+               stride: int | None = None) -> np.ndarray:
+    """One window at a time, one base at a time, with the unfolded model."""
     n = len(seq)
-    starts = sorted(set(range(0, n - window + 1, window // 2)) | {n - window})
+    stride = stride or window - 2 * edge
+    starts = sorted(set(range(0, n - window + 1, stride)) | {n - window})
     total, count = np.zeros(n), np.zeros(n)
     for s in starts:
         b = WindowBatch(seq=seq[None, s:s + window], dnase=dnase[None, s:s + window],
@@ -53,15 +55,21 @@ def _reference(model: LeopardUNet, seq: np.ndarray, dnase: np.ndarray, window: i
     return total / count
 
 
-@pytest.mark.parametrize(("n", "edge"), [(1000, 32), (1024, 64), (640, 0)])
-def test_tiled_prediction_matches_window_by_window(n: int, edge: int) -> None:
+@pytest.mark.parametrize(("n", "edge", "stride"),
+                         [(1000, 32, None), (1024, 64, 128), (640, 0, None), (3000, 48, 100)])
+def test_tiled_prediction_matches_window_by_window(n: int, edge: int,
+                                                   stride: int | None) -> None:
+    """Streamed in groups of 3 windows (so stretches are emitted while later groups still
+    overlap them), with the folded network: equal to the plain window-by-window average."""
     rng = np.random.default_rng(n)
     seq = rng.integers(0, 5, n).astype(np.uint8)
     dnase = rng.gamma(1.0, 1.0, n).astype(np.float32)
     model = _model()
-    got = predict_chromosome(model, seq, dnase, None, 256, batch_size=3, edge=edge)
+    got = predict_chromosome(model, seq, dnase, None, 256, batch_size=3, edge=edge,
+                             stride=stride)
     assert got.shape == (n,)
-    assert np.allclose(got, _reference(model, seq, dnase, 256, edge), atol=1e-5)
+    assert np.allclose(got, _reference(model, seq, dnase, 256, edge, stride=stride),
+                       atol=1e-5)
 
 
 def test_six_channel_prediction_uses_the_average_track() -> None:
@@ -93,12 +101,16 @@ def test_predict_cli_writes_bigwig_and_bedgraph(windows: Path, synth: Path,
     ck = tmp_path / "t" / "best.pt"
     r = subprocess.run([sys.executable, "-m", "tunelab.leopard", "predict",
                         "--checkpoint", str(ck), "--data", str(synth),
-                        "--out", str(tmp_path / "p.bw"), "--device", "cpu"],
+                        "--out", str(tmp_path / "p.bw"), "--device", "cpu", "--precision",
+                        "fp32"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("runtime: cpu: precision fp32")  # what ran, said on stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["bp"] == 16_000 and res["bp_per_s"] > 0 and res["window"] == 512
-    res = predict_genome(ck, synth, tmp_path / "p.bedGraph", ["chr4"], device="cpu")
+    assert res["precision"] == "fp32" and res["compiled"] is False
+    res = predict_genome(ck, synth, tmp_path / "p.bedGraph", ["chr4"], device="cpu",
+                         precision="fp32")
     assert res["bp"] == 16_000
     bw = pyBigWig.open(str(tmp_path / "p.bw"))
     assert bw.chroms() == {"chr4": 16_000}
@@ -110,3 +122,105 @@ def test_predict_cli_writes_bigwig_and_bedgraph(windows: Path, synth: Path,
     # both tracks carry the same values (bedGraph rounded to 4 digits)
     bg = np.concatenate([np.full(int(e) - int(s), float(v)) for _, s, e, v in rows])
     assert np.allclose(bg, vals, atol=1e-4)
+
+
+def _checkpoint(path: Path, window: int = 512) -> LeopardUNet:
+    model = _model()
+    torch.save({"arch": model.arch.to_dict(), "window": window, "model": model.state_dict()},
+               path)
+    return model
+
+
+def test_genome_prediction_streams_into_the_track(synth: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading, predicting and writing overlap: the track receives finished stretches in
+    order while later windows are still being predicted, and holds the same values as an
+    in-memory prediction of the whole chromosome."""
+    from tunelab.leopard import predict as P
+    from tunelab.leopard.data import load_chromosomes, load_manifest
+
+    model = _checkpoint(tmp_path / "m.pt")
+    puts: list[tuple[str, int, int]] = []
+    real_put = P._Writer.put
+
+    def spy(self: P._Writer, chrom: str, start: int, values: np.ndarray) -> None:
+        puts.append((chrom, start, len(values)))
+        real_put(self, chrom, start, values)
+
+    monkeypatch.setattr(P._Writer, "put", spy)
+    res = predict_genome(tmp_path / "m.pt", synth, tmp_path / "p.bw", ["chr3", "chr4"],
+                         batch_size=2, device="cpu", precision="fp32", compile="off")
+    assert res["bp"] == 32_000 and res["precision"] == "fp32" and not res["compiled"]
+    assert res["stride"] == 512 - 2 * 64 and "fp32" in res["runtime"]
+    for chrom in ("chr3", "chr4"):
+        mine = [(s, n) for c, s, n in puts if c == chrom]
+        assert len(mine) > 3  # many stretches, not one write at the end
+        assert mine[0][0] == 0 and all(a + n == b for (a, n), (b, _) in zip(mine, mine[1:],
+                                                                            strict=False))
+        assert mine[-1][0] + mine[-1][1] == 16_000
+    cs = load_chromosomes(load_manifest(synth), ["chr4"])
+    want = predict_chromosome(model, cs.seq, cs.dnase, None, 512, edge=64)
+    bw = pyBigWig.open(str(tmp_path / "p.bw"))
+    got = bw.values("chr4", 0, 16_000, numpy=True)
+    bw.close()
+    assert np.abs(got - want).max() < 6e-5  # the track stores 4 digits
+
+
+def test_prediction_window_may_exceed_the_training_window(synth: Path, tmp_path: Path) -> None:
+    _checkpoint(tmp_path / "m.pt", window=256)
+    res = predict_genome(tmp_path / "m.pt", synth, tmp_path / "p.bedGraph", ["chr4"],
+                         device="cpu", window=1024, precision="fp32", compile="off")
+    assert res["window"] == 1024 and res["edge"] == 32 and res["stride"] == 1024 - 64
+    assert res["windows"] == len(np.arange(0, 16_000 - 1024 + 1, 960)) + 1
+
+
+def test_a_reader_error_ends_the_pipeline_with_one_line(synth: Path, tmp_path: Path) -> None:
+    import shutil
+    import threading
+
+    d = tmp_path / "data"
+    shutil.copytree(synth.parent, d)
+    bw = pyBigWig.open(str(d / "dnase.bw"), "w")
+    bw.addHeader([("chr1", 16_000)])
+    bw.addEntries("chr1", 0, values=np.ones(10, dtype=np.float64), span=1, step=1)
+    bw.close()
+    _checkpoint(tmp_path / "m.pt")
+    before = threading.active_count()
+    with pytest.raises(LeopardError, match=r"dnase\.bw: chromosome 'chr4' not in this bigWig"):
+        predict_genome(tmp_path / "m.pt", d, tmp_path / "p.bw", ["chr4"], device="cpu",
+                       precision="fp32", compile="off")
+    assert threading.active_count() == before  # reader and writer threads are gone
+
+
+def test_tiling_is_checked() -> None:
+    from tunelab.leopard.predict import Tiling
+
+    t = Tiling.make(256)
+    assert (t.edge, t.stride) == (32, 192)
+    starts = t.starts(1000)
+    assert starts[0] == 0 and starts[-1] == 1000 - 256 and np.all(np.diff(starts) <= 192)
+    with pytest.raises(LeopardError, match="stride 200 must lie in"):
+        Tiling.make(256, edge=32, stride=200)
+    with pytest.raises(LeopardError, match="window length 255 must be even"):
+        Tiling.make(255)
+
+
+def test_prefetch_reraises_and_stops_its_thread() -> None:
+    import threading
+
+    from tunelab.leopard.prefetch import prefetch
+
+    def broken():  # type: ignore[no-untyped-def]
+        yield 1
+        raise ValueError("bad window")
+
+    got = []
+    with pytest.raises(ValueError, match="bad window"):
+        for item in prefetch(broken()):
+            got.append(item)
+    assert got == [1]
+    before = threading.active_count()
+    endless = prefetch(iter(range(10**9)), depth=2)
+    assert next(endless) == 0
+    endless.close()  # the consumer stops early: the producer must stop too
+    assert threading.active_count() == before

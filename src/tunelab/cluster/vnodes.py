@@ -116,6 +116,12 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def tbf_burst_bytes(bits_per_s: int) -> int:
+    """The token bucket a link limit of ``bits_per_s`` allows at once: at least one 4 ms
+    tick at HZ 250, so a full bucket passes that many bytes faster than the rate."""
+    return max(256 * 1024, bits_per_s // 8 // 250)
+
+
 def parse_rate(rate: str) -> int:
     """Bits per second of a tc rate such as ``1gbit`` or ``500mbit``."""
     match = _RATE.fullmatch(rate.strip().lower())
@@ -193,6 +199,7 @@ class VirtualNodes:
         if _subnet_in_use(self.subnet):
             raise VirtualNodesError(f"subnet {self.subnet}.0/24 is in use on this machine; "
                                     "choose another subnet")
+        self._claim()  # not inside the try: a set another session claimed is not ours to remove
         try:
             self._make()
         except BaseException:
@@ -201,9 +208,24 @@ class VirtualNodes:
         self.is_up = True
         return self
 
+    def _claim(self) -> None:
+        """Make the state directory with its ``state.json`` in one step: built under a
+        temporary name, then renamed. A concurrent :func:`reap_stale` never sees the
+        directory without the state (which it would take for a dead set and tear down),
+        and of two sessions claiming one prefix exactly one wins."""
+        STATE_ROOT.mkdir(parents=True, exist_ok=True)
+        tmp = STATE_ROOT / f".{self.prefix}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "uts").mkdir(parents=True)
+        self._save_state(tmp)
+        try:
+            os.rename(tmp, self.state_dir)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise VirtualNodesError(f"virtual nodes with prefix {self.prefix!r} exist already "
+                                    "(another session claimed them)") from None
+
     def _make(self) -> None:
-        (self.state_dir / "uts").mkdir(parents=True, exist_ok=True)
-        self._save_state()  # first, so a failed or interrupted up() can be torn down
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.bridge_address}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
@@ -222,7 +244,8 @@ class VirtualNodes:
                 self.set_rate(node.index, self.rate)
         self._save_state()
 
-    def _save_state(self) -> None:
+    def _save_state(self, directory: Path | None = None) -> None:
+        directory = directory or self.state_dir
         state = {
             "prefix": self.prefix, "subnet": self.subnet, "rate": self.rate,
             "owner_pid": self.owner_pid, "origin": self.origin, "bridge": self.bridge,
@@ -231,9 +254,9 @@ class VirtualNodes:
                        "netns_inode": _inode(n.netns_path), "uts_inode": _inode(n.uts_path)}
                       for n in self.nodes],
         }
-        tmp = self.state_dir / "state.json.tmp"
+        tmp = directory / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))
-        tmp.replace(self.state_dir / "state.json")
+        tmp.replace(directory / "state.json")
 
     def down(self) -> None:
         """Kill what runs inside the nodes, then delete namespaces, links and the bridge."""
@@ -288,7 +311,7 @@ class VirtualNodes:
                                capture_output=True)
             return
         bits = parse_rate(rate)
-        burst = max(256 * 1024, bits // 8 // 250)  # at least one 4 ms tick at HZ 250
+        burst = tbf_burst_bytes(bits)
         for prefix, dev in (([], node.host_link), (["-n", node.netns], "eth0")):
             _run(["tc", *prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
                   f"{bits}bit", "burst", str(burst), "latency", "10ms"])

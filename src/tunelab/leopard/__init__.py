@@ -16,6 +16,15 @@ Modules (torch is imported lazily by each, never here):
 
 from __future__ import annotations
 
+import os
+
 from tunelab.leopard.errors import LeopardError
+
+# Before torch loads its OpenMP runtime (it reads this once): threads waiting at the end of a
+# parallel region sleep instead of spinning. On a 2-core machine shared with other work, two
+# spinning threads made prediction 10-20x slower than two sleeping ones (they burn the time
+# slice the thread they wait for needs); on an idle machine sleeping costs a few per cent.
+# An explicit OMP_WAIT_POLICY is respected.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __all__ = ["LeopardError"]

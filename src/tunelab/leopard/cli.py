@@ -85,7 +85,10 @@ def train(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     sync_bn: Annotated[bool, typer.Option(help="synchronise BatchNorm across workers")] = False,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
-    amp: Annotated[bool | None, typer.Option(help="mixed precision (default: on CUDA)")] = None,
+    amp: Annotated[bool | None, typer.Option(help="mixed precision (default: on CUDA; on a "
+                                             "CPU --amp is bf16 autocast)")] = None,
+    compile: Annotated[bool, typer.Option(help="torch.compile the model (eager where it "
+                                          "fails)")] = False,
     threads: Annotated[int | None, typer.Option(help="CPU threads per process")] = None,
     resume: Annotated[bool, typer.Option(help="resume from OUT/last.pt")] = False,
     progress: Annotated[bool | None, typer.Option(help="progress bars (default: tty)")] = None,
@@ -101,7 +104,7 @@ def train(
                       steps_per_epoch=steps_per_epoch, patience=patience,
                       augment_scale=augment_scale, bn_momentum=bn_momentum,
                       max_eval_windows=max_eval_windows or None, seed=seed, sync_bn=sync_bn,
-                      device=device, amp=amp, threads=threads, resume=resume,
+                      device=device, amp=amp, compile=compile, threads=threads, resume=resume,
                       progress=progress)
     foms = run_train(cfg)
     if int(os.environ.get("RANK", "0")) == 0:
@@ -115,14 +118,30 @@ def predict(
     out: Annotated[Path, typer.Option(help="output track: .bw/.bigwig or .bedGraph")],
     chroms: Annotated[str | None, typer.Option(help="comma-separated (default: test)")] = None,
     batch_size: Annotated[int, typer.Option(help="windows per forward pass")] = 32,
-    edge: Annotated[int | None, typer.Option(help="bp dropped at window edges")] = None,
+    edge: Annotated[int | None, typer.Option(help="bp dropped at window edges "
+                                             "(default window/8)")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+    window: Annotated[int | None, typer.Option(help="prediction window bp (default: the "
+                                               "training window)")] = None,
+    stride: Annotated[int | None, typer.Option(help="bp between window starts (default "
+                                               "window - 2*edge: each base once)")] = None,
+    precision: Annotated[str, typer.Option(help="auto | fp32 | bf16 | fp16 (auto: bf16 "
+                                           "only where the CPU runs it faster)")] = "auto",
+    compile: Annotated[str, typer.Option(help="auto | on | off: torch.compile (auto: when "
+                                         "the job repays it)")] = "auto",
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: the cores "
+                                                "this process may use)")] = None,
+    zoom_levels: Annotated[int, typer.Option(help="bigWig summary levels (0-10; they cost "
+                                             "time when the file is closed)")] = 0,
 ) -> None:
     """Predict whole chromosomes into a bigWig/bedGraph track; prints bp/s as JSON."""
     from tunelab.leopard.predict import predict_genome
 
     names = [c for c in chroms.split(",") if c] if chroms else None
-    res = predict_genome(checkpoint, data, out, names, batch_size, edge, device)
+    res = predict_genome(checkpoint, data, out, names, batch_size, edge, device,
+                         window=window, stride=stride, precision=precision,
+                         compile=compile, threads=threads, zoom_levels=zoom_levels)
+    sys.stderr.write(f"runtime: {res['runtime']}\n")
     typer.echo(json.dumps(res))
 
 

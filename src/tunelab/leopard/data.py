@@ -35,10 +35,12 @@ __all__ = [
     "Manifest",
     "WindowBatch",
     "build_inputs",
+    "check_bigwig_chrom",
     "fasta_sizes",
     "load_chromosomes",
     "load_manifest",
     "read_intervals",
+    "sequence_codes",
 ]
 
 MANIFEST_NAME = "leopard.json"
@@ -148,8 +150,12 @@ def read_sequence(fa: Any, path: Path, chrom: str) -> np.ndarray:
         seq = fa[chrom][:]
     except Exception as exc:
         raise LeopardError(f"{path}: cannot read chromosome {chrom!r} ({exc})") from exc
-    raw = str(seq).encode("ascii", "replace")
-    return _LUT[np.frombuffer(raw, dtype=np.uint8)]
+    return sequence_codes(str(seq))
+
+
+def sequence_codes(text: str) -> np.ndarray:
+    """Codes (``uint8``, A C G T N = 0 1 2 3 4, either case) of a sequence string."""
+    return _LUT[np.frombuffer(text.encode("ascii", "replace"), dtype=np.uint8)]
 
 
 def open_bigwig(path: Path, what: str) -> Any:
@@ -169,6 +175,15 @@ def open_bigwig(path: Path, what: str) -> Any:
 
 def read_bigwig(bw: Any, path: Path, chrom: str, length: int) -> np.ndarray:
     """Per-base values of ``chrom`` as ``float32``; gaps are 0, a stored NaN is an error."""
+    if check_bigwig_chrom(bw, path, chrom, length):
+        values = bw.values(chrom, 0, length, numpy=True)
+        return np.nan_to_num(values, nan=0.0).astype(np.float32, copy=False)
+    return np.zeros(length, dtype=np.float32)
+
+
+def check_bigwig_chrom(bw: Any, path: Path, chrom: str, length: int) -> bool:
+    """Check that ``chrom`` is in the bigWig with the FASTA's length and holds no stored
+    NaN/infinity; return whether it has any entry at all."""
     sizes = bw.chroms()
     if chrom not in sizes:
         have = ", ".join(list(sizes)[:8])
@@ -186,11 +201,7 @@ def read_bigwig(bw: Any, path: Path, chrom: str, length: int) -> np.ndarray:
         total = bw.stats(chrom, type="sum", exact=True)[0]
         if total is None or not np.isfinite(total):
             raise LeopardError(f"{path}: NaN or infinite value in the signal on {chrom!r}")
-        values = bw.values(chrom, 0, length, numpy=True)
-        out = np.nan_to_num(values, nan=0.0).astype(np.float32, copy=False)
-    else:
-        out = np.zeros(length, dtype=np.float32)
-    return out
+    return cover > 0
 
 
 def read_intervals(path: Path, sizes: dict[str, int]) -> dict[str, np.ndarray]:

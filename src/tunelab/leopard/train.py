@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from tunelab.leopard.data import (
     load_manifest,
 )
 from tunelab.leopard.errors import LeopardError
+from tunelab.leopard.prefetch import prefetch
 from tunelab.leopard.windows import WindowArrays, eval_starts, load_windows
 
 if TYPE_CHECKING:
@@ -77,7 +79,8 @@ class TrainConfig:
     seed: int = 0
     sync_bn: bool = False
     device: str = "auto"
-    amp: bool | None = None
+    amp: bool | None = None  # None: on CUDA only; True on a CPU: bf16 autocast
+    compile: bool = False
     threads: int | None = None
     resume: bool = False
     progress: bool | None = None
@@ -267,8 +270,15 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                 f"is larger than the {train_src.n_distinct()} training windows")
         steps = cfg.steps_per_epoch or max(1, train_src.bases() // (window * gb))
         cuda = ctx.device.type == "cuda"
-        amp = cuda if cfg.amp is None else (cfg.amp and cuda)
-        amp_dtype = torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else torch.float16
+        amp = cuda if cfg.amp is None else cfg.amp
+        amp_dtype = (torch.float16 if cuda and not torch.cuda.is_bf16_supported()
+                     else torch.bfloat16)
+        if amp and not cuda:
+            from tunelab.leopard.runtime import bf16_capable, cpu_flags
+
+            if not bf16_capable(cpu_flags()):
+                log("warning: --amp on a CPU without native bf16 (no avx512_bf16/amx_bf16): "
+                    "bf16 is emulated there and much slower than fp32")
         if cuda:
             torch.backends.cudnn.benchmark = True
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -287,9 +297,12 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             net = DDP(model, device_ids=[ctx.device.index] if cuda else None)
+        if cfg.compile:
+            net = _compiled(net, log)
         lr_target = D.scaled_lr(cfg.lr, ctx.world, cfg.lr_scaling)
         opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-7)
-        scaler = torch.amp.GradScaler("cuda", enabled=amp and amp_dtype == torch.float16)
+        scaler = torch.amp.GradScaler("cuda", enabled=amp and cuda and
+                                      amp_dtype == torch.float16)
         out = Path(cfg.out)
         if ctx.is_main:
             out.mkdir(parents=True, exist_ok=True)
@@ -347,16 +360,14 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                 prog.start()
                 task = prog.add_task(f"epoch {epoch + 1}/{cfg.epochs}", total=steps)
             t_steps = time.perf_counter()
-            for s in range(steps):
+            batches = prefetch(_batches(train_src, plan, scales, steps, gb, ctx,
+                                        cfg.in_channels), depth=2, name="leopard-loader")
+            for s, (ids, xa, ya) in enumerate(batches):
                 gstep = epoch * steps + s
                 for g in opt.param_groups:
                     g["lr"] = D.lr_at(gstep, steps, cfg.warmup_epochs, cfg.lr, lr_target)
-                sl = slice(s * gb, (s + 1) * gb)
-                ids = plan[sl][ctx.rank::ctx.world]
-                sc = None if scales is None else scales[sl][ctx.rank::ctx.world]
-                b = train_src.get(ids)
-                x = torch.from_numpy(build_inputs(b, cfg.in_channels, sc)).to(ctx.device)
-                y = torch.from_numpy(b.label).to(ctx.device)
+                x = torch.from_numpy(xa).to(ctx.device, non_blocking=True)
+                y = torch.from_numpy(ya).to(ctx.device, non_blocking=True)
                 with torch.autocast(ctx.device.type, dtype=amp_dtype, enabled=amp):
                     logits = net(x)
                 lsum, cnt = _masked_bce_sum(logits, y)
@@ -441,6 +452,35 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         return foms
     finally:
         D.finish(ctx)
+
+
+def _batches(src: _Source, plan: np.ndarray, scales: np.ndarray | None, steps: int, gb: int,
+             ctx: D.DistContext, in_channels: int) -> Iterator[tuple[np.ndarray, np.ndarray,
+                                                                     np.ndarray]]:
+    """``(ids, inputs, labels)`` of this worker's share of every step (run by the loader
+    thread, ahead of the model: gathering and encoding never stall a step)."""
+    for s in range(steps):
+        sl = slice(s * gb, (s + 1) * gb)
+        ids = plan[sl][ctx.rank::ctx.world]
+        sc = None if scales is None else scales[sl][ctx.rank::ctx.world]
+        b = src.get(ids)
+        yield ids, build_inputs(b, in_channels, sc), b.label
+
+
+def _compiled(net: torch.nn.Module, log: _Log) -> torch.nn.Module:
+    """``torch.compile(net)``, falling back to eager (logged) where Inductor cannot work."""
+    import shutil
+
+    import torch
+
+    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        log("warning: --compile needs a C++ compiler; training eagerly")
+        return net
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
+    log("compiling the model (torch.compile); the first step takes a while")
+    return torch.compile(net)  # type: ignore[return-value]
 
 
 def _plain_state(model: torch.nn.Module) -> dict[str, Any]:

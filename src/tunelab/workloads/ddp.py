@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from tunelab.errors import ParseError, WorkloadError
-from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+from tunelab.workloads.base import (
+    Command,
+    Needs,
+    Objective,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,14 +39,21 @@ FOMS = (
     "throughput", "images_per_s", "windows_per_s", "throughput_per_worker", "step_s",
     "step_s_std", "compute_s", "allreduce_s", "exposed_s", "other_s", "grad_bytes",
     "allreduce_algbw", "allreduce_busbw", "params", "workers", "nodes", "workers_per_node",
-    "batch_size", "local_batch", "link_gbit", "hosts", "host_cores",
+    "batch_size", "local_batch", "link_gbit", "hosts", "host_cores", "steps", "warmup",
+    # the input pipeline (--data memory / files:DIR)
+    "volumes_per_s", "samples", "busy_s", "data_s", "drop_s", "overhead_s", "au", "au_min",
+    "wait_frac", "overhead_frac", "input_frac", "au_run", "au_run_min", "first_wait_s",
+    "shutdown_s", "prep_s", "read_bytes", "read_Bps", "read_MBps", "read_MiBps",
+    "read_MBps_per_worker", "proc_rchar_Bps", "proc_device_Bps", "io_check", "device_share",
+    "corrupt_samples", "epochs", "loader_workers", "prefetch", "dataset_samples",
+    "mean_sample_bytes", "read_limit_Bps", "compute_step_s",
 )
 
 
 class DDPOptions(WorkloadOptions):
     """Fixed options of the ddp workload (``workload.options`` in a study file)."""
 
-    model: Literal["resnet18", "resnet50", "leopard"] = "resnet50"
+    model: Literal["resnet18", "resnet50", "leopard", "unet3d"] = "resnet50"
     workers: int = Field(1, ge=1, le=1024)
     nodes: int = Field(1, ge=1, le=256)
     batch_size: int = Field(64, ge=1)
@@ -49,6 +63,13 @@ class DDPOptions(WorkloadOptions):
     image_size: int = Field(224, ge=32, le=1024)
     window: int = Field(2048, ge=32)
     data: str = "synthetic"
+    loader_workers: int = Field(2, ge=0, le=64)
+    prefetch: int = Field(2, ge=1, le=64)
+    cache: Literal["cold", "warm", "keep"] = "cold"
+    read_limit: str | None = None
+    decode: Literal["on", "off"] = "on"
+    on_corrupt: Literal["skip", "fail"] = "skip"
+    patch: int = Field(128, ge=64, le=512)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     amp: Literal["auto", "on", "off"] = "auto"
@@ -67,7 +88,10 @@ _FLAGS = {
     "model": "--model", "workers": "--workers", "nodes": "--nodes",
     "batch_size": "--batch-size", "steps": "--steps", "warmup": "--warmup",
     "compute": "--compute", "image_size": "--image-size", "window": "--window",
-    "data": "--data", "device": "--device", "backend": "--backend", "amp": "--amp",
+    "data": "--data", "loader_workers": "--loader-workers", "prefetch": "--prefetch",
+    "cache": "--cache", "read_limit": "--read-limit", "decode": "--decode",
+    "on_corrupt": "--on-corrupt", "patch": "--patch", "device": "--device",
+    "backend": "--backend", "amp": "--amp",
     "threads": "--threads", "bucket_mb": "--bucket-mb", "placement": "--placement",
     "link_gbit": "--link-gbit", "timeout": "--timeout",
     "rendezvous_timeout": "--rendezvous-timeout", "seed": "--seed",
@@ -123,6 +147,22 @@ class DDPWorkload(Workload):
             from tunelab.bench.ddp.placement import check_vnodes
 
             check_vnodes()
+        from tunelab.bench.ddp.config import parse_data
+
+        data = parse_data(self._resolve_data(self._opts.data))
+        if data.path:
+            from tunelab.bench.ddp.dataset import index_dataset
+
+            index_dataset(data.path)
+
+    def _resolve_data(self, text: str) -> str:
+        """``files:DIR``/``memory:DIR`` with a relative DIR taken from the study file's
+        directory (runs start in their own run directories)."""
+        kind, sep, path = text.partition(":")
+        if not sep or not path or Path(path).expanduser().is_absolute():
+            return text
+        base = self.study_file.parent if self.study_file is not None else Path.cwd()
+        return f"{kind}:{(base / path).resolve()}"
 
     def settings(self, values: Any) -> dict[str, Any]:
         """The options with the point's same-named parameters (and derived values) applied."""
@@ -130,6 +170,7 @@ class DDPWorkload(Workload):
         for key, value in dict(values).items():
             if key in settings and key != "python":
                 settings[key] = value
+        settings["data"] = self._resolve_data(str(settings["data"]))
         try:
             DDPOptions(**settings)
         except ValueError as exc:
@@ -138,16 +179,44 @@ class DDPWorkload(Workload):
                                 f"{' '.join(first[:3])}") from None
         return settings
 
+    def needs(self, values: Any) -> Needs:
+        """``workers`` processes on ``nodes`` nodes, one thread each."""
+        settings = self.settings(values)
+        return Needs(int(settings["workers"]), int(settings["nodes"]), 1)
+
     def command(self, ctx: RunContext) -> Command:
-        """``python -m tunelab.bench.ddp --workers N --nodes K …``."""
+        """``python -m tunelab.bench.ddp --workers N --nodes K …``; inside a batch allocation
+        with K > 1 nodes: ``srun`` one ``torchrun`` per node (rendezvous on the first, see
+        :mod:`tunelab.cluster.nodeenv`), each starting the benchmark's workers."""
         settings = self.settings(ctx.values)
-        argv = [self._python(), "-m", "tunelab.bench.ddp"]
+        flags: list[str] = []
         for key, flag in _FLAGS.items():
             value = settings[key]
             if value is not None:
-                argv += [flag, str(value)]
+                flags += [flag, str(value)]
         # different seeds per repeat would change nothing measured; keep the data fixed
-        return Command(tuple(argv), {}, ctx.run_dir)
+        py = self._python()
+        nodes, workers = int(settings["nodes"]), int(settings["workers"])
+        if not ctx.placement.in_allocation:
+            return Command(tuple([py, "-m", "tunelab.bench.ddp", *flags]), {}, ctx.run_dir)
+        flags[flags.index("--placement") + 1] = "local"  # the scheduler placed the nodes
+        if nodes == 1:
+            return Command(tuple([py, "-m", "tunelab.bench.ddp", *flags]), {}, ctx.run_dir)
+        if settings["read_limit"]:
+            raise WorkloadError("ddp workload: --read-limit needs the benchmark's own launcher "
+                                "on one node; across the nodes of an allocation each torchrun "
+                                "would throttle separately")
+        per_node = workers // nodes
+        cores = ctx.placement.cores_per_node or ctx.cores
+        threads = int(settings["threads"] or max(1, cores // per_node))
+        argv = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                f"--cpus-per-task={cores}", py, "-m", "tunelab.cluster.nodeenv", "--",
+                py, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+                "--nproc_per_node", str(per_node), "--rdzv_backend", "c10d",
+                "--rdzv_id", f"{ctx.run_dir.parent.name}-{ctx.run_dir.name}",
+                "--max_restarts", "0", "-m", "tunelab.bench.ddp", *flags]
+        env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        return Command(tuple(argv), env, ctx.run_dir)
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """The FOMs of the last ``{"benchmark": "ddp", …}`` line of stdout."""
@@ -163,7 +232,7 @@ class DDPWorkload(Workload):
                 foms = {name: float(record[name]) for name in FOMS
                         if isinstance(record.get(name), int | float)
                         and not isinstance(record.get(name), bool)}
-                for flag in ("compute_emulated", "gpu"):
+                for flag in ("compute_emulated", "gpu", "input_bound"):
                     foms[flag] = 1.0 if record.get(flag) else 0.0
                 if "throughput" not in foms:
                     raise ParseError("the ddp result line has no throughput")
@@ -177,7 +246,9 @@ class DDPWorkload(Workload):
         cls, runs: pd.DataFrame, out_dir: Path, *, objective: Objective,
         best: str | None, baseline: str | None,
     ) -> list[Path]:
-        """Throughput vs workers with the ideal line, efficiency, scale-up vs scale-out."""
+        """Throughput vs workers with the ideal line, efficiency, scale-up vs scale-out; with
+        an input pipeline also AU vs workers (the 90 % line) and read MB/s vs workers."""
         from tunelab.report.scaling import scaling_plots
+        from tunelab.report.storage import storage_plots
 
-        return scaling_plots(runs, out_dir, fom=objective.fom)
+        return [*scaling_plots(runs, out_dir, fom=objective.fom), *storage_plots(runs, out_dir)]

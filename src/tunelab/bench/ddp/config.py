@@ -6,29 +6,48 @@ Every count and size a user gives is bounded here, before anything is allocated.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tunelab.bench.ddp.profiles import Profile
 from tunelab.errors import WorkloadError
 
 __all__ = [
+    "CACHE_MODES",
     "DATA_SOURCES",
     "MODELS",
     "PLACEMENTS",
     "Compute",
     "DDPConfig",
+    "DataSpec",
     "Fault",
     "parse_compute",
+    "parse_data",
     "parse_fault",
+    "parse_rate",
 ]
 
-MODELS = ("resnet18", "resnet50", "leopard")
+MODELS = ("resnet18", "resnet50", "leopard", "unet3d")
 PLACEMENTS = ("local", "vnodes")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
 AMP_MODES = ("auto", "on", "off")
-#: The data seam: where a worker's batches come from (issue 15 adds memory and files:DIR).
-DATA_SOURCES = ("synthetic",)
+#: Where a worker's batches come from: one batch made once, samples held in RAM (made up,
+#: or read and decoded once from a dataset), or samples read from a dataset on disk.
+DATA_SOURCES = ("synthetic", "memory", "memory:DIR", "files:DIR")
+#: How the page cache is treated for ``files:``: dropped before every epoch, filled before
+#: the run, or left as found.
+CACHE_MODES = ("cold", "warm", "keep")
+ON_CORRUPT = ("skip", "fail")
+DECODE = ("on", "off")
+MAX_LOADER_WORKERS = 64
+MAX_PREFETCH = 64
+MIN_RATE = 1e3
+MAX_RATE = 1e13
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKMGT]i?)?B(?:/s)?\s*$")
+_UNITS = {None: 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2.0 ** 10,
+          "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40, "KI": 2.0 ** 10}
 
 MAX_WORKERS = 1024
 MAX_NODES = 256
@@ -48,19 +67,29 @@ class Compute:
 
     emulated: bool = False
     seconds: float = 0.0
+    profile: Profile | None = None
 
     def __str__(self) -> str:
+        if self.profile is not None:
+            return f"emulate:{self.profile.name}"
         return f"emulate:{self.seconds:g}" if self.emulated else "real"
 
 
 def parse_compute(text: str) -> Compute:
-    """``real`` or ``emulate:SECONDS`` (0 < SECONDS <= 3600)."""
+    """``real``, ``emulate:SECONDS`` (0 < SECONDS <= 3600) or ``emulate:PROFILE``
+    (``MODEL/ACCELERATOR/bBATCH[/PRECISION]`` from :mod:`tunelab.bench.ddp.profiles`)."""
     text = text.strip()
     if text == "real":
         return Compute()
     kind, sep, value = text.partition(":")
     if kind != "emulate" or not sep:
-        raise WorkloadError(f"--compute: expected 'real' or 'emulate:SECONDS', got {text!r}")
+        raise WorkloadError(f"--compute: expected 'real', 'emulate:SECONDS' or "
+                            f"'emulate:MODEL/ACCELERATOR/bBATCH', got {text!r}")
+    if "/" in value:
+        from tunelab.bench.ddp.profiles import find_profile
+
+        profile = find_profile(value)
+        return Compute(True, profile.step_s, profile)
     try:
         seconds = float(value)
     except ValueError:
@@ -72,10 +101,48 @@ def parse_compute(text: str) -> Compute:
 
 
 @dataclass(frozen=True)
+class DataSpec:
+    """A parsed ``--data``: ``kind`` is synthetic, memory or files; ``path`` the dataset
+    directory (``files:``, and ``memory:DIR``, which decodes that dataset into RAM once)."""
+
+    kind: str
+    path: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.path}" if self.path else self.kind
+
+
+def parse_data(text: str) -> DataSpec:
+    """``synthetic``, ``memory``, ``memory:DIR`` or ``files:DIR``."""
+    kind, sep, path = text.strip().partition(":")
+    if kind in ("synthetic", "memory") and not sep:
+        return DataSpec(kind)
+    if kind in ("memory", "files") and sep and path.strip():
+        return DataSpec(kind, path.strip())
+    if kind == "files":
+        raise WorkloadError("--data files: needs the dataset directory: files:DIR")
+    raise WorkloadError(f"--data: unknown value {text!r}; choose one of "
+                        f"{', '.join(DATA_SOURCES)}")
+
+
+def parse_rate(text: str) -> float:
+    """Bytes per second of ``200MB/s``, ``1.5 GB/s``, ``100MiB/s``, ``500kB/s`` (decimal
+    MB = 10^6 B, binary MiB = 2^20 B)."""
+    m = _RATE.match(text)
+    if not m:
+        raise WorkloadError(f"--read-limit: expected a rate such as 200MB/s or 100MiB/s, "
+                            f"got {text!r}")
+    rate = float(m.group(1)) * _UNITS[m.group(2)]
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise WorkloadError(f"--read-limit must lie in 1kB/s..10TB/s, got {text!r}")
+    return rate
+
+
+@dataclass(frozen=True)
 class Fault:
     """A fault injected for tests: worker ``rank`` kills itself before timed step ``step``
-    (``action=kill``), or node ``node`` is never started (``action=absent``: the rendezvous
-    cannot complete)."""
+    (``action=kill``) or kills its first data-loader process then (``action=kill-loader``),
+    or node ``node`` is never started (``action=absent``: the rendezvous cannot complete)."""
 
     action: str
     rank: int = -1
@@ -97,8 +164,9 @@ def parse_fault(text: str | None) -> Fault | None:
     if unknown:
         raise WorkloadError(f"--inject-fault: unknown field(s) {sorted(unknown)}")
     action = fields.get("action", "kill")
-    if action not in ("kill", "absent"):
-        raise WorkloadError(f"--inject-fault: action must be kill or absent, got {action!r}")
+    if action not in ("kill", "kill-loader", "absent"):
+        raise WorkloadError(f"--inject-fault: action must be kill, kill-loader or absent, "
+                            f"got {action!r}")
     try:
         return Fault(action=action, rank=int(fields.get("rank", "-1")),
                      step=int(fields.get("step", "0")), node=int(fields.get("node", "-1")))
@@ -124,6 +192,13 @@ class DDPConfig:
     warmup: int = 2
     compute: str = "real"
     data: str = "synthetic"
+    loader_workers: int = 2
+    prefetch: int = 2
+    cache: str = "cold"
+    read_limit: str | None = None
+    decode: str = "on"
+    on_corrupt: str = "skip"
+    patch: int = 128
     device: str = "auto"
     backend: str = "auto"
     amp: str = "auto"
@@ -144,7 +219,24 @@ class DDPConfig:
         _choice("--device", self.device, DEVICES)
         _choice("--backend", self.backend, BACKENDS)
         _choice("--amp", self.amp, AMP_MODES)
-        _choice("--data", self.data, DATA_SOURCES)
+        data = parse_data(self.data)
+        _choice("--cache", self.cache, CACHE_MODES)
+        _choice("--decode", self.decode, DECODE)
+        _choice("--on-corrupt", self.on_corrupt, ON_CORRUPT)
+        _bounded("--loader-workers", self.loader_workers, 0, MAX_LOADER_WORKERS)
+        _bounded("--prefetch", self.prefetch, 1, MAX_PREFETCH)
+        _bounded("--patch", self.patch, 64, 512)
+        if self.patch % 32:
+            raise WorkloadError(f"--patch must be a multiple of 32 (the 3-D U-Net halves it 5 "
+                                f"times), got {self.patch}")
+        if self.read_limit is not None:
+            parse_rate(self.read_limit)
+            if data.kind != "files":
+                raise WorkloadError("--read-limit applies to --data files:DIR (a limit on "
+                                    "reads from the block device that holds the dataset)")
+        if self.model == "leopard" and data.kind != "synthetic" and data.path:
+            raise WorkloadError(f"--data {self.data}: datasets hold images or volumes; the "
+                                "leopard model reads its own data (tunelab leopard train)")
         _bounded("--workers", self.workers, 1, MAX_WORKERS)
         _bounded("--nodes", self.nodes, 1, MAX_NODES)
         _bounded("--batch-size", self.batch_size, 1, MAX_BATCH)
@@ -166,7 +258,18 @@ class DDPConfig:
         if self.model == "leopard" and self.window % 32:
             raise WorkloadError(f"--window must be a multiple of 32 (the U-Net halves it 5 "
                                 f"times), got {self.window}")
-        parse_compute(self.compute)
+        compute = parse_compute(self.compute)
+        if compute.profile is not None:
+            p = compute.profile
+            if p.model != self.model:
+                raise WorkloadError(f"--compute emulate:{p.name} emulates {p.model}, but "
+                                    f"--model is {self.model}")
+            if p.batch != self.local_batch:
+                raise WorkloadError(f"--compute emulate:{p.name} is a step of {p.batch} samples "
+                                    f"per accelerator, but each worker trains on "
+                                    f"{self.local_batch} (--batch-size {self.batch_size} / "
+                                    f"--workers {self.workers}); use --batch-size "
+                                    f"{p.batch * self.workers}")
         for name, value, high in (("--bucket-mb", self.bucket_mb, 4096.0),
                                   ("--timeout", self.timeout, 86400.0),
                                   ("--rendezvous-timeout", self.rendezvous_timeout, 86400.0)):
@@ -182,12 +285,15 @@ class DDPConfig:
             raise WorkloadError("--backend nccl needs --device cuda (gloo is the CPU backend)")
         f = self.fault
         if f is not None:
-            if f.action == "kill" and not 0 <= f.rank < self.workers:
+            if f.action in ("kill", "kill-loader") and not 0 <= f.rank < self.workers:
                 raise WorkloadError(f"--inject-fault: rank {f.rank} is not a worker "
                                     f"(0..{self.workers - 1})")
             if f.action == "absent" and not 0 < f.node < self.nodes:
                 raise WorkloadError(f"--inject-fault: node {f.node} must lie in 1..{self.nodes - 1}"
                                     " (node 0 hosts the rendezvous)")
+            if f.action == "kill-loader" and (data.kind == "synthetic" or not self.loader_workers):
+                raise WorkloadError("--inject-fault action=kill-loader needs data-loader "
+                                    "processes (--data memory or files, --loader-workers >= 1)")
         return self
 
     @property
@@ -199,6 +305,16 @@ class DDPConfig:
     def local_batch(self) -> int:
         """Samples per worker and step."""
         return self.batch_size // self.workers
+
+    @property
+    def data_spec(self) -> DataSpec:
+        """The parsed ``data`` option."""
+        return parse_data(self.data)
+
+    @property
+    def read_limit_bps(self) -> float | None:
+        """``read_limit`` in bytes per second (None: no limit)."""
+        return parse_rate(self.read_limit) if self.read_limit else None
 
     @property
     def compute_mode(self) -> Compute:

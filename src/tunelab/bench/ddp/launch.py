@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.placement import NodeSlot, open_placement
@@ -216,6 +216,12 @@ class _Run:
         return where
 
     def _worker_failure(self, text: str, codes: Sequence[int | None]) -> str:
+        failed = [(r, st) for r in range(self.cfg.workers)
+                  if (st := read_status(self.status_dir, r)) and st.get("phase") == "failed"]
+        failed.sort(key=lambda item: not item[1].get("origin"))  # causes before echoes
+        if failed and failed[0][1].get("origin"):  # e.g. its data loader died
+            r, st = failed[0]
+            return f"{self._where(r)} failed: {st.get('error')}"
         causes = [(int(r), int(c)) for r, c in _ROOT_CAUSE.findall(text)]
         # torchrun SIGTERMs the survivors of a dead worker: another signal is the root cause
         signalled = sorted(((r, c) for r, c in causes if c < 0),
@@ -223,10 +229,9 @@ class _Run:
         if signalled:
             rank, code = signalled[0]
             return f"{self._where(rank)} died: killed by {_signal_name(-code)}"
-        for r in range(self.cfg.workers):
-            st = read_status(self.status_dir, r)
-            if st and st.get("phase") == "failed":
-                return f"{self._where(r)} failed: {st.get('error')}"
+        if failed:
+            r, st = failed[0]
+            return f"{self._where(r)} failed: {st.get('error')}"
         if causes:
             rank, code = causes[0]
             return f"{self._where(rank)} exited with status {code}"
@@ -236,19 +241,51 @@ class _Run:
         return "the workers finished without a result (see the messages above)"
 
 
+def _storage(cfg: DDPConfig, stack: contextlib.ExitStack[Any]) -> dict[str, Any]:
+    """Check the dataset, prepare the page cache, apply the read limit (for the block);
+    what was found and done, for the result."""
+    from tunelab.bench.ddp.cache import prepare_cache
+    from tunelab.bench.ddp.data import check_dataset
+
+    data = cfg.data_spec
+    if not data.path:
+        return {}
+    index = check_dataset(cfg, "volumes" if cfg.model == "unet3d" else "images")
+    assert index is not None
+    out: dict[str, Any] = {"dataset": index.root, "layout": index.layout,
+                           "samples": index.samples, "bytes": index.bytes,
+                           "mean_sample_bytes": index.bytes / max(1, index.samples),
+                           "notes": list(index.notes)}
+    if data.kind == "files":
+        prep = prepare_cache(cfg.cache, index.paths(), index.bytes)
+        out["cache_actions"] = list(prep.actions)
+        rate = cfg.read_limit_bps
+        if rate is not None:
+            from tunelab.bench.ddp.iolimit import read_limit
+
+            out["read_limit"] = stack.enter_context(read_limit(rate, index.root))
+            if cfg.cache != "cold":
+                out["notes"].append(f"--read-limit throttles reads from the device; with "
+                                    f"--cache {cfg.cache} pages already cached are not "
+                                    "throttled")
+    return out
+
+
 def launch(cfg: DDPConfig) -> int:
     """Run the benchmark described by ``cfg``; print the table and the JSON line."""
     from tunelab.bench.ddp.report import fom_line, render_table
 
-    with tempfile.TemporaryDirectory(prefix="tunelab-ddp-") as tmp, \
-            open_placement(cfg) as slots:
+    with contextlib.ExitStack() as stack:
+        storage = _storage(cfg, stack)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tunelab-ddp-"))
+        slots = stack.enter_context(open_placement(cfg))
         run = _Run(cfg, slots, Path(tmp))
         reason = run.wait()
         if reason is not None:
             print(f"ddp: {reason}", file=sys.stderr, flush=True)
             return EXIT_FAILURE
         result = json.loads(Path(run.result_file).read_text())
+    result["storage"] = storage
     print(render_table(cfg, result), flush=True)
     print(fom_line(cfg, result), flush=True)
     return 0
-

@@ -6,25 +6,44 @@ emulated wait), ``allreduce_s`` (first bucket handed to the network until the la
 reduced: the communication window), ``exposed_s`` (the part of the step spent waiting for
 communication after compute ended) and ``other_s`` (optimizer and bookkeeping).
 
+A step runs from one request for a batch to the next, so its parts add up to it exactly:
+``data_s`` (waiting for the batch: the loader's queue, the copy to the device), ``drop_s``
+(dropping the page cache at an epoch boundary, ``--cache cold``), the busy part
+(``compute_s`` + ``exposed_s`` + ``other_s``: what an accelerator would be doing; MLPerf
+Storage counts communication as compute too) and the harness's own ``overhead`` (the loop,
+its status file: the rest). Accelerator utilisation AU = busy / (step - drop): the fraction
+of the time the worker was neither waiting for input nor running the harness; with the
+input-wait and overhead fractions it adds up to 1. ``au`` covers the timed steps; ``au_run``
+the whole run of the worker, from its first request for data (the loader's start-up) to the
+loader's shutdown, warm-up, barriers and cache drops included. A run is ``input_bound`` when
+some worker waited for data more than 10 % of its timed steps.
+
 A step ends for all workers together (the all-reduce synchronises them), so a step's time is
-the slowest worker's; throughput is samples of the timed steps over the slowest worker's
-elapsed time. Bandwidths follow the NCCL-tests convention: *algorithm bandwidth* =
+the slowest worker's; throughput is the samples delivered in the timed steps over the slowest
+worker's elapsed time. Bandwidths follow the NCCL-tests convention: *algorithm bandwidth* =
 bytes / time; *bus bandwidth* = algorithm bandwidth x 2(N-1)/N, the bytes each worker's
 link carries in a ring all-reduce, comparable with the link's rate.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["RankRecord", "StepRecord", "Summary", "ring_factor", "summarize"]
+__all__ = ["INPUT_BOUND", "RankRecord", "RunAccount", "StepRecord", "Summary", "ring_factor",
+           "summarize"]
+
+#: data wait above this share of the step makes a run ``input_bound``
+INPUT_BOUND = 0.10
 
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One worker's timed step, seconds; ``bytes`` all-reduced in it."""
+    """One worker's step, seconds; ``bytes`` all-reduced in it; the batch's samples and the
+    bytes read for it (counted, and the kernel's ``rchar`` and device ``read_bytes`` for the
+    same reads; -1 where unknown)."""
 
     step_s: float
     compute_s: float
@@ -32,6 +51,34 @@ class StepRecord:
     exposed_s: float
     other_s: float
     bytes: int
+    data_s: float = 0.0
+    drop_s: float = 0.0
+    samples: int = -1
+    read_bytes: int = 0
+    rchar: int = 0
+    device_bytes: int = 0
+    corrupt: int = 0
+
+    @property
+    def busy_s(self) -> float:
+        """Compute, communication not overlapped, optimizer: the accelerator's share."""
+        return self.compute_s + self.exposed_s + self.other_s
+
+
+@dataclass(frozen=True)
+class RunAccount:
+    """A worker's whole run: from its first request for data to its loader's shutdown."""
+
+    run_s: float
+    busy_s: float
+    wait_s: float
+    drop_s: float
+    first_wait_s: float
+    shutdown_s: float
+    read_bytes: int = 0
+    rchar: int = 0
+    device_bytes: int = 0
+    corrupt: int = 0
 
 
 @dataclass(frozen=True)
@@ -42,6 +89,7 @@ class RankRecord:
     node: int
     elapsed_s: float
     steps: tuple[StepRecord, ...]
+    run: RunAccount | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +110,30 @@ class Summary:
     grad_bytes: int
     algbw: float
     busbw: float
+    data_s: float = 0.0
+    drop_s: float = 0.0
+    overhead_s: float = 0.0
+    au: float = math.nan
+    au_min: float = math.nan
+    wait_frac: float = math.nan
+    overhead_frac: float = math.nan
+    input_frac: float = math.nan
+    input_bound: bool = False
+    au_run: float = math.nan
+    au_run_min: float = math.nan
+    first_wait_s: float = math.nan
+    shutdown_s: float = math.nan
+    samples: int = 0
+    read_bytes: int = 0
+    read_Bps: float = 0.0
+    rchar: int = -1
+    rchar_Bps: float = math.nan
+    device_bytes: int = -1
+    device_Bps: float = math.nan
+    run_read_bytes: int = 0
+    run_device_bytes: int = -1
+    device_share: float = math.nan  # of the timed steps' reads
+    corrupt: int = 0
 
 
 def ring_factor(workers: int) -> float:
@@ -83,10 +155,23 @@ def summarize(ranks: Sequence[RankRecord], samples_per_step: int) -> Summary:
         return statistics.fmean(getattr(s, attr) for r in ranks for s in r.steps)
 
     elapsed = max(r.elapsed_s for r in ranks)
-    throughput = samples_per_step * n_steps / elapsed
+    delivered = sum(s.samples if s.samples >= 0 else samples_per_step // workers
+                    for r in ranks for s in r.steps)
+    throughput = delivered / elapsed
     allreduce = mean_of("allreduce_s")
     grad_bytes = ranks[0].steps[-1].bytes
     algbw = grad_bytes / allreduce if allreduce > 0 and grad_bytes else 0.0
+    shares = [_shares(r.steps) for r in ranks]
+    read = sum(s.read_bytes for r in ranks for s in r.steps)
+    known = all(s.rchar >= 0 for r in ranks for s in r.steps)
+    rchar = sum(s.rchar for r in ranks for s in r.steps) if known else -1
+    device = sum(s.device_bytes for r in ranks for s in r.steps) if known else -1
+    runs = [r.run for r in ranks if r.run is not None]
+    run_read = sum(a.read_bytes for a in runs)
+    run_device = sum(a.device_bytes for a in runs) if known else -1
+    # the timed steps only: the first ones also page in what a dropped cache took away
+    # (libraries the loader processes map), which read_bytes counts too
+    au_run = [a.busy_s / a.run_s for a in runs if a.run_s > 0]
     return Summary(
         workers=workers,
         steps=n_steps,
@@ -102,4 +187,41 @@ def summarize(ranks: Sequence[RankRecord], samples_per_step: int) -> Summary:
         grad_bytes=grad_bytes,
         algbw=algbw,
         busbw=algbw * ring_factor(workers),
+        data_s=mean_of("data_s"),
+        drop_s=mean_of("drop_s"),
+        overhead_s=statistics.fmean(s.step_s - s.data_s - s.drop_s - s.busy_s
+                                    for r in ranks for s in r.steps),
+        au=statistics.fmean(a for a, _, _, _ in shares),
+        au_min=min(a for a, _, _, _ in shares),
+        wait_frac=statistics.fmean(w for _, w, _, _ in shares),
+        overhead_frac=statistics.fmean(o for _, _, o, _ in shares),
+        input_frac=max(i for _, _, _, i in shares),
+        input_bound=max(i for _, _, _, i in shares) > INPUT_BOUND,
+        au_run=statistics.fmean(au_run) if au_run else math.nan,
+        au_run_min=min(au_run) if au_run else math.nan,
+        first_wait_s=max((a.first_wait_s for a in runs), default=math.nan),
+        shutdown_s=max((a.shutdown_s for a in runs), default=math.nan),
+        samples=delivered,
+        read_bytes=read,
+        read_Bps=read / elapsed,
+        rchar=rchar,
+        rchar_Bps=rchar / elapsed if known else math.nan,
+        device_bytes=device,
+        device_Bps=device / elapsed if known else math.nan,
+        run_read_bytes=run_read,
+        run_device_bytes=run_device,
+        device_share=device / read if known and read else math.nan,
+        corrupt=sum(a.corrupt for a in runs),
     )
+
+
+def _shares(steps: Sequence[StepRecord]) -> tuple[float, float, float, float]:
+    """AU, input-wait share and overhead share of the time not spent dropping the cache
+    (they add up to 1), and the input wait's share of the whole step time."""
+    total = sum(s.step_s for s in steps)
+    span = total - sum(s.drop_s for s in steps)
+    if span <= 0:
+        return math.nan, math.nan, math.nan, math.nan
+    busy = sum(s.busy_s for s in steps) / span
+    wait = sum(s.data_s for s in steps) / span
+    return busy, wait, 1.0 - busy - wait, sum(s.data_s for s in steps) / total

@@ -1,4 +1,5 @@
-"""The models the benchmark trains: torchvision's ResNet-18/50 and the Leopard U-Net.
+"""The models the benchmark trains: torchvision's ResNet-18/50, the Leopard U-Net and the
+3-D U-Net of MLPerf's image segmentation benchmark (KiTS19 volumes).
 
 :func:`build_model` returns the network and the shape of one input sample; with
 ``device="meta"`` it allocates nothing (parameter shapes only: what emulated compute needs).
@@ -23,7 +24,8 @@ from tunelab.errors import WorkloadError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ModelSpec", "build_model", "import_torchvision_models", "parameter_count"]
+__all__ = ["ModelSpec", "build_model", "import_torchvision", "import_torchvision_models",
+           "parameter_count"]
 
 _MISSING_OPS = ("nms", "qnms")
 _shim: Any = None  # keeps the torch.library fragment alive
@@ -41,18 +43,30 @@ class ModelSpec:
     unit: str = "images"
 
 
-def import_torchvision_models() -> ModuleType:
-    """``torchvision.models``, or :class:`WorkloadError` saying how to install torchvision."""
+def import_torchvision() -> ModuleType:
+    """``torchvision`` (models and transforms), or :class:`WorkloadError` saying how to
+    install it."""
     if importlib.util.find_spec("torchvision") is None:
-        raise WorkloadError("the resnet models need torchvision: pip install 'tunelab[ddp]' "
-                            "(torchvision==0.28.0, the release that pairs with torch 2.13.0)")
+        raise WorkloadError("the resnet models and image datasets need torchvision: pip install "
+                            "'tunelab[ddp]' (torchvision==0.28.0, the release that pairs with "
+                            "torch 2.13.0)")
     try:
-        import torchvision.models as models
+        import torchvision
+        import torchvision.models
+        import torchvision.transforms
     except RuntimeError as exc:
         if not any(f"torchvision::{op}" in str(exc) for op in _MISSING_OPS):
             raise WorkloadError(f"torchvision does not import: {exc}") from exc
         _declare_missing_ops()
-        import torchvision.models as models
+        import torchvision
+        import torchvision.models
+        import torchvision.transforms
+    return torchvision
+
+
+def import_torchvision_models() -> ModuleType:
+    """``torchvision.models``, or :class:`WorkloadError` saying how to install torchvision."""
+    models: ModuleType = import_torchvision().models
     return models
 
 
@@ -70,10 +84,10 @@ def _declare_missing_ops() -> None:
             _shim.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
 
 
-def build_model(name: str, *, image_size: int = 224, window: int = 2048,
+def build_model(name: str, *, image_size: int = 224, window: int = 2048, patch: int = 128,
                 device: str | torch.device = "cpu") -> tuple[torch.nn.Module, ModelSpec]:
-    """The model ``name`` (``resnet18``, ``resnet50``, ``leopard``) on ``device``, randomly
-    initialised, and what it consumes."""
+    """The model ``name`` (``resnet18``, ``resnet50``, ``leopard``, ``unet3d``) on
+    ``device``, randomly initialised, and what it consumes."""
     import torch
 
     if name in ("resnet18", "resnet50"):
@@ -87,8 +101,15 @@ def build_model(name: str, *, image_size: int = 224, window: int = 2048,
         with torch.device(device):
             model = LeopardUNet()
         return model, ModelSpec(name, (5, window), "segment", unit="windows")
+    if name == "unet3d":
+        from tunelab.bench.ddp.unet3d import UNet3D
+
+        with torch.device(device):
+            model = UNet3D()
+        return model, ModelSpec(name, (1, patch, patch, patch), "segment3d", classes=3,
+                                unit="volumes")
     raise WorkloadError(f"--model: unknown model {name!r}; choose one of resnet18, resnet50, "
-                        "leopard")
+                        "leopard, unet3d")
 
 
 def parameter_count(model: torch.nn.Module) -> int:

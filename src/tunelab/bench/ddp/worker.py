@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,31 +33,53 @@ EXIT_FAILURE = 4
 
 
 class StatusFile:
-    """``status_dir/rank-R.json``: pid, node, phase, step; replaced atomically."""
+    """``status_dir/rank-R.json``: pid, node, phase, step.
+
+    Written every step, so it must be cheap: one ``pwrite`` of a record padded to
+    :data:`STATUS_BYTES` at offset 0 of a file kept open (one page: a reader sees the old
+    record or the new one); :func:`read_status` retries once if it catches neither.
+    """
 
     def __init__(self, directory: str | None, rank: int, node: int) -> None:
+        self.directory = directory
         self._path = Path(directory) / f"rank-{rank}.json" if directory else None
         self._base = {"pid": os.getpid(), "rank": rank, "node": node}
         self._step = -1
+        self._fd: int | None = None
 
-    def write(self, phase: str, step: int | None = None, error: str | None = None) -> None:
-        """Record the phase this worker is in (and the step, kept until the next one)."""
+    def write(self, phase: str, step: int | None = None, error: str | None = None,
+              origin: bool = False) -> None:
+        """Record the phase this worker is in (and the step, kept until the next one);
+        ``origin``: this worker's failure is a cause (its data loader), not a peer's echo."""
         if step is not None:
             self._step = step
         step = self._step
         if self._path is None:
             return
-        tmp = self._path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**self._base, "phase": phase, "step": step, "error": error}))
-        os.replace(tmp, self._path)
+        record = {**self._base, "phase": phase, "step": step, "error": error, "origin": origin}
+        data = json.dumps(record).encode()
+        if len(data) >= STATUS_BYTES:
+            record["error"] = (error or "")[:STATUS_BYTES // 2]
+            data = json.dumps(record).encode()[:STATUS_BYTES - 1]
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.pwrite(self._fd, data.ljust(STATUS_BYTES), 0)
+
+
+#: bytes of a status record (padded with spaces; within one page)
+STATUS_BYTES = 1024
 
 
 def read_status(directory: str | Path, rank: int) -> dict[str, Any] | None:
     """A worker's last status, or None if it never wrote one."""
-    try:
-        return dict(json.loads((Path(directory) / f"rank-{rank}.json").read_text()))
-    except (OSError, ValueError):
-        return None
+    for _ in range(2):
+        try:
+            return dict(json.loads((Path(directory) / f"rank-{rank}.json").read_text()))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 class Runtime:
@@ -108,6 +131,10 @@ def worker_main(cfg: DDPConfig, status_dir: str | None, result_file: str | None)
         "LOCAL_WORLD_SIZE", 1))
     status = StatusFile(status_dir, rank, node)
     status.write("start")
+    if result_file is None and cfg.read_limit:
+        raise WorkloadError("--read-limit needs the benchmark's own launcher (python -m "
+                            "tunelab.bench.ddp without torchrun): workers started by torchrun "
+                            "would each throttle separately")
     if world != cfg.workers:
         raise WorkloadError(f"torchrun started {world} workers but --workers is {cfg.workers}")
     phase = "start"
@@ -121,8 +148,11 @@ def worker_main(cfg: DDPConfig, status_dir: str | None, result_file: str | None)
     except WorkloadError:
         raise
     except Exception as exc:  # a peer that died, a timeout: one line, then exit non-zero
+        from tunelab.bench.ddp.data import LoaderFailure
+
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # no second raise from the loader's
         msg = " ".join(str(exc).split())[:300]
-        status.write("failed", error=msg)
+        status.write("failed", error=msg, origin=isinstance(exc, LoaderFailure))
         print(f"ddp: worker {rank} failed in phase {phase}: {type(exc).__name__}: {msg}",
               file=sys.stderr, flush=True)
         return EXIT_FAILURE
@@ -135,7 +165,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
 
     from tunelab.bench.ddp.comm import CommTimer, bucket_sizes, emulated_allreduce
     from tunelab.bench.ddp.data import make_source
-    from tunelab.bench.ddp.metrics import RankRecord, StepRecord, summarize
+    from tunelab.bench.ddp.metrics import RankRecord, RunAccount, StepRecord, summarize
     from tunelab.bench.ddp.models import build_model, parameter_count
 
     if cfg.threads:
@@ -149,51 +179,62 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     status.write("joined")
     compute = cfg.compute_mode
     model, spec = build_model(cfg.model, image_size=cfg.image_size, window=cfg.window,
-                              device="meta" if compute.emulated else device)
+                              patch=cfg.patch, device="meta" if compute.emulated else device)
     params = parameter_count(model)
+    t_prep = time.perf_counter()
+    source = make_source(cfg, spec, device, rank, world, status.directory)
+    prep_s = time.perf_counter() - t_prep
+    StepFn = Callable[[Any, Any], tuple[float, float, float, float, int]]
+    step_fn: StepFn
     if compute.emulated:
         numels = [p.numel() for p in model.parameters() if p.requires_grad]
         buckets = [torch.zeros(n, dtype=torch.float32, device=device)
                    for n in bucket_sizes(numels, 4, cfg.bucket_mb)]
         del model
 
-        def step_fn() -> tuple[float, float, float, float, float, int]:
+        def step_fn(x: Any, y: Any) -> tuple[float, float, float, float, int]:
             t0 = time.perf_counter()
             time.sleep(compute.seconds)
             t_c = time.perf_counter()
             comm = emulated_allreduce(buckets, world)
             t1 = time.perf_counter()
-            return (t1 - t0, t_c - t0, comm.done - comm.first_launch, t1 - t_c, 0.0,
-                    comm.bytes)
+            return t_c - t0, comm.done - comm.first_launch, t1 - t_c, 0.0, comm.bytes
     else:
-        step_fn = _real_step(cfg, model, spec, rt, device, world, rank, CommTimer, make_source)
+        step_fn = _real_step(cfg, model, spec, rt, device, CommTimer)
 
-    records: list[StepRecord] = []
-    total = cfg.warmup + cfg.steps
-    start = 0.0
-    for i in range(total):
-        if i == cfg.warmup:
-            dist.barrier()
-            start = time.perf_counter()
-        timed = i - cfg.warmup
-        status.write("warmup" if timed < 0 else "timed", step=i)
-        fault = cfg.fault
-        if fault and fault.action == "kill" and fault.rank == rank and timed == fault.step:
-            os.kill(os.getpid(), signal.SIGKILL)
-        step_s, compute_s, allreduce_s, exposed_s, other_s, nbytes = step_fn()
-        if timed >= 0:
-            records.append(StepRecord(step_s, compute_s, allreduce_s, exposed_s, other_s,
-                                      nbytes))
+    try:
+        marks, parts, start = _loop(cfg, rank, source, step_fn, status, compute.emulated)
+    except (RuntimeError, OSError, EOFError) as exc:  # a loader's death surfaces anywhere
+        raise source.translate(exc) from None
     if device.type == "cuda":
         torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
+    t_end = time.perf_counter()
+    elapsed = t_end - start
+    status.write("shutdown")
+    source.close()
+    t_close = time.perf_counter()
+    marks.append(t_end)
+    steps = [StepRecord(step_s=marks[k + 1] - marks[k], compute_s=c, allreduce_s=a,
+                        exposed_s=e, other_s=o, bytes=nb, data_s=d, drop_s=dr,
+                        samples=int(info.get("samples", -1)),
+                        read_bytes=int(info.get("bytes", 0)), rchar=int(info.get("rchar", -1)),
+                        device_bytes=int(info.get("device_bytes", -1)),
+                        corrupt=int(info.get("corrupt", 0)))
+             for k, (d, dr, c, a, e, o, nb, info) in enumerate(parts)]
+    run = RunAccount(run_s=t_close - marks[0], busy_s=sum(s.busy_s for s in steps),
+                     wait_s=sum(s.data_s for s in steps), drop_s=sum(s.drop_s for s in steps),
+                     first_wait_s=steps[0].data_s, shutdown_s=t_close - t_end,
+                     read_bytes=sum(s.read_bytes for s in steps),
+                     rchar=sum(s.rchar for s in steps),
+                     device_bytes=sum(s.device_bytes for s in steps),
+                     corrupt=sum(s.corrupt for s in steps))
     status.write("gather")
-    mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(records))
+    mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(steps[cfg.warmup:]), run)
     gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, {"record": asdict(mine), "boot": _boot_id()})
+    dist.all_gather_object(gathered, {"record": asdict(mine), "boot": _boot_id(),
+                                      "data": source.summary(), "prep_s": prep_s})
     _leave_group()
-    ranks = [RankRecord(g["record"]["rank"], g["record"]["node"], g["record"]["elapsed_s"],
-                        tuple(StepRecord(**s) for s in g["record"]["steps"])) for g in gathered]
+    ranks = [_rank_record(g["record"]) for g in gathered]
     hosts = len({g["boot"] for g in gathered})
     summary = summarize(ranks, cfg.batch_size)
     return {"summary": asdict(summary), "params": params, "unit": spec.unit,
@@ -201,7 +242,65 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
             "backend": rt.backend, "amp": rt.amp, "emulated": compute.emulated,
             "threads": torch.get_num_threads(), "hosts": hosts,
             "host_cores": os.cpu_count() or 1,
-            "per_rank_elapsed_s": [r.elapsed_s for r in ranks]}
+            "per_rank_elapsed_s": [r.elapsed_s for r in ranks],
+            "data": _merge_data([g["data"] for g in gathered]),
+            "prep_s": max(g["prep_s"] for g in gathered)}
+
+
+def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFile,
+          emulated: bool) -> tuple[list[float], list[Any], float]:
+    """Every step: ask for a batch (timed: the data wait), run the step; the start of each
+    step, its parts, and when the timed steps began."""
+    import torch.distributed as dist
+
+    from tunelab.bench.ddp.data import LoaderFailure
+
+    parts: list[Any] = []
+    marks: list[float] = []
+    total = cfg.warmup + cfg.steps
+    start = 0.0
+    for i in range(total):
+        if i == cfg.warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        t0 = time.perf_counter()
+        marks.append(t0)
+        timed = i - cfg.warmup
+        status.write("warmup" if timed < 0 else "timed", step=i)
+        fault = cfg.fault
+        if fault and fault.rank == rank and timed == fault.step:
+            if fault.action == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif fault.action == "kill-loader":
+                source.kill_loader()
+        t_req = time.perf_counter()
+        x, y, info = source.next_batch()
+        t1 = time.perf_counter()
+        if not emulated and int(info.get("samples", 1)) == 0:
+            raise LoaderFailure(f"every sample of a batch of worker {rank} was corrupt "
+                                f"(first: {(info.get('corrupt_files') or ['?'])[0]})")
+        drop = source.drop_s
+        c, a, e, o, nbytes = step_fn(x, y)
+        parts.append((t1 - t_req - drop, drop, c, a, e, o, nbytes, info))
+    return marks, parts, start
+
+
+def _rank_record(d: dict[str, Any]) -> Any:
+    from tunelab.bench.ddp.metrics import RankRecord, RunAccount, StepRecord
+
+    run = RunAccount(**d["run"]) if d.get("run") else None
+    return RankRecord(d["rank"], d["node"], d["elapsed_s"],
+                      tuple(StepRecord(**s) for s in d["steps"]), run)
+
+
+def _merge_data(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every worker's data-source summary as one."""
+    names: list[str] = []
+    for d in per_rank:
+        names += [n for n in d.get("corrupt_files", []) if n not in names]
+    return {"epochs": max(d.get("epochs", 0) for d in per_rank),
+            "corrupt_files": names[:5], "cache": per_rank[0].get("cache", "n/a"),
+            "dropped_files": sum(d.get("dropped_files", 0) for d in per_rank)}
 
 
 def _boot_id() -> str:
@@ -227,10 +326,9 @@ def _leave_group(wait_s: float = 10.0) -> None:
 
 
 def _real_step(cfg: DDPConfig, model: torch.nn.Module, spec: Any, rt: Runtime,
-               device: torch.device, world: int, rank: int, comm_timer: Any,
-               make_source: Any) -> Any:
-    """A closure running one real training step under DDP (forward, backward with the
-    bucketed all-reduce overlapping it, optimizer step)."""
+               device: torch.device, comm_timer: Any) -> Any:
+    """A closure running one real training step on a batch under DDP (input conversion,
+    forward, backward with the bucketed all-reduce overlapping it, optimizer step)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -241,25 +339,33 @@ def _real_step(cfg: DDPConfig, model: torch.nn.Module, spec: Any, rt: Runtime,
     timer = comm_timer(None, device)
     # a plain callable: DDP rejects hooks whose annotations are strings (PEP 563)
     ddp.register_comm_hook(None, lambda state, bucket: timer(state, bucket))
-    if spec.task == "classify":
+    if spec.task in ("classify", "segment3d"):
         loss_fn: Any = torch.nn.CrossEntropyLoss()
-        opt: torch.optim.Optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     else:
         loss_fn = torch.nn.BCEWithLogitsLoss()
+    if spec.task == "classify":
+        opt: torch.optim.Optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    else:
         opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cuda", enabled=rt.amp)
-    source = make_source(cfg.data, spec, cfg.local_batch, device, cfg.seed + rank)
-    step_no = [0]
+    mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1)
 
-    def step_fn() -> tuple[float, float, float, float, float, int]:
-        x, y = source.batch(step_no[0])
-        step_no[0] += 1
+    def prepare(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.dtype == torch.uint8:  # decoded images: normalise on the device
+            x = (x.float().div_(255) - mean) / std
+        if spec.task == "segment3d":
+            y = y.long()
+        return x, y
+
+    def step_fn(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float, float, int]:
         ev0 = None
         if cuda:
             torch.cuda.synchronize()
             ev0 = torch.cuda.Event(enable_timing=True)
             ev0.record()
         t0 = time.perf_counter()
+        x, y = prepare(x, y)
         with torch.autocast(device.type, dtype=torch.float16, enabled=rt.amp):
             loss = loss_fn(ddp(x), y)
         scaler.scale(loss).backward()
@@ -274,10 +380,10 @@ def _real_step(cfg: DDPConfig, model: torch.nn.Module, spec: Any, rt: Runtime,
         t2 = time.perf_counter()
         comm = timer.take(t0, ev0)
         if comm is None:
-            return t2 - t0, t1 - t0, 0.0, 0.0, t2 - t1, 0
+            return t1 - t0, 0.0, 0.0, t2 - t1, 0
         compute_end = min(comm.last_launch, t1)
-        return (t2 - t0, compute_end - t0, comm.done - comm.first_launch,
-                max(0.0, t1 - compute_end), t2 - t1, comm.bytes)
+        return (compute_end - t0, comm.done - comm.first_launch, max(0.0, t1 - compute_end),
+                t2 - t1, comm.bytes)
 
     return step_fn
 
@@ -290,5 +396,24 @@ def _report(cfg: DDPConfig, result: dict[str, Any], result_file: str | None) -> 
         return
     from tunelab.bench.ddp.report import fom_line, render_table
 
+    result["storage"] = _storage_without_launcher(cfg)
     print(render_table(cfg, result), flush=True)
     print(fom_line(cfg, result), flush=True)
+
+
+def _storage_without_launcher(cfg: DDPConfig) -> dict[str, Any]:
+    """What a torchrun started by hand (or by srun) knows of the dataset: no launcher
+    dropped the machine's cache or filled it; each worker still drops its files' pages
+    before every epoch under ``--cache cold``."""
+    if not cfg.data_spec.path:
+        return {}
+    from tunelab.bench.ddp.dataset import index_dataset
+
+    index = index_dataset(cfg.data_spec.path)
+    actions = {"cold": ["posix_fadvise(DONTNEED) on each worker's files before every epoch "
+                        "(workers started by torchrun: /proc/sys/vm/drop_caches not written)"],
+               "warm": ["not filled before the run (workers started by torchrun)"],
+               "keep": ["nothing done (the page cache as found)"]}[cfg.cache]
+    return {"dataset": index.root, "layout": index.layout, "samples": index.samples,
+            "bytes": index.bytes, "mean_sample_bytes": index.bytes / max(1, index.samples),
+            "notes": list(index.notes), "cache_actions": actions}

@@ -1,8 +1,10 @@
 """The few dataframe operations the benchmark needs, behind one small interface.
 
 ``pandas`` (CPU, numpy buffers) is always available; ``cudf`` (GPU, cupy buffers) is used
-when it imports. A partition is sent as one C-contiguous ``(rows, 2)`` int64 block —
-column 0 the key, column 1 the payload — so its bytes are ``16 × rows``.
+when it imports. A partitioned chunk travels as **column buffers**: the ``key`` column and the
+``payload`` column, each contiguous int64 with its rows ordered by destination worker, so the
+slice for worker ``p`` is one contiguous run of each column (16 bytes per row in all) and
+arrives straight in the receiver's pre-sized columns: nothing is pickled or concatenated.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tunelab.bench.merge.data import partition_ids
+from tunelab.bench.merge.buffers import BufferPool
+from tunelab.bench.merge.data import destinations, partition_ids
 from tunelab.errors import WorkloadError
 
 __all__ = ["Backend", "CudfBackend", "PandasBackend", "get_backend"]
@@ -22,15 +25,14 @@ class Backend(Protocol):
 
     name: str
 
-    def frame(self, key: np.ndarray, payload: np.ndarray) -> Any:
-        """A frame on this backend's device from host arrays."""
+    def frame(self, key: Any, payload: Any) -> Any:
+        """A frame on this backend's device from two columns (host or device arrays)."""
 
-    def partition(self, df: Any, workers: int) -> tuple[Any, np.ndarray]:
-        """``(block, counts)``: rows ordered by destination worker as a ``(rows, 2)`` block,
-        and the number of rows per destination (host ``int64`` array)."""
-
-    def from_blocks(self, blocks: list[Any]) -> Any:
-        """One frame from received ``(rows, 2)`` blocks."""
+    def partition(self, df: Any, workers: int, pool: BufferPool,
+                  name: str) -> tuple[list[Any], np.ndarray]:
+        """``([key, payload], counts)``: the columns with rows ordered by destination worker
+        (``pool`` buffers under ``name`` where the backend is on the host) and the number of
+        rows per destination (host ``int64``)."""
 
     def merge(self, left: Any, right: Any) -> Any:
         """Inner merge on ``key``; columns ``key, payload_left, payload_right``."""
@@ -38,24 +40,11 @@ class Backend(Protocol):
     def num_rows(self, df: Any) -> int:
         """Number of rows."""
 
-    def to_host(self, block: Any) -> np.ndarray:
-        """A host numpy array of a block (no copy for host blocks)."""
-
-    def empty_block(self, rows: int) -> Any:
-        """An uninitialised ``(rows, 2)`` int64 block to receive into."""
+    def to_host(self, column: Any) -> np.ndarray:
+        """A host numpy array of a column (no copy for host columns)."""
 
     def to_pandas(self, df: Any) -> Any:
         """The frame as pandas (for verification)."""
-
-
-def _order_by_destination(xp: Any, key: Any, payload: Any, workers: int) -> tuple[Any, np.ndarray]:
-    pid = partition_ids(key, workers)
-    order = xp.argsort(pid, kind="stable")
-    block = xp.empty((len(key), 2), dtype=xp.int64)
-    block[:, 0] = key[order]
-    block[:, 1] = payload[order]
-    counts = xp.bincount(pid, minlength=workers)
-    return block, np.asarray(counts.get() if hasattr(counts, "get") else counts, dtype=np.int64)
 
 
 class PandasBackend:
@@ -71,14 +60,18 @@ class PandasBackend:
     def frame(self, key: np.ndarray, payload: np.ndarray) -> Any:
         return self._pd.DataFrame({"key": key, "payload": payload}, copy=False)
 
-    def partition(self, df: Any, workers: int) -> tuple[np.ndarray, np.ndarray]:
-        return _order_by_destination(
-            np, df["key"].to_numpy(), df["payload"].to_numpy(), workers
-        )
-
-    def from_blocks(self, blocks: list[np.ndarray]) -> Any:
-        block = np.concatenate(blocks) if blocks else np.empty((0, 2), dtype=np.int64)
-        return self.frame(block[:, 0], block[:, 1])
+    def partition(self, df: Any, workers: int, pool: BufferPool,
+                  name: str) -> tuple[list[np.ndarray], np.ndarray]:
+        key = df["key"].to_numpy()
+        payload = df["payload"].to_numpy()
+        n = len(key)
+        dest = destinations(key, workers, pool.get("hash", n, np.uint64))
+        order = np.argsort(dest, kind="stable")  # a radix sort on uint8/uint16
+        cols = [pool.get(f"{name}:send:{i}", n, np.int64) for i in range(2)]
+        np.take(key, order, out=cols[0])
+        np.take(payload, order, out=cols[1])
+        counts = np.bincount(dest, minlength=workers).astype(np.int64)
+        return cols, counts
 
     def merge(self, left: Any, right: Any) -> Any:
         return left.merge(right, on="key", how="inner", suffixes=("_left", "_right"))
@@ -86,18 +79,15 @@ class PandasBackend:
     def num_rows(self, df: Any) -> int:
         return len(df)
 
-    def to_host(self, block: Any) -> np.ndarray:
-        return np.asarray(block)
-
-    def empty_block(self, rows: int) -> np.ndarray:
-        return np.empty((rows, 2), dtype=np.int64)
+    def to_host(self, column: Any) -> np.ndarray:
+        return np.asarray(column)
 
     def to_pandas(self, df: Any) -> Any:
         return df
 
 
 class CudfBackend:
-    """cuDF on the GPU (buffers are cupy arrays; host transports copy them to the host)."""
+    """cuDF on the GPU (columns are cupy arrays; host transports copy them to the host)."""
 
     name = "cudf"
 
@@ -116,15 +106,15 @@ class CudfBackend:
         cp = self._cp
         return self._cudf.DataFrame({"key": cp.asarray(key), "payload": cp.asarray(payload)})
 
-    def partition(self, df: Any, workers: int) -> tuple[Any, np.ndarray]:
-        return _order_by_destination(
-            self._cp, df["key"].values, df["payload"].values, workers
-        )
-
-    def from_blocks(self, blocks: list[Any]) -> Any:
+    def partition(self, df: Any, workers: int, pool: BufferPool,
+                  name: str) -> tuple[list[Any], np.ndarray]:
+        del pool, name  # device memory: cupy's own memory pool reuses it
         cp = self._cp
-        block = cp.concatenate([cp.asarray(b) for b in blocks]) if blocks else self.empty_block(0)
-        return self.frame(block[:, 0], block[:, 1])
+        key, payload = df["key"].values, df["payload"].values
+        pid = partition_ids(key, workers)
+        order = cp.argsort(pid, kind="stable")
+        counts = cp.bincount(pid, minlength=workers)
+        return [key[order], payload[order]], np.asarray(counts.get(), dtype=np.int64)
 
     def merge(self, left: Any, right: Any) -> Any:
         return left.merge(right, on="key", how="inner", suffixes=("_left", "_right"))
@@ -132,11 +122,8 @@ class CudfBackend:
     def num_rows(self, df: Any) -> int:
         return len(df)
 
-    def to_host(self, block: Any) -> np.ndarray:
-        return block.get() if hasattr(block, "get") else np.asarray(block)
-
-    def empty_block(self, rows: int) -> Any:
-        return self._cp.empty((rows, 2), dtype=self._cp.int64)
+    def to_host(self, column: Any) -> np.ndarray:
+        return column.get() if hasattr(column, "get") else np.asarray(column)
 
     def to_pandas(self, df: Any) -> Any:
         return df.to_pandas()

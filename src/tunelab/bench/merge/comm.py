@@ -1,10 +1,20 @@
-"""What a transport provides to the worker loop: an all-to-all exchange with timeouts.
+"""What a transport provides to the worker loop: all-to-all exchanges with timeouts.
 
-A :class:`Comm` is one worker's view of the group. Its single primitive, :meth:`Comm.exchange`,
-sends one contiguous array to every other worker and returns the raw bytes received from each;
-every receive has a deadline (``timeout`` seconds), and a peer that does not answer or whose
-connection breaks raises :class:`WorkerFailure` naming the peer, the phase and the iteration.
-``allgather`` and ``barrier`` are built on ``exchange``, so they have the same guarantee.
+A :class:`Comm` is one worker's view of the group. A transport implements two primitives:
+
+* :meth:`Comm.exchange` sends one contiguous array to every other worker and returns the raw
+  bytes received from each (small messages: counts, ``allgather``, ``barrier``);
+* :meth:`Comm._transfer` moves column buffers: it sends given contiguous arrays to every peer
+  and receives *into* given pre-sized arrays (no allocation, no copy on the way in).
+
+:meth:`Comm.alltoallv` builds the data exchange on both: it swaps the row counts, takes
+receive columns of exactly the right size from a :class:`~.buffers.BufferPool` (reused every
+iteration, so no page is faulted in while the clock runs), lets the transport move every
+peer's slice straight into place, and copies the worker's own slice locally after the timed
+part. Every receive has a deadline (``timeout`` seconds), and a peer that does not answer or
+whose connection breaks raises :class:`WorkerFailure` naming the peer, the phase and the
+iteration. ``allgather`` and ``barrier`` are built on ``exchange``, so they have the same
+guarantee.
 """
 
 from __future__ import annotations
@@ -14,16 +24,22 @@ import pickle
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tunelab.bench.merge.buffers import BufferPool
 from tunelab.bench.merge.config import Fault
 from tunelab.errors import TunelabError
 
-__all__ = ["Comm", "StatusBoard", "VerificationError", "WorkerFailure", "read_status"]
+__all__ = ["MAX_MESSAGE_BYTES", "Comm", "Received", "StatusBoard", "VerificationError",
+           "WorkerFailure", "read_status"]
+
+#: Largest message a peer may announce (a bound checked before allocating the receive buffer).
+MAX_MESSAGE_BYTES = 1 << 36
 
 
 class WorkerFailure(TunelabError):
@@ -81,6 +97,17 @@ def read_status(directory: str | Path, rank: int) -> tuple[int, str, int] | None
         return None
 
 
+@dataclass(frozen=True)
+class Received:
+    """What :meth:`Comm.alltoallv` delivers: one array per column holding the rows from
+    worker 0, 1, … in rank order (this worker's own rows included), the rows from each
+    worker, and the seconds spent exchanging (counts and data, not the local copy)."""
+
+    columns: list[np.ndarray]
+    counts: np.ndarray
+    seconds: float
+
+
 class Comm(ABC):
     """One worker's endpoint of an all-to-all group (see the module docstring)."""
 
@@ -96,6 +123,7 @@ class Comm(ABC):
         self.iteration = -1
         self._status: StatusBoard | None = StatusBoard(status_dir, rank) if status_dir else None
         self._fault = fault
+        self.pool = BufferPool()
 
     # -- phases -------------------------------------------------------------------------
     def enter(self, phase: str, iteration: int | None = None) -> None:
@@ -175,6 +203,49 @@ class Comm(ABC):
     def exchange(self, send: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Send ``send[p]`` (C-contiguous) to every peer ``p``; return the bytes (``uint8``)
         received from each peer. Raises :class:`WorkerFailure` on timeout or broken link."""
+
+    @abstractmethod
+    def _transfer(self, sends: Mapping[int, Sequence[np.ndarray]],
+                  recvs: Mapping[int, Sequence[np.ndarray]]) -> None:
+        """Send each array of ``sends[p]`` to peer ``p`` and receive, in the same order, into
+        each array of ``recvs[p]`` (contiguous, exactly the size the peer sends; empty arrays
+        are skipped by both sides). Raises :class:`WorkerFailure` on timeout or broken link."""
+
+    def alltoallv(self, columns: Sequence[np.ndarray], counts: np.ndarray,
+                  name: str) -> Received:
+        """All-to-all of rows held as ``columns`` (equal length, rows grouped by destination:
+        ``counts[p]`` rows for worker ``p`` in rank order). ``name`` keys the receive buffers,
+        which stay valid until the next call with the same name."""
+        t = time.perf_counter()
+        counts = np.asarray(counts, dtype=np.int64)
+        recv_counts = self._swap_counts(counts, columns)
+        send_off = np.concatenate([[0], np.cumsum(counts)])
+        recv_off = np.concatenate([[0], np.cumsum(recv_counts)])
+        total = int(recv_off[-1])
+        out = [self.pool.get(f"{name}:recv:{i}", total, c.dtype) for i, c in enumerate(columns)]
+        sends = {p: [c[send_off[p]:send_off[p + 1]] for c in columns] for p in self.peers}
+        recvs = {p: [o[recv_off[p]:recv_off[p + 1]] for o in out] for p in self.peers}
+        self._transfer(sends, recvs)
+        seconds = time.perf_counter() - t
+        r = self.rank
+        for c, o in zip(columns, out, strict=True):
+            o[recv_off[r]:recv_off[r + 1]] = c[send_off[r]:send_off[r + 1]]
+        return Received(out, recv_counts, seconds)
+
+    def _swap_counts(self, counts: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
+        """Rows every worker will send here (``counts[rank]`` for this worker), checked."""
+        got = self.exchange({p: counts[p:p + 1] for p in self.peers})
+        row_bytes = sum(c.dtype.itemsize for c in columns)
+        recv = np.empty(self.size, dtype=np.int64)
+        recv[self.rank] = counts[self.rank]
+        for p in self.peers:
+            raw = got[p]
+            n = int(raw.view(np.int64)[0]) if raw.nbytes == 8 else -1
+            if not 0 <= n * row_bytes <= MAX_MESSAGE_BYTES:
+                raise self.failure(p, f"{{peer}} announced an impossible row count "
+                                      f"({n if raw.nbytes == 8 else f'{raw.nbytes} bytes'})")
+            recv[p] = n
+        return recv
 
     def allgather(self, obj: Any) -> list[Any]:
         """Every worker's ``obj``, in rank order (pickled over :meth:`exchange`)."""

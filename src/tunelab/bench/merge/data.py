@@ -22,6 +22,7 @@ __all__ = [
     "expected_matches",
     "left_chunk",
     "match_counts",
+    "destinations",
     "partition_ids",
     "right_chunk",
 ]
@@ -84,3 +85,15 @@ def partition_ids(key: Any, workers: int) -> Any:
     Works on numpy and cupy arrays alike (uint64 arithmetic wraps)."""
     h = key.astype(np.uint64) * _GOLDEN
     return ((h >> np.uint64(32)) % np.uint64(workers)).astype(np.int64)
+
+
+def destinations(key: np.ndarray, workers: int, scratch: np.ndarray) -> np.ndarray:
+    """:func:`partition_ids` of a host array as the narrowest unsigned type that holds
+    ``workers`` (so a stable ``argsort`` is a radix sort), computed in place in ``scratch``
+    (uint64, at least ``len(key)``): no temporary of the chunk's size is allocated."""
+    h = scratch[:len(key)]
+    np.multiply(key.view(np.uint64), _GOLDEN, out=h)
+    np.right_shift(h, np.uint64(32), out=h)
+    np.remainder(h, np.uint64(workers), out=h)
+    return h.astype(np.uint8 if workers <= 256 else np.uint16 if workers <= 65536
+                    else np.uint32)

@@ -1,26 +1,29 @@
 """MPI transport: mpi4py non-blocking point-to-point over Open MPI (ob1 or the UCX PML).
 
-Each exchange posts ``Irecv``/``Isend`` of the sizes, then of the data, to and from every
-peer, and polls ``Testall`` against a deadline, so a peer that stops answering is reported
-instead of waited for. A failed worker calls ``MPI_Abort`` after printing its message so the
-whole job ends. Launched by ``mpirun`` (see :mod:`~tunelab.bench.merge.launch`).
+The data exchange posts one ``Irecv`` per peer and column straight into the pre-sized receive
+columns (mpi4py's buffer interface: numpy memory, no pickling) and one ``Isend`` per peer and
+column from the partitioned send columns, then polls ``Testall`` against a deadline, so a
+peer that stops answering is reported instead of waited for. Small messages (row counts,
+``allgather``) use the same calls on byte arrays. A failed worker calls ``MPI_Abort`` after
+printing its message so the whole job ends. Launched by ``mpirun`` (see
+:mod:`~tunelab.bench.merge.launch`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from tunelab.bench.merge.comm import Comm
+from tunelab.bench.merge.comm import MAX_MESSAGE_BYTES, Comm
 from tunelab.errors import WorkloadError
 
 __all__ = ["MpiComm", "import_mpi"]
 
-_TAG_SIZE, _TAG_DATA = 11, 12
+_TAG_SIZE, _TAG_DATA, _TAG_COLUMN = 11, 12, 20
 
 
 def import_mpi() -> Any:
@@ -72,11 +75,34 @@ class MpiComm(Comm):
         reqs = [self._comm.Irecv(sizes_in[p], source=p, tag=_TAG_SIZE) for p in peers]
         reqs += [self._comm.Isend(sizes_out[p], dest=p, tag=_TAG_SIZE) for p in peers]
         self._wait(reqs, peers + peers, "message sizes")
+        for p in peers:
+            if not 0 <= int(sizes_in[p][0]) <= MAX_MESSAGE_BYTES:
+                raise self.failure(p, f"{{peer}} announced a message of {int(sizes_in[p][0])} "
+                                      "bytes")
         got = {p: np.empty(int(sizes_in[p][0]), dtype=np.uint8) for p in peers}
         reqs = [self._comm.Irecv([got[p], MPI.BYTE], source=p, tag=_TAG_DATA) for p in peers]
         reqs += [self._comm.Isend([out[p], MPI.BYTE], dest=p, tag=_TAG_DATA) for p in peers]
         self._wait(reqs, peers + peers, "data")
         return got
+
+    def _transfer(self, sends: Mapping[int, Sequence[np.ndarray]],
+                  recvs: Mapping[int, Sequence[np.ndarray]]) -> None:
+        MPI = self._mpi
+        reqs: list[Any] = []
+        who: list[int] = []
+        for p in self.peers:
+            for i, buf in enumerate(recvs[p]):
+                if buf.nbytes:
+                    reqs.append(self._comm.Irecv([buf.view(np.uint8), MPI.BYTE], source=p,
+                                                 tag=_TAG_COLUMN + i))
+                    who.append(p)
+        for p in self.peers:
+            for i, buf in enumerate(sends[p]):
+                if buf.nbytes:
+                    reqs.append(self._comm.Isend([buf.view(np.uint8), MPI.BYTE], dest=p,
+                                                 tag=_TAG_COLUMN + i))
+                    who.append(p)
+        self._wait(reqs, who, "data")
 
     def abort(self, code: int) -> None:
         """End every rank of the job (after a failure this worker has reported)."""

@@ -1,10 +1,12 @@
 """The worker loop shared by the mpi, tcp and ucxx transports.
 
-Each iteration: barrier; partition the left chunk into N bins and exchange them; the same for
-the right chunk; concatenate what arrived (plus the bin kept locally) and inner-merge on
-``key``. Then, outside the timed section, verify: the global merged row count must equal the
-number of matching keys, and for small sizes every worker's rows must equal those of a
-single-process pandas merge. A wrong result raises :class:`VerificationError`.
+Each iteration: barrier; partition the left chunk into N bins (column buffers ordered by
+destination) and exchange them straight into pre-sized receive columns; the same for the
+right chunk; inner-merge on ``key`` the frames over those columns (the bin kept locally is
+copied into place, nothing is concatenated). Then, outside the timed section, verify: the
+global merged row count must equal the number of matching keys, and for small sizes every
+worker's rows must equal those of a single-process pandas merge. A wrong result raises
+:class:`VerificationError`.
 """
 
 from __future__ import annotations
@@ -55,22 +57,18 @@ def compare_with_reference(got: Any, want: Any) -> str | None:
 
 
 def _exchange(comm: Comm, backend: Backend, df: Any, side: str,
-              it: int) -> tuple[list[Any], float, int, int]:
+              it: int) -> tuple[Any, float, int, int]:
+    """Partition ``df``, exchange its column buffers; the frame of what this worker holds
+    now, the exchange seconds, bytes sent to and received from other workers."""
     comm.enter(f"partition-{side}", it)
-    block, counts = backend.partition(df, comm.size)
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    host = backend.to_host(block)
-    send = {p: host[offsets[p]:offsets[p + 1]] for p in comm.peers}
-    sent = sum(int(a.nbytes) for a in send.values())
+    cols, counts = backend.partition(df, comm.size, comm.pool, side)
+    host = [backend.to_host(c) for c in cols]
+    row_bytes = sum(c.dtype.itemsize for c in host)
+    sent = row_bytes * int(counts.sum() - counts[comm.rank])
     comm.enter(f"exchange-{side}", it)
-    t = time.perf_counter()
-    got = comm.exchange(send)
-    elapsed = time.perf_counter() - t
-    own = block[offsets[comm.rank]:offsets[comm.rank + 1]]
-    blocks = [own if p == comm.rank else got[p].view(np.int64).reshape(-1, 2)
-              for p in range(comm.size)]
-    received = sum(int(g.nbytes) for g in got.values())
-    return blocks, elapsed, sent, received
+    got = comm.alltoallv(host, counts, side)
+    received = row_bytes * int(got.counts.sum() - got.counts[comm.rank])
+    return backend.frame(*got.columns), got.seconds, sent, received
 
 
 def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIteration]:
@@ -88,10 +86,10 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
         comm.enter("barrier", it)
         comm.barrier()
         t0 = time.perf_counter()
-        lblocks, t_left, sent_left, recv_left = _exchange(comm, backend, left, "left", it)
-        rblocks, t_right, sent_right, recv_right = _exchange(comm, backend, right, "right", it)
+        lframe, t_left, sent_left, recv_left = _exchange(comm, backend, left, "left", it)
+        rframe, t_right, sent_right, recv_right = _exchange(comm, backend, right, "right", it)
         comm.enter("merge", it)
-        merged = backend.merge(backend.from_blocks(lblocks), backend.from_blocks(rblocks))
+        merged = backend.merge(lframe, rframe)
         wall = time.perf_counter() - t0
         if comm.corrupts("merge"):  # fault injection: lose one row, verification must see it
             merged = merged.iloc[1:]

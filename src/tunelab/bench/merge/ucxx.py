@@ -2,8 +2,11 @@
 
 The shape of the competition's UCX-Py merge script: every worker opens a listener, publishes
 its address through the rendezvous directory, and worker ``r`` creates endpoints to every
-lower rank (telling it its rank in a first message). An exchange sends, per peer, the payload
-size then the payload with tagged ``send``/``recv``; every receive has a deadline. ``UCX_*``
+lower rank (telling it its rank in a first message). A small exchange sends, per peer, the
+payload size then the payload with tagged ``send``/``recv``; the data exchange sends each
+column slice as it lies in the partitioned columns and receives it straight into the pre-sized
+receive column (sizes known from the exchanged row counts, so no size message and no copy).
+Every receive has a deadline. ``UCX_*``
 variables (``UCX_TLS``, ``UCX_RNDV_SCHEME``, …) take effect here, as do UCXX's own
 ``UCXPY_*`` ones (for example ``UCXPY_PROGRESS_MODE``). Optional: ``pip install
 'tunelab[ucx]'``.
@@ -14,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tunelab.bench.merge import rendezvous
-from tunelab.bench.merge.comm import Comm
+from tunelab.bench.merge.comm import MAX_MESSAGE_BYTES, Comm
 from tunelab.errors import WorkloadError
 
 __all__ = ["UcxxComm", "import_ucxx"]
@@ -103,6 +106,8 @@ class UcxxComm(Comm):
             ep = self._eps[peer]
             size = np.empty(1, dtype=np.int64)
             await ep.recv(size)
+            if not 0 <= int(size[0]) <= MAX_MESSAGE_BYTES:
+                raise self.failure(peer, f"{{peer}} announced a message of {int(size[0])} bytes")
             buf = np.empty(int(size[0]), dtype=np.uint8)
             if buf.nbytes:
                 await ep.recv(buf)
@@ -116,6 +121,31 @@ class UcxxComm(Comm):
                                            return_when=asyncio.FIRST_EXCEPTION)
         self.raise_first_failure(tasks, done, pending)
         return {p: t.result() for t, p in gets.items()}
+
+    def _transfer(self, sends: Mapping[int, Sequence[np.ndarray]],
+                  recvs: Mapping[int, Sequence[np.ndarray]]) -> None:
+        self._loop.run_until_complete(self._columns(sends, recvs))
+
+    async def _columns(self, sends: Mapping[int, Sequence[np.ndarray]],
+                       recvs: Mapping[int, Sequence[np.ndarray]]) -> None:
+        async def put(peer: int) -> None:
+            ep = self._eps[peer]
+            for buf in sends[peer]:
+                if buf.nbytes:
+                    await ep.send(buf)
+
+        async def get(peer: int) -> None:
+            ep = self._eps[peer]
+            for buf in recvs[peer]:
+                if buf.nbytes:
+                    await ep.recv(buf)
+
+        tasks: dict[asyncio.Future[Any], int] = {
+            asyncio.ensure_future(get(p)): p for p in self.peers}
+        tasks.update({asyncio.ensure_future(put(p)): p for p in self.peers})
+        done, pending = await asyncio.wait(tasks, timeout=self.timeout,
+                                           return_when=asyncio.FIRST_EXCEPTION)
+        self.raise_first_failure(tasks, done, pending)
 
     def close(self) -> None:
         async def shutdown() -> None:

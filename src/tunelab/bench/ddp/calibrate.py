@@ -1,0 +1,102 @@
+"""``tunelab bench ddp calibrate``: time real training steps of one accelerator (the device at
+hand: CUDA when there is one, else the CPU) and write the median as a profile entry, so
+``--compute emulate:MODEL/NAME/bBATCH`` emulates this device with a measured figure.
+
+One process, no communication: the step is what one accelerator does (forward, backward,
+optimizer), the same work :mod:`tunelab.bench.ddp.worker` times under DDP, on random inputs
+of the model's shape. The entry's source names the machine, the date, torch and the input.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import re
+import statistics
+import time
+from pathlib import Path
+
+from tunelab.bench.ddp.config import MAX_BATCH, MODELS
+from tunelab.bench.ddp.profiles import Profile, write_profile
+from tunelab.errors import WorkloadError
+
+__all__ = ["calibrate_device", "cpu_name"]
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo), else the platform's."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9_.-]+", "-", text.lower()).strip("-") or "device"
+
+
+def calibrate_device(*, model: str, batch: int, steps: int = 5, warmup: int = 2,
+                     image_size: int = 224, patch: int = 128, device: str = "auto",
+                     amp: str = "auto", name: str | None = None,
+                     output: Path | None = None) -> tuple[Profile, Path]:
+    """Measure; write the entry; return it and the table's path."""
+    import torch
+
+    from tunelab.bench.ddp.data import _random_samples
+    from tunelab.bench.ddp.models import build_model
+    from tunelab.bench.ddp.worker import select_runtime
+
+    if model not in MODELS:
+        raise WorkloadError(f"--model: unknown value {model!r}; choose one of "
+                            f"{', '.join(MODELS)}")
+    if not 1 <= batch <= MAX_BATCH or not 1 <= steps <= 1000 or not 0 <= warmup <= 1000:
+        raise WorkloadError(f"--batch must lie in 1..{MAX_BATCH}, --steps in 1..1000, "
+                            "--warmup in 0..1000")
+    rt = select_runtime(device, "auto", amp, 0, cuda_devices=torch.cuda.device_count())
+    dev = torch.device(rt.device)
+    net, spec = build_model(model, image_size=image_size, patch=patch, device=dev)
+    gen = torch.Generator().manual_seed(0)
+    x, y = _random_samples(spec, batch, gen)
+    if x.dtype == torch.uint8:
+        x = x.float().div_(255)
+    if spec.task == "segment3d":
+        y = y.long()
+    x, y = x.to(dev), y.to(dev)
+    loss_fn = (torch.nn.BCEWithLogitsLoss() if spec.task == "segment"
+               else torch.nn.CrossEntropyLoss())
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda", enabled=rt.amp)
+    times = []
+    for i in range(warmup + steps):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast(dev.type, dtype=torch.float16, enabled=rt.amp):
+            loss = loss_fn(net(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    if dev.type == "cuda":
+        hw = torch.cuda.get_device_name(dev)
+        default = _slug(hw)
+    else:
+        hw = f"{cpu_name()}, {torch.get_num_threads()} threads"
+        default = "cpu"
+    shape = "x".join(map(str, spec.sample_shape))
+    profile = Profile(
+        model=model, accelerator=_slug(name) if name else default,
+        precision="fp16-amp" if rt.amp else "fp32", batch=batch,
+        step_s=round(statistics.median(times), 6), kind="measured",
+        source=(f"tunelab bench ddp calibrate on {platform.node()} ({hw}), "
+                f"{datetime.date.today().isoformat()}, torch {torch.__version__}, input {shape}"),
+        note=f"median of {steps} steps after {warmup} warm-up; spread "
+             f"{min(times):.4f}-{max(times):.4f} s")
+    return profile, write_profile(profile, output)

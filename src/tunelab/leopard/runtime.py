@@ -1,0 +1,291 @@
+"""How Leopard runs on the machine at hand: threads, precision and kernels, chosen at run time.
+
+Nothing here is a constant picked for one CPU. The same wheel meets CPUs with AVX-512 BF16 or
+AMX (where bf16 convolutions run about twice as fast as fp32) and CPUs with AVX2 only (where
+bf16 is emulated and was measured 40x *slower*). So:
+
+* **threads**: ``--threads``, else ``OMP_NUM_THREADS``, else the cores this process may run
+  on (``os.sched_getaffinity``), unless a quick measurement finds one thread faster (a
+  machine busy with other work); OpenMP threads wait passively (see
+  :mod:`tunelab.leopard`);
+* **precision** (``auto``): on CUDA bf16 where supported, else fp16; on a CPU fp32, and bf16
+  only when the CPU's flags name a bf16 instruction set (``avx512_bf16``, ``amx_bf16``) *and*
+  a quick measurement on the job's own window shape shows it at least 10 % faster;
+* **kernels** (``compile=auto``): ``torch.compile`` (Inductor, weights frozen) only when the
+  job is long enough to repay its compile time, a C++ compiler exists, compilation succeeds
+  and a measurement shows it faster; otherwise eager, with the reason noted.
+
+:func:`prepare` returns an :class:`Engine`: the BatchNorm-folded network
+(:mod:`tunelab.leopard.inference`) with those choices applied, and :attr:`Engine.runtime`,
+which says what was chosen and why (printed with every result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from tunelab.leopard.errors import LeopardError
+from tunelab.leopard.inference import InferenceUNet, fold_batchnorm, to_nwc_input
+
+if TYPE_CHECKING:
+    from tunelab.leopard.model import LeopardUNet
+
+__all__ = ["PRECISIONS", "Engine", "Runtime", "bf16_capable", "choose_threads", "cpu_flags",
+           "prepare"]
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+COMPILE_MODES = ("auto", "on", "off")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+#: a probed alternative (bf16, one thread) must win by this factor to be chosen (noise guard).
+MARGIN = 1.10
+#: compile only when the estimated eager run is this many times the compile-time guess.
+COMPILE_PAYBACK = 10.0
+COMPILE_GUESS_S = 60.0  # seconds Inductor took for this network on 2 busy cores
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    """The instruction-set flags of the first CPU listed (empty when unknown)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def bf16_capable(flags: set[str]) -> bool:
+    """Whether the CPU has native bf16 arithmetic (not emulated through fp32)."""
+    return any(f in flags for f in BF16_FLAGS)
+
+
+def choose_threads(threads: int | None = None) -> tuple[int, bool]:
+    """``(count, given)``: ``threads``, else ``OMP_NUM_THREADS`` (given), else the cores this
+    process may use (not given: a measurement may lower it)."""
+    if threads:
+        return threads, True
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env), True
+    try:
+        return len(os.sched_getaffinity(0)), False
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1, False
+
+
+@dataclass
+class Runtime:
+    """What an :class:`Engine` runs with, and why."""
+
+    device: str
+    precision: str
+    threads: int
+    compiled: bool
+    cpu_bf16: bool
+    probe_windows_per_s: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line: ``precision bf16 (CPU has avx512_bf16), 2 threads, eager``."""
+        kern = "torch.compile" if self.compiled else "eager"
+        probe = ", ".join(f"{k} {v:.1f} w/s" for k, v in self.probe_windows_per_s.items())
+        text = f"{self.device}: precision {self.precision}, {self.threads} threads, {kern}"
+        if probe:
+            text += f" (probe: {probe})"
+        if self.notes:
+            text += "; " + "; ".join(self.notes)
+        return text
+
+
+class Engine:
+    """A trained network ready to predict: ``engine(x)`` -> probabilities ``(N, L)`` float32
+    for input ``(N, C, L)`` or channels-last ``(N, C, 1, L)``.
+
+    With a compiled network every call gets exactly ``batch`` windows (a shorter batch is
+    padded), so Inductor never recompiles for a new shape.
+    """
+
+    def __init__(self, net: InferenceUNet, runtime: Runtime, batch: int,
+                 fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        self.net = net
+        self.runtime = runtime
+        self.batch = batch
+        self._fn = fn or net
+        self.device = torch.device(runtime.device)
+        self.in_channels = net.in_channels
+        self.multiple = net.multiple
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        if self.runtime.compiled and n != self.batch:
+            pad = torch.zeros((self.batch - n, *x.shape[1:]), dtype=x.dtype, device=x.device)
+            if x.dim() == 4:
+                pad = pad.contiguous(memory_format=torch.channels_last)
+            x = torch.cat([x, pad])
+        with torch.inference_mode():
+            return torch.sigmoid(self._fn(x.to(self.device))[:n])
+
+
+def _rate(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reps: int) -> float:
+    """Windows per second of ``fn`` on ``x``: the best of ``reps`` timed calls."""
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn(x)
+        best = min(best, time.perf_counter() - t)
+    return x.shape[0] / best
+
+
+def _probe(fns: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor,
+           rounds: int = 3) -> dict[str, list[float]]:
+    """Windows/s of several candidates in every round, called back to back (so a busy moment
+    of the machine hits them alike; compare them with :func:`_speedup`)."""
+    with torch.inference_mode():
+        for fn in fns.values():
+            fn(x)  # warm-up: oneDNN picks and caches its kernels
+        rates: dict[str, list[float]] = {k: [] for k in fns}
+        order = list(fns.items())
+        for r in range(rounds):
+            for k, fn in order if r % 2 == 0 else order[::-1]:  # neither always goes first
+                rates[k].append(_rate(fn, x, 1))
+    return rates
+
+
+def _speedup(rates: dict[str, list[float]], a: str, b: str) -> float:
+    """Median over rounds of ``a``'s rate over ``b``'s in the same round."""
+    return statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True))
+
+
+def _medians(rates: dict[str, list[float]]) -> dict[str, float]:
+    return {k: statistics.median(v) for k, v in rates.items()}
+
+
+def _pick_threads(net: InferenceUNet, x: torch.Tensor, cores: int, notes: list[str]) -> int:
+    """``cores`` threads, or 1 when a quick alternating measurement finds one thread at least
+    10 % faster (other processes keep the cores busy); leaves torch set to the choice."""
+    def with_threads(n: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        def run(t: torch.Tensor) -> torch.Tensor:
+            torch.set_num_threads(n)
+            return net(t)
+        return run
+
+    ratio = _speedup(_probe({"many": with_threads(cores), "one": with_threads(1)}, x),
+                     "one", "many")
+    chosen = 1 if ratio >= MARGIN else cores
+    if chosen == 1:
+        notes.append(f"1 thread: it ran {ratio:.2f}x {cores} threads "
+                     "(the cores are busy with other work)")
+    torch.set_num_threads(chosen)
+    return chosen
+
+
+def _compile(net: InferenceUNet, x: torch.Tensor,
+             notes: list[str]) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``torch.compile(net)`` compiled on ``x``'s shape (weights frozen), or None + a note."""
+    if x.device.type == "cpu" and not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        notes.append("no C++ compiler, so no torch.compile")
+        return None
+    try:
+        import torch._inductor.config as inductor_config
+
+        fn = torch.compile(net, dynamic=False)
+        with inductor_config.patch(freezing=True), torch.inference_mode():
+            fn(x)
+    except Exception as exc:  # Inductor fails in many ways (compiler, codegen, platform)
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        notes.append(f"torch.compile failed ({first}); eager")
+        return None
+    return fn
+
+
+def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
+            precision: str = "auto", compile: str = "auto", threads: int | None = None,
+            window: int = 10240, batch: int = 32,
+            expected_windows: int | None = None) -> Engine:
+    """Fold, cast and (maybe) compile ``model`` for predicting ``batch`` windows of ``window``
+    bp at a time; ``expected_windows`` (the job's size) decides whether compiling pays."""
+    if precision not in PRECISIONS:
+        raise LeopardError(f"precision: unknown value {precision!r}; choose one of "
+                           f"{', '.join(PRECISIONS)}")
+    if compile not in COMPILE_MODES:
+        raise LeopardError(f"compile: unknown value {compile!r}; choose one of "
+                           f"{', '.join(COMPILE_MODES)}")
+    dev = torch.device(device)
+    n_threads, given = choose_threads(threads)
+    if dev.type == "cpu":
+        torch.set_num_threads(n_threads)
+        with contextlib.suppress(RuntimeError):  # already set, or parallel work started
+            torch.set_num_interop_threads(1)
+    flags = cpu_flags()
+    runtime = Runtime(device=str(dev), precision="fp32", threads=n_threads, compiled=False,
+                      cpu_bf16=bf16_capable(flags))
+    notes = runtime.notes
+    model = model.to("cpu").eval()
+
+    def build(name: str) -> InferenceUNet:
+        return fold_batchnorm(model).to(dev).to_precision(_DTYPES[name])
+
+    nets = {"fp32": build("fp32")}
+    probe_x = to_nwc_input(torch.rand(min(batch, 4), model.arch.in_channels, window)).to(dev)
+    if dev.type == "cuda":
+        chosen = precision if precision != "auto" else (
+            "bf16" if torch.cuda.is_bf16_supported() else "fp16")
+    elif precision == "auto":
+        chosen = "fp32"
+        if runtime.cpu_bf16:
+            nets["bf16"] = build("bf16")
+            rates = _probe(nets, probe_x)
+            runtime.probe_windows_per_s = _medians(rates)
+            ratio = _speedup(rates, "bf16", "fp32")
+            if ratio >= MARGIN:
+                chosen = "bf16"
+                notes.append(f"bf16: the CPU has {'/'.join(f for f in BF16_FLAGS if f in flags)}"
+                             f" and it ran {ratio:.2f}x fp32")
+            else:
+                notes.append(f"fp32: bf16 was only {ratio:.2f}x fp32 here")
+        else:
+            notes.append("fp32: the CPU has no native bf16 (no avx512_bf16/amx_bf16)")
+    else:
+        chosen = precision
+        if chosen == "bf16" and not runtime.cpu_bf16:
+            notes.append("bf16 asked on a CPU without native bf16: expect it to be slow")
+    net = nets[chosen] if chosen in nets else build(chosen)
+    runtime.precision = chosen
+    if dev.type == "cpu" and not given and n_threads > 1:
+        runtime.threads = _pick_threads(net, probe_x, n_threads, notes)
+    fn: Callable[[torch.Tensor], torch.Tensor] | None = None
+    want = compile == "on"
+    if compile == "auto":
+        rate = (runtime.probe_windows_per_s.get(chosen)
+                or _medians(_probe({chosen: net}, probe_x, 1))[chosen])
+        eager_s = (expected_windows or 0) / max(rate, 1e-9)
+        want = eager_s > COMPILE_PAYBACK * COMPILE_GUESS_S
+        if not want:
+            notes.append(f"eager: the job (~{eager_s:.0f} s) is too short to repay "
+                         f"torch.compile (~{COMPILE_GUESS_S:.0f} s)")
+    if want:
+        full = to_nwc_input(torch.rand(batch, net.in_channels, window)).to(dev)
+        fn = _compile(net, full, notes)
+        if fn is not None and compile == "auto":
+            ratio = _speedup(_probe({"eager": net, "compiled": fn}, full), "compiled", "eager")
+            if ratio < 1.0:
+                notes.append(f"eager: compiled ran {ratio:.2f}x eager")
+                fn = None
+        runtime.compiled = fn is not None
+    return Engine(net, runtime, batch, fn)

@@ -1,0 +1,153 @@
+"""Storage plots: accelerator utilisation vs workers with the 90 % line, and read MB/s vs
+workers with the rate the accelerators need (the mean per accelerator x workers, its 95 %
+interval shaded).
+
+:func:`storage_plot_data` is the pure data step (:func:`tunelab.storage.storage_analysis`,
+tested without drawing); :func:`storage_plots` draws the PNGs with matplotlib's Agg backend.
+The ``ddp`` workload's ``report_plots`` hook calls it; runs without input-pipeline figures
+draw nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunelab.stats import StatsError
+from tunelab.storage import StorageAnalysis, StoragePoint, storage_analysis
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["needed_text", "storage_plot_data", "storage_plots"]
+
+MB = 1e6
+
+
+def storage_plot_data(runs: pd.DataFrame) -> StorageAnalysis | None:
+    """The analysis the plots show, or None for runs without input-pipeline figures."""
+    try:
+        return storage_analysis(runs)
+    except StatsError:
+        return None
+
+
+def needed_text(data: StorageAnalysis) -> list[str]:
+    """One line per series: MB/s per accelerator needed for the AU target, interval."""
+    out = []
+    for r in data.needed:
+        interval = ("" if math.isnan(r.low) else f" [{r.low / MB:,.1f}, {r.high / MB:,.1f}]")
+        who = f"{r.series}: " if r.series else ""
+        out.append(f"{who}{r.needed / MB:,.1f} MB/s{interval} per accelerator for AU >= "
+                   f"{data.target:.0%} ({r.needed_compute / MB:,.1f} MB/s with a free "
+                   f"all-reduce; {r.n} runs)")
+    return out
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _groups(points: tuple[StoragePoint, ...]) -> dict[tuple[str, int], list[StoragePoint]]:
+    groups: dict[tuple[str, int], list[StoragePoint]] = {}
+    for p in points:
+        groups.setdefault((p.series, p.nodes), []).append(p)
+    return {k: sorted(v, key=lambda p: p.workers) for k, v in sorted(groups.items())}
+
+
+def _label(series: str, nodes: int) -> str:
+    text = f"{nodes} node{'s' if nodes > 1 else ''}"
+    return f"{series}: {text}" if series else text
+
+
+def _axis(ax: Any) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.set_xlabel("workers (emulated accelerators)")
+    ax.grid(alpha=0.3, which="both")
+
+
+def _err(points: list[StoragePoint], mean: str, low: str, high: str,
+         scale: float) -> list[list[float]]:
+    def gap(p: StoragePoint, a: str, b: str) -> float:
+        v = (getattr(p, a) - getattr(p, b)) / scale
+        return 0.0 if math.isnan(v) else abs(v)
+
+    return [[gap(p, mean, low) for p in points], [gap(p, high, mean) for p in points]]
+
+
+def storage_plots(runs: pd.DataFrame, out_dir: str | Path, *, prefix: str = "storage",
+                  ) -> list[Path]:
+    """Write ``<prefix>-au.png`` and ``<prefix>-read.png``; their paths (none without
+    input-pipeline figures)."""
+    data = storage_plot_data(runs)
+    if data is None or not data.points:
+        return []
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return [_au_plot(data, out / f"{prefix}-au.png"), _read_plot(data, out / f"{prefix}-read.png")]
+
+
+def _au_plot(data: StorageAnalysis, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
+    try:
+        for (series, k), pts in _groups(data.points).items():
+            ax.errorbar([p.workers for p in pts], [100 * p.au for p in pts],
+                        yerr=_err(pts, "au", "au_low", "au_high", 0.01), fmt="o-", capsize=3,
+                        label=_label(series, k))
+        ax.axhline(100 * data.target, color="black", linestyle="--",
+                   label=f"AU {data.target:.0%} (MLPerf Storage)")
+        _axis(ax)
+        ax.set_ylim(0, 102)
+        ax.set_ylabel("accelerator utilisation, % of the step (95% CI)")
+        ax.set_title("AU vs workers: busy (compute + all-reduce) / step time")
+        ax.legend(fontsize="small", loc="lower left")
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _read_plot(data: StorageAnalysis, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
+    try:
+        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        groups = _groups(data.points)
+        for i, ((series, k), pts) in enumerate(groups.items()):
+            c = colours[i % len(colours)]
+            pts = [p for p in pts if p.read_Bps > 0]  # memory sources read nothing
+            if not pts:
+                continue
+            ax.errorbar([p.workers for p in pts], [p.read_Bps / MB for p in pts],
+                        yerr=_err(pts, "read_Bps", "read_low", "read_high", MB), fmt="o-",
+                        color=c, capsize=3, label=f"{_label(series, k)}: read")
+        top = max(p.workers for p in data.points)
+        xs = [1, top] if top > 1 else [1, 2]
+        for i, r in enumerate(data.needed):
+            c = colours[(len(groups) + i) % len(colours)]
+            who = f"{r.series}: " if r.series else ""
+            ax.plot(xs, [r.needed * x / MB for x in xs], ":", color=c,
+                    label=f"{who}needed for AU {data.target:.0%}: {r.needed / MB:,.1f} MB/s "
+                          "per accelerator")
+            if not math.isnan(r.low):
+                ax.fill_between(xs, [r.low * x / MB for x in xs], [r.high * x / MB for x in xs],
+                                color=c, alpha=0.15)
+        _axis(ax)
+        ax.set_yscale("log")
+        ax.set_ylabel("read from storage, MB/s (10^6 bytes per second; 95% CI)")
+        ax.set_title("Read MB/s vs workers, and what the accelerators need")
+        ax.legend(fontsize="x-small", loc="upper left")
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,132 @@
+"""Run-time choices: CPU flags, precision, threads, torch.compile fallbacks; bf16 accuracy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tunelab.leopard import runtime
+from tunelab.leopard.data import load_chromosomes, load_manifest
+from tunelab.leopard.errors import LeopardError
+from tunelab.leopard.metrics import MetricState
+from tunelab.leopard.model import LeopardUNet
+from tunelab.leopard.predict import predict_chromosome
+from tunelab.leopard.train import TrainConfig, load_checkpoint, train
+
+
+def _small() -> LeopardUNet:
+    torch.manual_seed(0)
+    return LeopardUNet(base_filters=4, depth=3).eval()
+
+
+def test_cpu_flags_decide_whether_bf16_is_native(tmp_path: Path) -> None:
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n\nprocessor\t: 1\n")
+    avx512 = tmp_path / "avx512"
+    avx512.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")
+    assert not runtime.bf16_capable(runtime.cpu_flags(str(avx2)))
+    assert runtime.bf16_capable(runtime.cpu_flags(str(avx512)))
+    assert runtime.cpu_flags(str(tmp_path / "missing")) == set()
+
+
+def test_fp32_engine_gives_the_model_probabilities() -> None:
+    m = _small()
+    eng = runtime.prepare(m, "cpu", "fp32", "off", threads=1, window=128, batch=4)
+    x = torch.randn(3, 5, 128)
+    with torch.no_grad():
+        want = torch.sigmoid(m(x))
+    assert torch.allclose(eng(x), want, atol=1e-6)
+    assert eng.runtime.precision == "fp32" and not eng.runtime.compiled
+    assert eng.runtime.threads == 1 and torch.get_num_threads() == 1
+
+
+def test_auto_keeps_fp32_on_a_cpu_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "cpu_flags", lambda path="": {"avx2", "fma"})
+    eng = runtime.prepare(_small(), "cpu", "auto", "off", threads=1, window=128, batch=4)
+    assert eng.runtime.precision == "fp32"
+    assert eng.runtime.probe_windows_per_s == {}  # bf16 is not even tried
+    assert "no native bf16" in eng.runtime.summary()
+
+
+def test_auto_measures_bf16_where_the_cpu_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "cpu_flags", lambda path="": {"avx512_bf16"})
+    eng = runtime.prepare(_small(), "cpu", "auto", "off", threads=1, window=128, batch=4)
+    rates = eng.runtime.probe_windows_per_s
+    assert set(rates) == {"fp32", "bf16"} and all(r > 0 for r in rates.values())
+    faster = "bf16: the CPU has" in eng.runtime.summary()
+    assert eng.runtime.precision == ("bf16" if faster else "fp32")
+    assert eng.net.dtype == (torch.bfloat16 if faster else torch.float32)
+
+
+def test_thread_count_is_measured_only_when_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    eng = runtime.prepare(_small(), "cpu", "fp32", "off", window=128, batch=4)
+    assert eng.runtime.threads == 1 and not any("thread" in n for n in eng.runtime.notes)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    eng = runtime.prepare(_small(), "cpu", "fp32", "off", window=128, batch=4)
+    assert eng.runtime.threads in (1, 2) and torch.get_num_threads() == eng.runtime.threads
+
+
+def test_compile_falls_back_to_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = _small()
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: None)
+    eng = runtime.prepare(m, "cpu", "fp32", "on", threads=1, window=128, batch=4)
+    assert not eng.runtime.compiled and "no C++ compiler" in eng.runtime.summary()
+    monkeypatch.undo()
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("inductor exploded\nwith a traceback")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    eng = runtime.prepare(m, "cpu", "fp32", "on", threads=1, window=128, batch=4)
+    assert not eng.runtime.compiled
+    assert "torch.compile failed (inductor exploded); eager" in eng.runtime.summary()
+    x = torch.randn(2, 5, 128)
+    with torch.no_grad():
+        assert torch.allclose(eng(x), torch.sigmoid(m(x)), atol=1e-6)
+
+
+def test_auto_compile_only_for_long_jobs() -> None:
+    eng = runtime.prepare(_small(), "cpu", "fp32", "auto", threads=1, window=128, batch=4,
+                          expected_windows=10)
+    assert not eng.runtime.compiled and "too short to repay torch.compile" in \
+        eng.runtime.summary()
+
+
+def test_bad_choices_are_one_line_errors() -> None:
+    with pytest.raises(LeopardError, match="precision: unknown value 'fp8'"):
+        runtime.prepare(_small(), "cpu", "fp8", "off")
+    with pytest.raises(LeopardError, match="compile: unknown value 'maybe'"):
+        runtime.prepare(_small(), "cpu", "fp32", "maybe")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not runtime.bf16_capable(runtime.cpu_flags()),
+                    reason="this CPU has no native bf16 (no avx512_bf16/amx_bf16)")
+def test_bf16_pr_auc_agrees_with_fp32_on_the_synthetic_genome(synth: Path,
+                                                              tmp_path: Path) -> None:
+    """Where bf16 can be chosen, its predictions must score like fp32's: PR-AUC of the
+    held-out chromosomes within 1e-3."""
+    train(TrainConfig(data=synth, out=tmp_path / "t", window=512, batch_size=8, epochs=2,
+                      steps_per_epoch=6, bn_momentum=0.1, max_eval_windows=8, threads=2,
+                      progress=False))
+    ck = load_checkpoint(tmp_path / "t" / "best.pt")
+    model = LeopardUNet()
+    model.load_state_dict(ck["model"])
+    m = load_manifest(synth)
+    cs = load_chromosomes(m, m.chromosomes("val") + m.chromosomes("test"))
+    auc = {}
+    for precision in ("fp32", "bf16"):
+        eng = runtime.prepare(model, "cpu", precision, "off", threads=2, window=512, batch=16)
+        state = MetricState("cpu")
+        for off, n in zip(cs.offsets.tolist(), cs.lengths.tolist(), strict=True):
+            p = predict_chromosome(eng, cs.seq[off:off + n], cs.dnase[off:off + n], None, 512)
+            logits = torch.logit(torch.from_numpy(p).double().clamp(1e-9, 1 - 1e-9))
+            state.update(logits, torch.from_numpy(cs.label[off:off + n]))
+        auc[precision] = state.compute()["pr_auc"]
+    assert np.isfinite(list(auc.values())).all()
+    assert abs(auc["fp32"] - auc["bf16"]) <= 1e-3, auc

@@ -1,0 +1,125 @@
+"""tunelab.storage: the MB/s each accelerator needs for AU >= 90 % (with an interval), the
+largest worker count each data source sustains, where the bottleneck moves from storage to
+network; the compare table and the report's storage plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tunelab.stats import StatsError
+from tunelab.storage import storage_analysis
+
+B = 40e6        # bytes per worker and step (400 images of ~100 kB)
+COMPUTE = 0.4   # emulated step
+
+
+def _source_rate(source: str) -> float:
+    """Bytes/s the source can deliver in all (a shared storage system)."""
+    return {"memory": math.inf, "cold": 250e6}[source]
+
+
+def make_runs(repeats: int = 3, seed: int = 0) -> pd.DataFrame:
+    """A runs table from a toy system: the all-reduce grows with the workers, storage
+    delivers a fixed total rate shared by them."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for source in ("memory", "cold"):
+        for n in (1, 2, 4, 8):
+            params = {"source": source, "workers": n, "nodes": 1}
+            for rep in range(repeats):
+                comm = 0.02 * (n - 1)
+                busy = COMPUTE + comm
+                read_time = B * n / _source_rate(source)
+                data = max(0.0, read_time - busy) * (1 + 0.02 * rng.standard_normal())
+                data = max(data, 0.001)
+                step = busy + data + 0.0005
+                steps = 6
+                reads = 0.0 if source == "memory" else B * n * steps
+                rows.append({
+                    "run_id": len(rows) + 1, "point": json.dumps(params, sort_keys=True),
+                    "repeat": rep, "status": "ok", **params,
+                    "fom.au": busy / step, "fom.step_s": step, "fom.busy_s": busy,
+                    "fom.compute_s": COMPUTE, "fom.exposed_s": comm, "fom.data_s": data,
+                    "fom.read_bytes": reads, "fom.steps": steps,
+                    "fom.read_Bps": reads / (steps * step),
+                    "fom.input_bound": float(data / step > 0.1),
+                    "fom.throughput": 400 * n / step})
+    return pd.DataFrame(rows)
+
+
+def test_needed_rate_sustained_workers_and_bottleneck_shift() -> None:
+    a = storage_analysis(make_runs())
+    (need,) = a.needed  # the memory source reads nothing: no need computed from it
+    assert need.series == "source=cold" and need.n == 12
+    # 0.9 x B / busy, averaged over the worker counts (busy grows with the all-reduce)
+    expect = np.mean([0.9 * B / (COMPUTE + 0.02 * (n - 1)) for n in (1, 2, 4, 8)])
+    assert need.needed == pytest.approx(expect, rel=0.01)
+    assert need.low < need.needed < need.high
+    assert need.needed_compute == pytest.approx(0.9 * B / COMPUTE)
+    sustained = {s.series: s for s in a.sustained}
+    # 250 MB/s feeds 40 MB per step to 2 workers within 0.42 s, not 4 (160 MB > 0.46 x 250)
+    assert sustained["source=cold"].workers == 2 and sustained["source=cold"].confident
+    assert sustained["source=memory"].workers == 8
+    shifts = {b.series: b for b in a.bottlenecks}
+    assert dict(shifts["source=memory"].labels) == {1: "none", 2: "none", 4: "network",
+                                                   8: "network"}
+    cold = shifts["source=cold"]
+    assert dict(cold.labels)[8] == "storage"
+    memory_points = [p for p in a.points if p.series == "source=memory"]
+    assert all(p.read_Bps == 0 for p in memory_points)
+
+
+def test_shift_from_storage_to_network_is_found() -> None:
+    runs = make_runs()
+    # cold storage that is slow for few workers only (a cache in front of it): a made-up
+    # walk storage, storage, network, network
+    runs = runs[runs["source"] == "cold"].copy()
+    for n, wait, comm in ((1, 0.2, 0.0), (2, 0.15, 0.05), (4, 0.02, 0.2), (8, 0.01, 0.4)):
+        sel = runs["workers"] == n
+        runs.loc[sel, "fom.data_s"] = wait
+        runs.loc[sel, "fom.exposed_s"] = comm
+        runs.loc[sel, "fom.step_s"] = 0.4 + wait + comm
+    (b,) = storage_analysis(runs).bottlenecks
+    assert [lab for _, lab in b.labels] == ["storage", "storage", "network", "network"]
+    assert (b.shift_at, b.shift) == (4, "storage -> network")
+
+
+def test_runs_without_pipeline_figures_are_refused() -> None:
+    runs = make_runs().drop(columns=["fom.au"])
+    with pytest.raises(StatsError, match="no input-pipeline figures"):
+        storage_analysis(runs)
+
+
+def test_compare_view_gains_the_storage_table(tmp_path: Path) -> None:
+    from tunelab.report.output import View, render
+    from tunelab.report.views import with_storage
+
+    base = View((), {"schema": "tunelab.compare"}, ())
+    view = with_storage(base, make_runs())
+    doc = view.document["storage"]
+    assert doc["target_au"] == 0.9 and doc["needed_per_accelerator"][0]["series"] == "source=cold"
+    text = render(view, "text")
+    assert "Storage: AU (busy / step)" in text and "input-bound" in text
+    assert "MB/s" in text and "per accelerator for AU >= 90%" in text
+    assert "up to 2 worker(s) of the 8 measured" in text
+    plain = with_storage(base, make_runs().drop(columns=["fom.au"]))
+    assert plain is base
+
+
+def test_report_draws_au_and_read_plots(tmp_path: Path) -> None:
+    from tunelab.report.storage import needed_text, storage_plot_data, storage_plots
+
+    paths = storage_plots(make_runs(), tmp_path)
+    assert [p.name for p in paths] == ["storage-au.png", "storage-read.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
+    data = storage_plot_data(make_runs())
+    assert data is not None
+    (line,) = needed_text(data)
+    assert line.startswith("source=cold: ") and " MB/s [" in line
+    assert storage_plots(make_runs().drop(columns=["fom.au"]), tmp_path / "none") == []
