@@ -228,6 +228,7 @@ def test_huge_output_is_parsed_within_the_memory_limit(cli):
     ("lock-dir", ".tunelab.lock: is not a regular file"),
     ("runs-file", "runs: is not a directory"),
     ("dir-file", "exists and is not a directory"),
+    ("jobs-file", "jobs: is not a directory"),
 ])
 def test_a_broken_study_directory_is_named_at_start(cli, setup, fragment):
     files = {"s.yaml": command_study(ECHO)}
@@ -235,6 +236,8 @@ def test_a_broken_study_directory_is_named_at_start(cli, setup, fragment):
         files["d/.tunelab.lock/x"] = ""
     elif setup == "runs-file":
         files["d/runs"] = "not a directory"
+    elif setup == "jobs-file":
+        files["d/jobs"] = "not a directory"
     else:
         files["d"] = "a file"
     assert_clean(cli.run(files, ["run", "s.yaml", "--dir", "d"]), 2, fragment)
