@@ -152,7 +152,7 @@ def test_kill_9_then_resume_without_cgroups(tmp_path):
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0 and "Traceback" not in err, err
 
-    assert kill_9_trials(tmp_path, range(100, 106), resume, cgroups=False) >= 2
+    assert kill_9_trials(tmp_path, range(100, 104), resume, cgroups=False) >= 1
 
 
 # --- signals ------------------------------------------------------------------------------
