@@ -18,8 +18,10 @@ A run's processes are found four ways, so that none escapes:
 
 Rules the launcher relies on (:class:`RunProcesses`):
 
+* while a run is in flight (:meth:`RunProcesses.in_flight`) the first SIGINT or SIGTERM
+  unwinds to the launcher, which ends the run; every later one is held from that moment;
 * ending a run (:meth:`RunProcesses.end`) sends SIGTERM, waits a grace period, then SIGKILLs
-  everything left; SIGINT and SIGTERM are blocked meanwhile, so a second Ctrl-C can never
+  everything left; SIGINT and SIGTERM are held meanwhile, so a second Ctrl-C can never
   skip the kill step — it only cuts the grace short;
 * after every run, finished or not, :meth:`RunProcesses.cleanup` kills what the run left
   behind (background processes, ``setsid()`` daemons) and waits until it is gone;
