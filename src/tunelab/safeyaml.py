@@ -52,7 +52,7 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
             Scanner.__init__(self)
             Parser.__init__(self)
 
-    _Parser = _PyParser  # type: ignore[misc,assignment]
+    _Parser = _PyParser
 
 
 class _Loader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstructor,

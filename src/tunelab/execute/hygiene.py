@@ -249,7 +249,7 @@ def _interrupts_raise_once() -> Iterator[None]:
     try:
         yield
     finally:
-        _HELD.remove(held)
+        _HELD[:] = [h for h in _HELD if h is not held]
         for signum, handler in old.items():
             signal.signal(signum, handler)
         if held and not callable(old[held[0]]) and old[held[0]] != signal.SIG_IGN:
