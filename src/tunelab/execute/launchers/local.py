@@ -94,7 +94,7 @@ class LocalLauncher(Launcher):
 
             processes.cleanup()
             raise write_fault(exc, stdout_path.parent) from None
-        with out_file as out, err_file as err:
+        with out_file as out, err_file as err, processes.in_flight():
             start = time.perf_counter()
             try:
                 proc = subprocess.Popen(
@@ -110,6 +110,9 @@ class LocalLauncher(Launcher):
             except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 processes.cleanup()
                 raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from None
+            except BaseException:  # interrupted while starting: what did start goes down
+                processes.cleanup()
+                raise
             try:
                 processes.started(proc)
                 rc = _wait(proc, start + timeout_s, should_stop, poll_s)
