@@ -159,6 +159,7 @@ def tunelab_server(args: argparse.Namespace) -> None:
         if variant not in trainers:
             torch.manual_seed(0)
             model = LeopardUNet().train()
+            model.channels_last_training = "-2d" in variant  # the channels-last 2-D form
             net = torch.compile(model) if variant.endswith("compiled") else model
             opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
             amp = variant.startswith("bf16")
@@ -297,6 +298,7 @@ def fixed_shape(args: argparse.Namespace) -> dict[str, Any]:
                                                            else [])
         train_variants = ["fp32"] + (["bf16"] if info["cpu_bf16"] or args.force_bf16 else [])
         train_variants += [v + "-compiled" for v in train_variants] if args.compile else []
+        train_variants += [v + "-2d" for v in train_variants if "-" not in v]
         rows: dict[tuple[str, str], list[float]] = {}
         bound: dict[str, list[float]] = {"fp32": [], "bf16": []}
         runtime: dict[str, Any] = {}
@@ -349,7 +351,8 @@ def print_fixed(res: dict[str, Any], args: argparse.Namespace) -> None:
               "fp32": "tunelab fp32", "auto": "tunelab engine auto",
               "auto-compiled": "tunelab engine auto + compile", "bf16": "tunelab bf16 (--amp)",
               "fp32-compiled": "tunelab fp32 + compile", "bf16-compiled":
-              "tunelab bf16 (--amp) + compile"}
+              "tunelab bf16 (--amp) + compile", "fp32-2d": "tunelab fp32, 2-D layout",
+              "bf16-2d": "tunelab bf16 (--amp), 2-D layout"}
     print()
     print(f"{'':<40} {'windows/s':>10} {'GFLOP/s':>8} {'of bound':>9} {'vs Keras':>9}  runs")
     for phase in ("predict", "train"):
@@ -463,7 +466,11 @@ def genome_wide(data: Path, ck: Path, root: Path, args: argparse.Namespace) -> N
     chroms = ",".join(m.chromosomes("val") + m.chromosomes("test"))
     plans = [("window 10240, edge 1280 (stride 7680)", ["--window", "10240", "--edge", "1280"]),
              ("window 40960, edge 1280 (stride 38400)", ["--window", "40960", "--edge", "1280",
-                                                         "--batch-size", "8"])]
+                                                         "--batch-size", "8"]),
+             # what --compile auto does on a genome-sized job (here forced: 20 Mbp is too
+             # short to repay compiling, so only the compute column says what it gives)
+             ("window 40960, edge 1280, compiled", ["--window", "40960", "--edge", "1280",
+                                                    "--batch-size", "8", "--compile", "on"])]
     res: dict[str, list[dict[str, Any]]] = {}
     for _ in range(args.genome_rounds):
         for label, extra in plans:

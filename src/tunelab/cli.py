@@ -155,6 +155,9 @@ def run(
     detach: Annotated[bool, typer.Option("--detach", help="Batch launchers: submit the jobs "
                                          "and exit; 'tunelab status DIR' collects them.")]
     = False,
+    wait_quiet: Annotated[bool, typer.Option("--wait-quiet", help="Before each run, wait "
+                                             "until other processes leave the machine "
+                                             "quiet (at most 10 minutes).")] = False,
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Run a study (resumes where a previous run of it stopped; re-attaches to its jobs).
@@ -180,7 +183,8 @@ def run(
     with study_progress(quiet=quiet) as progress:
         try:
             outcome = run_study(study, study_dir, on_start=progress.start,
-                                on_event=progress.update, detach=detach)
+                                on_event=progress.update, detach=detach,
+                                wait_quiet=wait_quiet)
         except KeyboardInterrupt:
             _ignore_further_signals()
             progress.stop()
@@ -304,6 +308,9 @@ def space(
 
 
 def _plan_text(study: Any) -> str:
+    if study.decides_repeats:
+        return (f"runs chosen by {study.spec.strategy} (repeats where they decide), "
+                f"up to {study.planned_runs} runs")
     if study.adaptive:
         return (f"up to {study.spec.samples} points chosen by {study.spec.strategy} x "
                 f"{study.spec.repeats} repeats = up to {study.planned_runs} runs")
@@ -465,6 +472,21 @@ def combine(
     for name, verdict in combination.left_out:
         message(f"left out: {name} ({verdict})")
     message(f"wrote {output}; run it with: tunelab run {output}")
+
+
+@app.command()
+def replay(
+    directory: DirArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Replay study file to write.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a replay study: the finished study as a workload answering with its recorded runs."""
+    from tunelab.replay import write_replay_study
+
+    if output.exists() and not force:
+        raise TunelabError(f"{output} exists; pass --force to overwrite it")
+    write_replay_study(directory, output)
+    message(f"wrote {output}; run any strategy on it offline: tunelab run {output}")
 
 
 @app.command()

@@ -37,15 +37,43 @@ class _Refused(Exception):
         self.mark = mark
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with bounded nesting and alias count, no duplicate keys, no NUL."""
+# libyaml's parser where PyYAML has it (the pure-Python scanner takes seconds for a 1 MiB
+# file); the events feed PyYAML's Python composer either way, so the bounds below apply.
+try:
+    from yaml.cyaml import CParser as _Parser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _PyParser(Reader, Scanner, Parser):
+        def __init__(self, stream: str) -> None:
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+
+    _Parser = _PyParser
+
+
+class _Loader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstructor,
+              yaml.resolver.Resolver):
+    """A safe loader with bounded nesting, node and alias counts, no duplicate keys, no
+    NUL."""
 
     def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+        _Parser.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
         self._depth = 0
         self._aliases = 0
+        self._nodes = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self._nodes += 1
+        if self._nodes > LIMITS.yaml_nodes:
+            raise _Refused(self.peek_event().start_mark,
+                           f"more than {LIMITS.yaml_nodes:,} YAML nodes")
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > LIMITS.yaml_aliases:
@@ -95,6 +123,10 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None) or ""
+        first = getattr(exc, "context_mark", None)
+        if context.startswith("found duplicate anchor") and first is not None:
+            problem = f"{context.split(';')[0]} (first on line {first.line + 1})"
         raise _located(source, mark, f"malformed YAML: {problem}") from None
     except RecursionError:  # a safety net: the bounds above keep every walk shallow
         raise StudyError(f"{source}: YAML nested too deeply") from None

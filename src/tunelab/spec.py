@@ -72,11 +72,26 @@ class _Objective(BaseModel):
     direction: Literal["minimize", "maximize"] = "minimize"
 
 
+StrategyName = Literal["grid", "random", "optuna", "racing", "one-at-a-time", "hierarchical"]
+
+
 class _Search(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    strategy: Literal["grid", "random", "optuna"] = "grid"
+    strategy: StrategyName = "grid"
     seed: int = 0
     samples: int | None = Field(default=None, ge=1, le=LIMITS.samples)
+    # run strategies and samplers (see docs/search.md)
+    sampler: Literal["tpe", "gp", "cmaes"] = "tpe"
+    propose: Literal["grid", "random", "optuna"] = "grid"
+    min_repeats: int = Field(default=2, ge=1, le=LIMITS.repeats)
+    max_repeats: int = Field(default=10, ge=1, le=LIMITS.repeats)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    indifference: float | None = Field(default=None, ge=0, lt=1)
+    max_runs: int | None = Field(default=None, ge=1, le=LIMITS.runs)
+    max_wall: float | str | None = None
+    per_round: int = Field(default=2, ge=1, le=1000)
+    groups: list[list[str]] | None = Field(default=None, max_length=100)
+    prune: bool = False
 
 
 class _Constraint(BaseModel):
@@ -142,9 +157,11 @@ class StudySpec(BaseModel):
     timeout_s: float
     objective_fom: str | None
     objective_direction: Literal["minimize", "maximize"] | None
-    strategy: Literal["grid", "random", "optuna"]
+    strategy: StrategyName
     seed: int
     samples: int | None
+    search_options: dict[str, Any] = {}
+    """The ``search`` section's other fields (sampler, racing and budget settings)."""
     noise_threshold: float
     lines: dict[tuple[Any, ...], int] = {}
 
@@ -302,9 +319,23 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
     except ValueError as exc:
         raise lines.error(("timeout",), f"'timeout' {exc}") from None
 
-    if raw.search.strategy != "grid" and raw.search.samples is None:
-        raise lines.error(("search",),
-                          f"search strategy {raw.search.strategy!r} needs 'samples: N'")
+    search = raw.search
+    needs_samples = search.strategy in ("random", "optuna") or (
+        search.strategy == "racing" and search.propose == "random")
+    if needs_samples and search.samples is None:
+        what = "racing with propose: random" if search.strategy == "racing" else \
+            f"search strategy {search.strategy!r}"
+        raise lines.error(("search",), f"{what} needs 'samples: N'")
+    if search.min_repeats > search.max_repeats:
+        raise lines.error(("search", "min_repeats"), f"'min_repeats' ({search.min_repeats}) is "
+                          f"larger than 'max_repeats' ({search.max_repeats})")
+    search_options = search.model_dump(exclude={"strategy", "seed", "samples"},
+                                       exclude_defaults=True)
+    if search.max_wall is not None:
+        try:
+            search_options["max_wall"] = parse_duration(search.max_wall)
+        except ValueError as exc:
+            raise lines.error(("search", "max_wall"), f"'max_wall' {exc}") from None
 
     baseline = None
     if raw.baseline is not None:
@@ -341,6 +372,7 @@ def _build(data: Any, lines: _Lines, path: Path | None) -> StudySpec:
         strategy=raw.search.strategy,
         seed=raw.search.seed,
         samples=raw.search.samples,
+        search_options=search_options,
         noise_threshold=raw.noise_threshold,
         lines=dict(lines.lines),
     )

@@ -24,6 +24,19 @@ Conventions
   excludes 1 and the change is at least the noise threshold (default 2 %);
   ``indistinguishable`` otherwise; ``insufficient data`` when a side has fewer than two
   values.
+* **Paired by round**: when both points were run round by round (the ``repeat`` column) and
+  every run of the point with fewer runs has a partner of the same round (at least
+  :data:`MIN_PAIRS` pairs), the log ratio is taken within each round and the Student t
+  interval of its mean over rounds gives the paired interval: slow drift of the machine,
+  which the interleaved design spreads over all points, cancels within a round. The paired
+  interval is reported beside the unpaired one and then decides the verdict.
+* **Multiple comparisons**: :func:`compare_to_baseline` compares k points with one
+  baseline; the p-values of the tests behind the verdicts (paired t, or the Welch t of the
+  log ratio) are adjusted with Benjamini–Hochberg (``scipy.stats.false_discovery_control``),
+  and a verdict of better / worse also needs an adjusted p under ``1 - confidence``, which
+  keeps the false discovery rate at 5 %.
+* **Power hint**: :func:`repeats_needed` — from the observed noise, the repeats per point a
+  given change (5 %) needs to be seen in 80 % of studies.
 * :func:`verdict_label` turns a verdict into the word a reader expects for the figure of
   merit (``faster`` / ``slower`` for a time or a rate, else ``better`` / ``worse``).
 """
@@ -35,9 +48,9 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -49,14 +62,20 @@ if TYPE_CHECKING:
 __all__ = [
     "BestResult",
     "Comparison",
+    "NoiseLevel",
+    "PairedInterval",
     "PointComparison",
     "PointSummary",
     "StatsError",
     "Verdict",
+    "adjust_for_multiple_comparisons",
     "best",
     "compare",
     "compare_to_baseline",
     "fom_column",
+    "noise_level",
+    "paired_interval",
+    "repeats_needed",
     "summarize",
     "verdict_label",
 ]
@@ -64,6 +83,15 @@ __all__ = [
 DIRECTIONS = ("minimize", "maximize")
 DEFAULT_RESAMPLES = 9999
 """Bootstrap resamples per comparison (scipy's default; vectorised, a few ms for n ≤ 100)."""
+
+MIN_PAIRS = 3
+"""Fewest complete rounds for the paired interval to decide a verdict."""
+
+MAX_REPEATS_HINT = 10_000
+"""Largest number of repeats :func:`repeats_needed` reports (beyond it: None)."""
+
+DISTURBED_COLUMN = "noise.disturbed"
+"""Runs-table column flagging runs taken while the machine was busier than at the start."""
 
 _BCA_MAX_N = 2000
 _FAILED_NO_VALUE = "missing"
@@ -102,6 +130,8 @@ class PointSummary:
     min: float
     max: float
     failed: dict[str, int] = field(default_factory=dict)
+    disturbed: int = 0
+    """Successful runs taken while the machine was busier than at the study's start."""
 
     @property
     def n_failed(self) -> int:
@@ -115,11 +145,32 @@ class PointSummary:
 
 
 @dataclass(frozen=True)
+class PairedInterval:
+    """B against A within rounds: the geometric mean of the per-round ratios (> 1: B
+    better), its Student t interval over ``n_pairs`` rounds and the paired t-test p-value.
+    ``complete`` is True when every run of the side with fewer runs had a partner."""
+
+    speedup: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_pairs: int
+    complete: bool
+    sd_log: float = math.nan
+    """Standard deviation of the per-round log ratio (the paired noise)."""
+
+
+@dataclass(frozen=True)
 class Comparison:
     """B compared with A. ``speedup > 1`` means B is better (see module docstring).
 
     ``ci_low``/``ci_high`` bound the speedup at the requested confidence; they and
-    ``p_value`` are NaN when a side has fewer than two values.
+    ``p_value`` are NaN when a side has fewer than two values. ``paired`` is the paired
+    interval when the runs carry rounds; ``method`` says which interval decided the verdict
+    (``paired`` or ``unpaired``) and ``p_test`` is that test's p-value; ``p_adjusted`` is
+    it after the Benjamini–Hochberg adjustment over the study's comparisons (equal to
+    ``p_test`` for a lone comparison). ``repeats_needed`` is the power hint: repeats per
+    point for a 5 % change to be seen in 80 % of studies at this comparison's noise.
     """
 
     speedup: float
@@ -131,6 +182,34 @@ class Comparison:
     n_b: int
     confidence: float = 0.95
     noise_threshold: float = 0.02
+    paired: PairedInterval | None = None
+    method: str = "unpaired"
+    p_test: float = math.nan
+    p_adjusted: float = math.nan
+    repeats_needed: int | None = None
+
+    @property
+    def verdict_unadjusted(self) -> Verdict:
+        """The verdict the deciding interval gives before the multiple-comparison step."""
+        if self.verdict is Verdict.INSUFFICIENT:
+            return self.verdict
+        if self.method == "paired" and self.paired is not None:
+            p = self.paired
+            return _verdict(p.ci_low, p.ci_high, p.speedup, self.noise_threshold)
+        return _verdict(self.ci_low, self.ci_high, self.speedup, self.noise_threshold)
+
+
+@dataclass(frozen=True)
+class NoiseLevel:
+    """The run-to-run noise of a study: pooled within-point standard deviation of the log
+    figure of merit (``sd_log`` ≈ relative sd), its degrees of freedom, and the repeats per
+    point a ``change`` (5 %) needs to be seen in 80 % of studies (None: more than
+    :data:`MAX_REPEATS_HINT`, or no estimate)."""
+
+    sd_log: float
+    df: int
+    change: float
+    repeats_needed: int | None
 
 
 @dataclass(frozen=True)
@@ -210,7 +289,8 @@ def _params(point: str) -> dict[str, Any]:
     return params
 
 
-def _summary(point: str, values: np.ndarray, failed: dict[str, int]) -> PointSummary:
+def _summary(point: str, group: _Group) -> PointSummary:
+    values, failed = group.values, group.failed
     n = int(values.size)
     if n == 0:
         nan = math.nan
@@ -225,6 +305,7 @@ def _summary(point: str, values: np.ndarray, failed: dict[str, int]) -> PointSum
         min=float(np.min(values)),
         max=float(np.max(values)),
         failed=failed,
+        disturbed=group.disturbed,
     )
 
 
@@ -240,12 +321,25 @@ def _sort_key(summary: PointSummary, direction: str) -> tuple[int, float, str]:
 # public functions
 
 
-def _groups(runs: pd.DataFrame, column: str) -> dict[str, tuple[np.ndarray, dict[str, int]]]:
-    """Per point key, in order of first run: the ok values and the not-ok counts by status."""
-    out: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+class _Group(NamedTuple):
+    """One point's runs: ok values (finite), their rounds (repeat index, or None when the
+    table has no ``repeat`` column), not-ok counts by status, disturbed ok runs."""
+
+    values: np.ndarray
+    rounds: np.ndarray | None
+    failed: dict[str, int]
+    disturbed: int
+
+
+def _groups(runs: pd.DataFrame, column: str) -> dict[str, _Group]:
+    """Per point key, in order of first run: its :class:`_Group`."""
+    out: dict[str, _Group] = {}
     points = runs["point"].astype(str).to_numpy()
     statuses = runs["status"].astype(str).to_numpy()
     values = runs[column].to_numpy(dtype=float)
+    repeats = runs["repeat"].to_numpy() if "repeat" in runs.columns else None
+    flags = (runs[DISTURBED_COLUMN].fillna(0).to_numpy(dtype=float) > 0
+             if DISTURBED_COLUMN in runs.columns else np.zeros(len(runs), dtype=bool))
     order: dict[str, list[int]] = {}
     for i, point in enumerate(points):
         order.setdefault(point, []).append(i)
@@ -260,7 +354,11 @@ def _groups(runs: pd.DataFrame, column: str) -> dict[str, tuple[np.ndarray, dict
         n_missing = int((~finite).sum())
         if n_missing:
             failed[_FAILED_NO_VALUE] = n_missing
-        out[point] = (ok_values[finite], dict(sorted(failed.items())))
+        rounds = None
+        if repeats is not None:
+            rounds = np.asarray(repeats[idx][ok][finite], dtype=np.int64)
+        disturbed = int(flags[idx][ok][finite].sum())
+        out[point] = _Group(ok_values[finite], rounds, dict(sorted(failed.items())), disturbed)
     return out
 
 
@@ -271,7 +369,7 @@ def summarize(runs: pd.DataFrame, fom: str) -> list[PointSummary]:
     Raises :class:`StatsError` when the table lacks the figure of merit.
     """
     column = _check_runs(runs, fom)
-    return [_summary(p, v, f) for p, (v, f) in _groups(runs, column).items()]
+    return [_summary(p, g) for p, g in _groups(runs, column).items()]
 
 
 def _ratio_statistic(direction: str) -> Callable[..., Any]:
@@ -316,20 +414,25 @@ def _bootstrap(
 
 def _welch_log_ratio_interval(
     a: np.ndarray, b: np.ndarray, direction: str, confidence: float
-) -> tuple[float, float]:
-    """Delta-method CI of the ratio of means: Welch t on log(mean A) - log(mean B)."""
+) -> tuple[float, float, float, float]:
+    """Delta-method CI of the ratio of means: Welch t on log(mean A) - log(mean B).
+
+    Returns (low, high, two-sided p-value, relative sd of one run) — the last from the
+    pooled relative variances, for the power hint."""
     from scipy import stats
 
     ma, mb = float(np.mean(a)), float(np.mean(b))
-    var_a = float(np.var(a, ddof=1)) / (a.size * ma * ma)
-    var_b = float(np.var(b, ddof=1)) / (b.size * mb * mb)
+    rel_a, rel_b = float(np.var(a, ddof=1)) / (ma * ma), float(np.var(b, ddof=1)) / (mb * mb)
+    var_a, var_b = rel_a / a.size, rel_b / b.size
     se = math.sqrt(var_a + var_b)
     ratio = ma / mb if direction == "minimize" else mb / ma
+    sd_run = math.sqrt(((a.size - 1) * rel_a + (b.size - 1) * rel_b) / (a.size + b.size - 2))
     if se == 0.0:
-        return ratio, ratio
+        return ratio, ratio, (1.0 if ratio == 1.0 else 0.0), sd_run
     df = (var_a + var_b) ** 2 / (var_a**2 / (a.size - 1) + var_b**2 / (b.size - 1))
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
-    return ratio * math.exp(-half), ratio * math.exp(half)
+    p = float(2 * stats.t.sf(abs(math.log(ratio)) / se, df))
+    return ratio * math.exp(-half), ratio * math.exp(half), p, sd_run
 
 
 def _hull(bootstrap: float, welch: float, *, upper: bool = False) -> float:
@@ -337,6 +440,79 @@ def _hull(bootstrap: float, welch: float, *, upper: bool = False) -> float:
     if math.isnan(bootstrap):
         return welch
     return max(bootstrap, welch) if upper else min(bootstrap, welch)
+
+
+def paired_interval(
+    a_values: Sequence[float] | np.ndarray,
+    a_rounds: Sequence[int] | np.ndarray,
+    b_values: Sequence[float] | np.ndarray,
+    b_rounds: Sequence[int] | np.ndarray,
+    direction: str,
+    confidence: float = 0.95,
+) -> PairedInterval | None:
+    """B against A within rounds (see the module docstring); None with fewer than two
+    common rounds or a non-positive value. Values sharing a round are averaged (on the
+    log scale) first."""
+    from scipy import stats
+
+    _check_direction(direction)
+    a, b = np.asarray(a_values, dtype=float), np.asarray(b_values, dtype=float)
+    ra, rb = np.asarray(a_rounds, dtype=np.int64), np.asarray(b_rounds, dtype=np.int64)
+    if a.shape != ra.shape or b.shape != rb.shape:
+        raise StatsError("each value needs its round")
+    if a.size == 0 or b.size == 0 or np.any(a <= 0) or np.any(b <= 0):
+        return None
+    ua, ub = np.unique(ra), np.unique(rb)
+    common = np.intersect1d(ua, ub)
+    n = int(common.size)
+    if n < 2:
+        return None
+
+    def per_round(values: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+        logs = np.log(values)
+        return np.array([logs[rounds == r].mean() for r in common])
+
+    d = per_round(a, ra) - per_round(b, rb)  # log A - log B: > 0 when B takes less
+    if direction == "maximize":
+        d = -d
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:
+        low = high = math.exp(mean)
+        p = 1.0 if mean == 0.0 else 0.0
+    else:
+        se = sd / math.sqrt(n)
+        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+        low, high = math.exp(mean - half), math.exp(mean + half)
+        p = float(2 * stats.t.sf(abs(mean) / se, n - 1))
+    complete = n == min(ua.size, ub.size)
+    return PairedInterval(math.exp(mean), low, high, p, n, complete, sd)
+
+
+def repeats_needed(sd_log: float, change: float = 0.05, *, power: float = 0.8,
+                   confidence: float = 0.95, paired: bool = False) -> int | None:
+    """Repeats per point for a true ``change`` (0.05 = 5 %) to give a verdict with
+    probability ``power``, for run-to-run noise ``sd_log`` (sd of the log figure of merit, ≈
+    relative sd; for ``paired``: of the per-round log ratio). Two-sided t test at
+    ``confidence``, noncentral t power. None when more than :data:`MAX_REPEATS_HINT`, or
+    ``sd_log`` is not a finite number."""
+    from scipy import stats
+
+    if not (math.isfinite(sd_log) and sd_log >= 0) or change <= 0:
+        return None
+    if sd_log == 0:
+        return 2
+    delta = math.log1p(change)
+    k = 1.0 if paired else 2.0
+    z = stats.norm.ppf(0.5 + confidence / 2) + stats.norm.ppf(power)
+    n = max(2, math.ceil(k * (z * sd_log / delta) ** 2) - 1)
+    while n <= MAX_REPEATS_HINT:
+        df = n - 1 if paired else 2 * n - 2
+        shift = delta / (sd_log * math.sqrt(k / n))
+        crit = stats.t.ppf(0.5 + confidence / 2, df)
+        if stats.nct.sf(crit, df, shift) + stats.nct.cdf(-crit, df, shift) >= power:
+            return n
+        n += 1 if n < 100 else max(1, n // 50)
+    return None
 
 
 def _compare(
@@ -347,6 +523,7 @@ def _compare(
     confidence: float,
     n_resamples: int,
     seed: int,
+    rounds: tuple[Sequence[int] | np.ndarray, Sequence[int] | np.ndarray] | None = None,
 ) -> tuple[Comparison, np.ndarray | None]:
     _check_direction(direction)
     if not 0 < confidence < 1:
@@ -357,7 +534,8 @@ def _compare(
         raise StatsError(f"noise threshold must be >= 0, got {noise_threshold}")
     a = np.asarray(a_values, dtype=float).ravel()
     b = np.asarray(b_values, dtype=float).ravel()
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    keep_a, keep_b = np.isfinite(a), np.isfinite(b)
+    a, b = a[keep_a], b[keep_b]
     nan = math.nan
     if a.size == 0 or b.size == 0:
         return Comparison(
@@ -395,20 +573,35 @@ def _compare(
     # The bootstrap under-covers with a handful of runs (a mean of 3 resampled has few
     # distinct values); the Welch t interval of the log ratio does not. Reporting the hull
     # of both keeps the false-verdict rate near 1 - confidence from n = 3 upwards.
-    t_low, t_high = _welch_log_ratio_interval(a, b, direction, confidence)
+    t_low, t_high, p_test, sd_run = _welch_log_ratio_interval(a, b, direction, confidence)
     low, high = _hull(low, t_low), _hull(high, t_high, upper=True)
+    paired = None
+    if rounds is not None:
+        ra = np.asarray(rounds[0]).ravel()[keep_a]
+        rb = np.asarray(rounds[1]).ravel()[keep_b]
+        paired = paired_interval(a, ra, b, rb, direction, confidence)
+    method, d_low, d_high, effect = "unpaired", low, high, speedup
+    needed = repeats_needed(sd_run, confidence=confidence)
+    if paired is not None and paired.complete and paired.n_pairs >= MIN_PAIRS:
+        method, d_low, d_high, effect = "paired", paired.ci_low, paired.ci_high, paired.speedup
+        p_test = paired.p_value
+        needed = repeats_needed(paired.sd_log, confidence=confidence, paired=True)
+    verdict = _verdict(d_low, d_high, effect, noise_threshold)
+    return Comparison(
+        speedup, low, high, p, verdict, int(a.size), int(b.size), confidence, noise_threshold,
+        paired, method, p_test, p_test, needed,
+    ), distribution
+
+
+def _verdict(low: float, high: float, effect: float, noise_threshold: float) -> Verdict:
     if (
         math.isnan(low)
         or math.isnan(high)
         or low <= 1.0 <= high
-        or abs(speedup - 1.0) < noise_threshold
+        or abs(effect - 1.0) < noise_threshold
     ):
-        verdict = Verdict.INDISTINGUISHABLE
-    else:
-        verdict = Verdict.BETTER if speedup > 1.0 else Verdict.WORSE
-    return Comparison(
-        speedup, low, high, p, verdict, int(a.size), int(b.size), confidence, noise_threshold
-    ), distribution
+        return Verdict.INDISTINGUISHABLE
+    return Verdict.BETTER if effect > 1.0 else Verdict.WORSE
 
 
 def compare(
@@ -420,19 +613,65 @@ def compare(
     confidence: float = 0.95,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    rounds: tuple[Sequence[int] | np.ndarray, Sequence[int] | np.ndarray] | None = None,
 ) -> Comparison:
     """Compare sample B against sample A of a figure of merit optimised in ``direction``.
 
     Returns the speedup (``> 1``: B better), its bootstrap confidence interval, the
     Mann–Whitney U two-sided p-value and a :class:`Verdict` (rules in the module
-    docstring). NaN and infinite values are dropped.
+    docstring). With ``rounds`` (the round of each value of A and of B) the paired interval
+    is computed too, and decides the verdict when the rounds are complete.
+    NaN and infinite values are dropped.
     Deterministic for a given ``seed``. Raises :class:`StatsError` for an unknown
     direction, a confidence outside (0, 1) or a non-positive mean.
     """
     comparison, _ = _compare(
-        a_values, b_values, direction, noise_threshold, confidence, n_resamples, seed
+        a_values, b_values, direction, noise_threshold, confidence, n_resamples, seed, rounds
     )
     return comparison
+
+
+def adjust_for_multiple_comparisons(
+    comparisons: Sequence[Comparison], *, confidence: float = 0.95
+) -> list[Comparison]:
+    """Benjamini–Hochberg over ``comparisons`` (one family: k points against one baseline).
+
+    Sets ``p_adjusted`` from the ``p_test`` values (NaN ones are left out of the family) and
+    turns a better / worse verdict whose adjusted p is not under ``1 - confidence`` into
+    indistinguishable. The false discovery rate is then at most ``1 - confidence``.
+    """
+    from scipy import stats
+
+    index = [i for i, c in enumerate(comparisons) if not math.isnan(c.p_test)]
+    out = list(comparisons)
+    if not index:
+        return out
+    adjusted = stats.false_discovery_control([comparisons[i].p_test for i in index])
+    for i, p_adj in zip(index, np.atleast_1d(adjusted), strict=True):
+        c = comparisons[i]
+        verdict = c.verdict
+        if verdict in (Verdict.BETTER, Verdict.WORSE) and not p_adj < 1 - confidence:
+            verdict = Verdict.INDISTINGUISHABLE
+        out[i] = replace(c, p_adjusted=float(p_adj), verdict=verdict)
+    return out
+
+
+def noise_level(runs: pd.DataFrame, fom: str, change: float = 0.05,
+                confidence: float = 0.95) -> NoiseLevel | None:
+    """The study's run-to-run noise and its power hint (see :class:`NoiseLevel`); None
+    when no point has two successful positive values."""
+    column = _check_runs(runs, fom)
+    ss, df = 0.0, 0
+    for group in _groups(runs, column).values():
+        v = group.values[group.values > 0]
+        if v.size >= 2:
+            logs = np.log(v)
+            ss += float(((logs - logs.mean()) ** 2).sum())
+            df += v.size - 1
+    if df == 0:
+        return None
+    sd = math.sqrt(ss / df)
+    return NoiseLevel(sd, df, change, repeats_needed(sd, change, confidence=confidence))
 
 
 def compare_to_baseline(
@@ -445,17 +684,21 @@ def compare_to_baseline(
     confidence: float = 0.95,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    fdr: bool = True,
 ) -> list[PointComparison]:
     """Compare every point of ``runs`` with the baseline point, ranked best first.
 
     The baseline is included (``is_baseline=True``, compared with itself, which shows the
-    noise of its own repeats). Points without values rank last. Raises :class:`StatsError`
-    when the baseline is not in the runs or has no successful run.
+    noise of its own repeats). Points without values rank last. With a ``repeat`` column the
+    comparisons are paired by round where the rounds allow it; with ``fdr`` the verdicts of
+    the other points are adjusted together (Benjamini–Hochberg, see
+    :func:`adjust_for_multiple_comparisons`). Raises :class:`StatsError` when the baseline
+    is not in the runs or has no successful run.
     """
     _check_direction(direction)
     column = _check_runs(runs, fom)
     groups = _groups(runs, column)
-    summaries = [_summary(p, v, f) for p, (v, f) in groups.items()]
+    summaries = [_summary(p, g) for p, g in groups.items()]
     by_key = {s.point: s for s in summaries}
     baseline_key = _canonical_key(baseline_key, by_key)
     base = by_key[baseline_key]
@@ -464,24 +707,34 @@ def compare_to_baseline(
             f"baseline point {baseline_key} has no successful run with a value of "
             f"{column.removeprefix('fom.')} ({_failures_text(base.failed)})"
         )
-    a = groups[baseline_key][0]
+    a = groups[baseline_key]
     ranked = sorted(summaries, key=lambda s: _sort_key(s, direction))
-    out: list[PointComparison] = []
-    for rank, summary in enumerate(ranked, start=1):
+    comparisons: list[Comparison] = []
+    for summary in ranked:
+        b = groups[summary.point]
+        rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None else None
         try:
-            comparison = compare(
-                a,
-                groups[summary.point][0],
+            comparisons.append(compare(
+                a.values,
+                b.values,
                 direction,
                 noise_threshold=noise_threshold,
                 confidence=confidence,
                 n_resamples=n_resamples,
                 seed=seed,
-            )
+                rounds=rounds,
+            ))
         except StatsError as exc:
             raise StatsError(f"point {summary.point}: {exc}") from exc
-        out.append(PointComparison(rank, summary, comparison, summary.point == baseline_key))
-    return out
+    if fdr:
+        others = [i for i, s in enumerate(ranked) if s.point != baseline_key]
+        adjusted = adjust_for_multiple_comparisons([comparisons[i] for i in others],
+                                                   confidence=confidence)
+        for i, c in zip(others, adjusted, strict=True):
+            comparisons[i] = c
+    return [PointComparison(rank, summary, comparison, summary.point == baseline_key)
+            for rank, (summary, comparison) in enumerate(zip(ranked, comparisons, strict=True),
+                                                         start=1)]
 
 
 def best(
@@ -508,7 +761,7 @@ def best(
     column = _check_runs(runs, fom)
     name = column.removeprefix("fom.")
     groups = _groups(runs, column)
-    summaries = [_summary(p, v, f) for p, (v, f) in groups.items()]
+    summaries = [_summary(p, g) for p, g in groups.items()]
     ranked = sorted((s for s in summaries if s.n > 0), key=lambda s: _sort_key(s, direction))
     # A single lucky run must not crown a point: prefer points measured at least min_n times.
     candidates = [s for s in ranked if s.n >= min_n] or ranked
@@ -524,14 +777,10 @@ def best(
     if len(candidates) == 1:
         return BestResult(name, direction, winner, None, None, None)
     runner_up = candidates[1]
+    a, b = groups[runner_up.point], groups[winner.point]
+    rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None else None
     comparison, distribution = _compare(
-        groups[runner_up.point][0],
-        groups[winner.point][0],
-        direction,
-        noise_threshold,
-        confidence,
-        n_resamples,
-        seed,
+        a.values, b.values, direction, noise_threshold, confidence, n_resamples, seed, rounds
     )
     p_beats: float | None = None
     if distribution is not None and distribution.size:

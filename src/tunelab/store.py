@@ -7,12 +7,23 @@ Schema (``tunelab.db``)::
     runs(id, point_id, repeat, status, …)    one row per finished run, UNIQUE(point_id, repeat)
     foms(run_id, name, value)                figures of merit of a run
     sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
+    noise(run_id, load_before, …, disturbed) how busy the machine was around a run (schema 2)
     jobs(token, launcher, job_id, state, …)  batch jobs and the runs each executes (resume)
 
 A run is written in one transaction together with its figures of merit, only once it has
 finished: a crash or ``kill -9`` loses at most the run in flight, never a finished one, and
 never leaves half a run behind. The database runs in WAL mode; one ``tunelab run`` at a
 time holds the study directory's lock (see :class:`StudyLock`).
+
+Schema versions (``meta.schema_version``): 1 — the tables above but ``noise``; 2 — adds
+``noise`` (one row per run recorded since; see :mod:`tunelab.noise`) and the run status
+``pruned`` (a training run stopped early by the search's pruner). Opening a version-1
+database for writing creates the table and sets version 2: nothing is rewritten, older runs
+simply have no noise row (their ``noise.*`` columns are NaN in :meth:`Store.runs_frame`; a
+version-1 store opened read-only has no ``noise`` table and reads the same). The status list
+lives in a CHECK constraint, which SQLite cannot alter: the first ``pruned`` run recorded
+into an older database rebuilds its ``runs`` table (one transaction, rows and ids unchanged)
+just before.
 
 Only ``tunelab run`` (and ``status`` collecting batch jobs) opens a store for writing
 (``open_store(dir, create=True)`` or ``write=True``); every other command opens it read-only
@@ -46,7 +57,10 @@ if TYPE_CHECKING:
 __all__ = ["DB_NAME", "RunRecord", "Store", "StoredJob", "StudyLock", "open_store"]
 
 DB_NAME = "tunelab.db"
-STATUSES = ("ok", "failed", "timeout", "invalid")
+SCHEMA_VERSION = 2
+STATUSES = ("ok", "failed", "timeout", "invalid", "pruned")
+NOISE_COLUMNS = ("load_before", "load_after", "others_cpu", "steal", "mhz_before", "mhz_after",
+                 "disturbed")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -58,7 +72,7 @@ CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
     point_id INTEGER NOT NULL REFERENCES points(id),
     repeat INTEGER NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid')),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid', 'pruned')),
     reason TEXT,
     rc INTEGER,
     wall_s REAL NOT NULL,
@@ -81,6 +95,10 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS foms (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
+CREATE TABLE IF NOT EXISTS noise (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    load_before REAL, load_after REAL, others_cpu REAL, steal REAL,
+    mhz_before REAL, mhz_after REAL, disturbed INTEGER NOT NULL DEFAULT 0);
 """
 
 
@@ -103,6 +121,8 @@ class RunRecord:
     run_dir: str
     foms: Mapping[str, float]
     sysinfo_id: int | None = None
+    noise: Mapping[str, float | None] | None = None
+    """How busy the machine was around the run (:meth:`tunelab.noise.NoiseSample.as_dict`)."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +227,8 @@ class Store:
             raise ValueError(f"unknown run status {run.status!r}")
         if not all(math.isfinite(v) for v in run.foms.values()):
             raise ValueError(f"figures of merit must be finite, got {dict(run.foms)}")
+        if run.status == "pruned":
+            self._allow_pruned()
         with self._writing():
             point_id = self._point_id(run.point_key, run.params)
             cur = self._conn.execute(
@@ -222,7 +244,33 @@ class Store:
                 "INSERT INTO foms (run_id, name, value) VALUES (?, ?, ?)",
                 [(run_id, k, float(v)) for k, v in run.foms.items()],
             )
+            if run.noise is not None:
+                self._conn.execute(
+                    f"INSERT INTO noise (run_id, {', '.join(NOISE_COLUMNS)}) "
+                    f"VALUES (?{', ?' * len(NOISE_COLUMNS)})",
+                    (run_id, *(run.noise.get(c) for c in NOISE_COLUMNS[:-1]),
+                     int(bool(run.noise.get("disturbed")))),
+                )
         return run_id
+
+    def _allow_pruned(self) -> None:
+        """Rebuild a version-1 ``runs`` table whose CHECK does not know ``pruned``."""
+        row = self._conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
+        if row is None or "'pruned'" in row[0]:
+            return
+        start = _SCHEMA.index("CREATE TABLE IF NOT EXISTS runs (")
+        create = _SCHEMA[start:_SCHEMA.index(";", start)].replace(
+            "CREATE TABLE IF NOT EXISTS runs (", "CREATE TABLE runs_v2 (")
+        self._conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with self._writing():
+                self._conn.execute(create)
+                self._conn.execute("INSERT INTO runs_v2 SELECT * FROM runs")
+                self._conn.execute("DROP TABLE runs")
+                self._conn.execute("ALTER TABLE runs_v2 RENAME TO runs")
+        finally:
+            self._conn.execute("PRAGMA foreign_keys=ON")
 
     def _point_id(self, key: str, params: Mapping[str, Any]) -> int:
         row = self._conn.execute("SELECT id FROM points WHERE key = ?", (key,)).fetchone()
@@ -299,6 +347,16 @@ class Store:
         )
         return {(k, int(rep)) for k, rep in rows}
 
+    def run_value(self, point_key: str, repeat: int, fom: str) -> float | None:
+        """``fom`` of run ``repeat`` of a point when that run is ok, else None."""
+        row = self._conn.execute(
+            "SELECT f.value FROM foms f JOIN runs r ON r.id = f.run_id "
+            "JOIN points p ON p.id = r.point_id "
+            "WHERE p.key = ? AND r.repeat = ? AND f.name = ? AND r.status = 'ok'",
+            (point_key, repeat, fom),
+        ).fetchone()
+        return float(row[0]) if row and row[0] is not None else None
+
     def objective_mean(self, point_key: str, fom: str) -> float | None:
         """Mean of ``fom`` over a point's ok runs, or None if it has none."""
         row = self._conn.execute(
@@ -346,8 +404,16 @@ class Store:
             wide = wide.reindex(runs["run_id"]).reset_index(drop=True)
         else:
             wide = pd.DataFrame(index=runs.index)
+        has_noise = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                       "AND name = 'noise'").fetchone() is not None
+        query = (f"SELECT run_id, {', '.join(NOISE_COLUMNS)} FROM noise" if has_noise else
+                 f"SELECT NULL AS run_id, {', '.join(f'NULL AS {c}' for c in NOISE_COLUMNS)} "
+                 "WHERE 0")  # an old store opened read-only has no noise table
+        noise = pd.read_sql_query(query, self._conn).set_index("run_id").reindex(
+            runs["run_id"]).reset_index(drop=True)
+        noise.columns = [f"noise.{c}" for c in noise.columns]
         params = params.drop(columns=[c for c in params.columns if c in runs.columns])
-        return pd.concat([runs, params, wide], axis=1)
+        return pd.concat([runs, params, wide, noise.astype(float)], axis=1)
 
 
 def open_store(study_dir: str | Path, *, create: bool = False, write: bool = False) -> Store:
@@ -370,6 +436,11 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(_SCHEMA)
+        with conn:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+                         "WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                         (str(SCHEMA_VERSION),))
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: cannot open the results database for writing: {exc}") \
             from None

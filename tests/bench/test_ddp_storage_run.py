@@ -65,10 +65,10 @@ def test_cold_files_bytes_agree_with_proc_io_cache_is_stated_corrupt_is_named(
     assert f"skipped: {bad}" in proc.stdout
     # the step splits into its parts; AU and the shares add up to 1
     assert r["au"] + r["wait_frac"] + r["overhead_frac"] == pytest.approx(1.0, abs=1e-6)
-    # the parts are means over workers and steps, step_s the slowest worker's step: the
-    # workers move in lock-step (the all-reduce), so the mean lies a little below the max
+    # the parts are means over every worker's steps; step_s is the mean of each step's slowest
+    # worker, so the parts add up to at most step_s (equal when the workers keep pace)
     parts = r["data_s"] + r["busy_s"] + r["overhead_s"] + r["drop_s"]
-    assert 0.9 * r["step_s"] <= parts <= r["step_s"] * 1.001
+    assert 0.5 * r["step_s"] < parts <= r["step_s"] * (1 + 1e-9)
     assert r["first_wait_s"] > 0 and r["shutdown_s"] >= 0 and r["au_run"] <= r["au"] + 0.05
 
 

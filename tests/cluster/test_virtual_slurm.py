@@ -22,8 +22,10 @@ def _wait_job(cluster: VirtualCluster, job: str, timeout: float = 60) -> str:
 
 def test_a_job_spans_two_nodes_with_pmix(virtual_cluster, tmp_path):
     out = tmp_path / "out.txt"
+    # srun's own notes ("step creation temporarily disabled" on a busy machine) go to stderr
     sub = virtual_cluster.slurm.run([
-        "sbatch", "--parsable", "-N", "2", "--ntasks-per-node=1", "-o", str(out), "--wrap",
+        "sbatch", "--parsable", "-N", "2", "--ntasks-per-node=1", "-o", str(out),
+        "-e", str(tmp_path / "err.txt"), "--wrap",
         "srun --mpi=pmix hostname; srun hostname -I"])
     assert sub.returncode == 0, sub.stderr
     assert _wait_job(virtual_cluster, sub.stdout.strip()) == "COMPLETED"

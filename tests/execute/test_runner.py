@@ -333,14 +333,15 @@ def test_usage_errors_exit_2_without_a_traceback(tmp_path):
 
 
 def test_combine_writes_the_follow_up_study_of_the_better_options(write_study, tmp_path):
-    path = write_study(study_text("[options]", "[1]", repeats=4, foms="{}", extra="""\
+    path = write_study(study_text(
+        "[options]", "[1]", repeats=4, foms="{work_s: 'work_s=(?P<value>[0-9.]+)'}", extra="""\
 env:
   baseline: {OPT_A: slow, OPT_B: slow}
   a: {OPT_A: fast}
   b: {OPT_B: fast}
   useless: {OPT_C: fast}
 baseline: {mode: options, x: 1, env: baseline}
-objective: {fom: wall_s}
+objective: {fom: work_s}
 """))
     d = tmp_path / "d"
     assert tunelab("run", path, "--dir", d, "-q").returncode == 0
@@ -355,5 +356,5 @@ objective: {fom: wall_s}
     assert set(spec.env_sets) == {"baseline", "a", "b", "combined"}
     assert tunelab("run", out, "--dir", tmp_path / "d2", "-q", "--repeats", "2").returncode == 0
     frame = open_store(tmp_path / "d2").runs_frame()
-    means = frame.groupby("env")["wall_s"].mean()
+    means = frame.groupby("env")["fom.work_s"].mean()
     assert means["combined"] < means["a"] < means["baseline"]

@@ -127,8 +127,13 @@ def test_per_run_detach_then_status_collects(write_study, slurm_env, tmp_path):
     res = tunelab("run", path, "--dir", d, "--detach", "-q")
     assert res.returncode == 0, res.stderr
     assert "2 job(s) in the queue" in res.stderr  # max_queued
+    # a controller that does not answer (a missing SLURM_CONF would wait on DNS for a minute)
+    dead = tmp_path / "dead-slurm.conf"
+    dead.write_text("ClusterName=dead\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=9\n"
+                    "AuthType=auth/none\nNodeName=localhost CPUs=1 State=UNKNOWN\n"
+                    "PartitionName=p Nodes=localhost Default=YES\n")
     unreachable = subprocess.run([PY, "-m", "tunelab", "status", str(d)], capture_output=True,
-                                 text=True, env={**os.environ, "SLURM_CONF": "/nonexistent"})
+                                 text=True, env={**os.environ, "SLURM_CONF": str(dead)})
     assert unreachable.returncode == 2 and "squeue failed" in unreachable.stderr
     assert runs(d) == [] and all(j["state"] == "active" for j in jobs(d))  # nothing lost
     wait_for(lambda: all(squeue_state(j["job_id"]) == "COMPLETED" for j in jobs(d)),

@@ -2,9 +2,10 @@
 
 Every process it starts has TAG on its command line (the tests find them by it). Modes:
 ``both`` a ``setsid()`` grandchild and a background child; ``all`` those plus one started
-with an empty environment in a new session, and first checks that no tagged process of an
-earlier run is still alive (exit 3 if one is); ``stubborn`` ignores SIGTERM, and so do its
-leftovers; ``fill`` writes 0.7 MB of output. Then it sleeps SLEEP seconds and prints ``v=X``.
+with an empty environment in a new session. Both first check that no tagged process of an
+earlier run is still alive (exit 3 if one is: a run started beside a survivor);
+``stubborn`` ignores SIGTERM, and so do its leftovers; ``fill`` writes 0.7 MB of output.
+Then it sleeps SLEEP seconds and prints ``v=X``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def tagged_others() -> list[int]:
     return found
 
 
-if mode == "all" and tagged_others():
+if mode in ("both", "all") and tagged_others():
     print(f"leftovers of an earlier run are alive: {tagged_others()}", file=sys.stderr)
     sys.exit(3)
 ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if mode == "stubborn" else ""

@@ -53,6 +53,10 @@ def test_self_referencing_and_deep_yaml_is_one_line(cli, text, fragment):
 def test_huge_and_special_study_files_are_refused_before_reading(cli, tmp_path):
     big = "name: s\n#" + "x" * LIMITS.study_file_bytes + "\n"
     assert_clean(cli.run({"s.yaml": big}, ["space", "s.yaml"]), 2, "larger than 1 MiB")
+    items = (LIMITS.study_file_bytes - 100) // 2  # as many nodes as 1 MiB holds: 524,238
+    flat = "name: s\nx: [" + ",".join(["1"] * items) + "]\n"
+    assert_clean(cli.run({"s.yaml": flat}, ["space", "s.yaml"]), 2,
+                 f"s.yaml:2: more than {LIMITS.yaml_nodes:,} YAML nodes")
     assert_clean(cli.run({}, ["space", "/dev/zero"]), 2, "not a regular file")
     assert_clean(cli.run({"d/x": ""}, ["space", "d"]), 2, "is a directory")
     fifo = tmp_path / "fifo.yaml"
@@ -68,6 +72,8 @@ def test_huge_and_special_study_files_are_refused_before_reading(cli, tmp_path):
     (command_study(ECHO, extra="repeats: true\n"), "key 'repeats' is given twice"),
     (command_study(ECHO).replace("repeats: 1", "repeats: true"), "'repeats'"),
     ("name: s\x00\nworkload: {name: command}\n", "malformed YAML"),
+    ("name: &a s\nworkload: &a {name: command}\n",
+     "s.yaml:2: malformed YAML: found duplicate anchor 'a' (first on line 1)"),
     (command_study(ECHO, params='x: ["a\\0b"]'), "s.yaml:3: a NUL character"),
     (command_study(ECHO, name="a" * 300), "must be at most 100 characters"),
 ])
@@ -228,6 +234,7 @@ def test_huge_output_is_parsed_within_the_memory_limit(cli):
     ("lock-dir", ".tunelab.lock: is not a regular file"),
     ("runs-file", "runs: is not a directory"),
     ("dir-file", "exists and is not a directory"),
+    ("jobs-file", "jobs: is not a directory"),
 ])
 def test_a_broken_study_directory_is_named_at_start(cli, setup, fragment):
     files = {"s.yaml": command_study(ECHO)}
@@ -235,6 +242,8 @@ def test_a_broken_study_directory_is_named_at_start(cli, setup, fragment):
         files["d/.tunelab.lock/x"] = ""
     elif setup == "runs-file":
         files["d/runs"] = "not a directory"
+    elif setup == "jobs-file":
+        files["d/jobs"] = "not a directory"
     else:
         files["d"] = "a file"
     assert_clean(cli.run(files, ["run", "s.yaml", "--dir", "d"]), 2, fragment)

@@ -133,3 +133,13 @@ def test_the_sweep_kills_what_a_dead_controller_left_by_its_marker(tmp_path):
     finally:
         orphan.kill()
         study.close()
+
+
+def test_a_scheduler_command_that_cannot_be_executed_is_a_launch_error(tmp_path):
+    from tunelab.errors import LaunchError
+    from tunelab.execute.launchers._batch import scheduler_call
+
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text("#!/bin/sh\n")  # not executable
+    with pytest.raises(LaunchError, match="cannot run .*sbatch.*: Permission denied"):
+        scheduler_call([str(sbatch)])

@@ -108,3 +108,39 @@ def test_synchronised_batchnorm_takes_the_1d_path() -> None:
     model.eval()
     model(torch.randn(1, 5, 64))
     assert calls == [1]  # the module itself ran: no 2-D shortcut around it
+
+
+def test_channels_last_training_matches_the_1d_modules() -> None:
+    """The 2-D training form is the same computation: with the same weights and batch, the
+    same logits, gradients and BatchNorm running statistics as the 1-D modules (fp32, up to
+    rounding), one step and after a few Adam steps."""
+    import copy
+
+    torch.manual_seed(0)
+    plain = LeopardUNet(base_filters=8, depth=3)
+    for m in plain.modules():
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.momentum = 0.1
+    fast = copy.deepcopy(plain)
+    fast.channels_last_training = True
+    x = torch.relu(torch.randn(4, 5, 512)) * 3
+    y = (torch.rand(4, 512) < 0.1).float()
+    opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (plain, fast)]
+    for step in range(3):
+        outs = []
+        for model, opt in zip((plain, fast), opts, strict=True):
+            opt.zero_grad()
+            out = model(x)
+            torch.nn.functional.binary_cross_entropy_with_logits(out, y).backward()
+            outs.append(out.detach())
+        assert torch.allclose(outs[0], outs[1], atol=1e-4, rtol=0), step
+        if step == 0:
+            for (name, a), b in zip(plain.named_parameters(), fast.parameters(), strict=True):
+                assert b.grad is not None and a.grad is not None
+                err = (a.grad - b.grad).norm() / a.grad.norm()
+                assert err < 1e-3, (name, float(err))
+        for a, b in zip(plain.buffers(), fast.buffers(), strict=True):
+            assert torch.allclose(a.float(), b.float(), atol=1e-5, rtol=1e-5)
+        for opt in opts:
+            opt.step()
+    assert int(fast.stem[2].num_batches_tracked) == 3

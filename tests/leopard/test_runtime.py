@@ -90,6 +90,20 @@ def test_compile_falls_back_to_eager(monkeypatch: pytest.MonkeyPatch) -> None:
         assert torch.allclose(eng(x), torch.sigmoid(m(x)), atol=1e-6)
 
 
+def test_a_compiled_network_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real dynamo-compiled module (its eager backend: no minutes of Inductor here) runs
+    the engine: a compiled module refuses bool(), which once broke every compiled job."""
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile",
+                        lambda net, **kw: real(net, backend="eager", dynamic=False))
+    m = _small()
+    eng = runtime.prepare(m, "cpu", "fp32", "on", threads=1, window=128, batch=4)
+    assert eng.runtime.compiled
+    x = torch.randn(3, 5, 128)  # padded to the compiled batch of 4
+    with torch.no_grad():
+        assert torch.allclose(eng(x), torch.sigmoid(m(x)), atol=1e-5)
+
+
 def test_auto_compile_only_for_long_jobs() -> None:
     eng = runtime.prepare(_small(), "cpu", "fp32", "auto", threads=1, window=128, batch=4,
                           expected_windows=10)
@@ -102,6 +116,26 @@ def test_bad_choices_are_one_line_errors() -> None:
         runtime.prepare(_small(), "cpu", "fp8", "off")
     with pytest.raises(LeopardError, match="compile: unknown value 'maybe'"):
         runtime.prepare(_small(), "cpu", "fp32", "maybe")
+
+
+def test_training_layout_is_measured_without_touching_the_model() -> None:
+    """auto times a training step of both forms on a copy; asked forms are kept; the 2-D
+    form is never chosen around a synchronised BatchNorm; a bad value is one line."""
+    from tunelab.leopard.distributed import _global_batch_norm_cls
+
+    model = _small().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    layout, why = runtime.choose_training_layout(model, "auto", 8, 256)
+    assert layout in ("1d", "2d") and "ran a training step" in why
+    assert not model.channels_last_training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert model.stem[0].weight.grad is None
+    assert runtime.choose_training_layout(model, "2d", 8, 256) == ("2d", "asked")
+    bn = model.stem[2]
+    model.stem[2] = _global_batch_norm_cls()(bn.num_features)
+    assert runtime.choose_training_layout(model, "2d", 8, 256)[0] == "1d"
+    with pytest.raises(LeopardError, match="layout: unknown value '3d'"):
+        runtime.choose_training_layout(model, "3d", 8, 256)
 
 
 @pytest.mark.slow

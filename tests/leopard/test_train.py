@@ -12,7 +12,7 @@ import pytest
 from tunelab.leopard.synthetic import SyntheticConfig, write_synthetic
 from tunelab.leopard.train import TrainConfig, train
 
-FAST = {"batch_size": 4, "steps_per_epoch": 2, "threads": 1, "progress": False}
+FAST = {"batch_size": 4, "steps_per_epoch": 2, "threads": 1, "progress": False, "layout": "2d"}
 
 
 def _cfg(data: Path, out: Path, **kw: object) -> TrainConfig:
@@ -20,12 +20,13 @@ def _cfg(data: Path, out: Path, **kw: object) -> TrainConfig:
 
 
 def test_outputs_and_foms(windows: Path, tmp_path: Path) -> None:
-    foms = train(_cfg(windows, tmp_path / "o", epochs=2))
+    foms = train(_cfg(windows, tmp_path / "o", epochs=2, layout="auto"))
     out = tmp_path / "o"
     assert {p.name for p in out.iterdir()} >= {"metrics.json", "history.csv", "best.pt",
                                               "last.pt"}
     doc = json.loads((out / "metrics.json").read_text())
     assert doc["parameters"]["total"] == 475_969
+    assert doc["training_layout"] in ("1d", "2d")  # measured on this CPU
     assert doc["foms"] == foms
     for key in ("val_pr_auc", "test_pr_auc", "val_dice", "test_iou", "train_time_s",
                 "windows_per_s", "windows_per_s_per_worker"):
@@ -81,8 +82,12 @@ def test_short_training_learns_the_synthetic_genome(tmp_path: Path) -> None:
 
 
 def test_bf16_autocast_training_on_a_cpu(windows: Path, tmp_path: Path) -> None:
-    """--amp on a CPU trains under bf16 autocast (a warning where bf16 is not native)."""
+    """--amp on a CPU trains under bf16 autocast (a warning where bf16 is not native), in
+    the 2-D form too."""
     foms = train(TrainConfig(data=windows, out=tmp_path / "amp", batch_size=4, epochs=1,
-                             steps_per_epoch=2, threads=1, progress=False, amp=True))
+                             steps_per_epoch=2, threads=1, progress=False, amp=True,
+                             layout="2d"))
     assert all(np.isfinite(v) for v in foms.values())
+    doc = json.loads((tmp_path / "amp" / "metrics.json").read_text())
+    assert doc["training_layout"] == "2d"
     assert (tmp_path / "amp" / "best.pt").is_file()

@@ -35,7 +35,7 @@ def test_results_compare_with_the_baseline(
     assert len(results.summaries) == 6 and len(results.comparisons) == 6
     assert results.comparisons[0].summary.params["env"] == "am"
     assert results.comparisons[0].comparison.verdict is Verdict.BETTER
-    assert results.notes == ()
+    assert not [n for n in results.notes if n.startswith(("No ", "The study names no"))]
     assert results.best_result().best.params["env"] == "am"
     text = _text(compare_view(results))
     assert "95% CI" in text and "faster" in text and "env=am np=2" in text

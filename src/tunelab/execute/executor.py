@@ -304,7 +304,10 @@ class Executor:
     def _submit(self, runs: tuple[RunRequest, ...]) -> None:
         job = Job(secrets.token_hex(6), runs, self.jobs_dir)
         if not self.launcher.batch:  # runs here, now: nothing to re-attach to later
-            self.launcher.submit(job)
+            try:
+                self.launcher.submit(job)
+            except OSError as exc:  # the run's own files could not be written
+                raise write_fault(exc, runs[0].run_dir) from None
             self._collect_finished(job)
             return
         self.store.add_job(job.token, self.launcher.name, [r.to_json() for r in runs], _now())
@@ -312,6 +315,8 @@ class Executor:
             job_id = self.launcher.submit(job)
         except BaseException as exc:
             self.store.close_job(job.token, "NOT_SUBMITTED")
+            if isinstance(exc, OSError):  # the job's files could not be written
+                raise write_fault(exc, self.jobs_dir) from None
             if isinstance(exc, LaunchError) and self.active:
                 raise LaunchError(f"{exc} ({len(self.active)} job(s) submitted before stay in "
                                   f"the queue; 'tunelab status {self.study_dir}' collects "
@@ -404,7 +409,9 @@ class Executor:
         foms: dict[str, float] = {}
         status: str = outcome.status
         reason = outcome.reason
-        if reason is not None:  # could not start, or cut off by the scheduler
+        if outcome.status == "stopped":  # the pruner stopped it (see execute/watch.py)
+            status = "pruned"
+        elif reason is not None:  # could not start, or cut off by the scheduler
             status = "timeout" if outcome.status == "timeout" else "failed"
         elif outcome.status == "timeout":
             check_run_dir(run_dir, run_dir / "stdout.txt", run_dir / "stderr.txt")
@@ -421,7 +428,7 @@ class Executor:
             rc=outcome.rc, wall_s=outcome.wall_s, started_at=outcome.started_at or _now(),
             ended_at=outcome.ended_at or _now(), host=outcome.host or self.host,
             command=argv, env=env, run_dir=str(run_dir.relative_to(self.study_dir)),
-            foms=foms, sysinfo_id=self.sysinfo_id))
+            foms=foms, sysinfo_id=self.sysinfo_id, noise=outcome.noise))
 
 
 def parse_run(study: Study, rc: int | None,

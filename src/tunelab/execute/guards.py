@@ -1,7 +1,7 @@
 """Checks the runner makes at its edges, so a fault ends in one line and never in a wedge.
 
 * :func:`check_study_dir` — before the lock is taken: the study directory, its lock file and
-  its ``runs`` directory are what they should be and writable.
+  its ``runs`` (and ``jobs``) directories are what they should be and writable.
 * :func:`command_problem` — before a run starts: an argv or environment that no program can
   be started with (NUL characters, ``=`` in a name, a missing working directory) fails that
   run with the reason, instead of an exception that would stop the study at the same run on
@@ -33,6 +33,7 @@ __all__ = ["check_run_dir", "check_study_dir", "command_problem", "read_output",
 
 _LOCK_NAME = ".tunelab.lock"
 _RUNS_NAME = "runs"
+_JOBS_NAME = "jobs"
 
 
 def write_fault(exc: OSError, path: Path | str | None = None) -> StoreError:
@@ -60,6 +61,10 @@ def check_study_dir(study_dir: Path) -> None:
     runs = study_dir / _RUNS_NAME
     if runs.is_symlink() or (runs.exists() and not runs.is_dir()):
         raise StoreError(f"{runs}: is not a directory (tunelab keeps each run's files "
+                         "there); remove or rename it")
+    jobs = study_dir / _JOBS_NAME
+    if jobs.is_symlink() or (jobs.exists() and not jobs.is_dir()):
+        raise StoreError(f"{jobs}: is not a directory (tunelab keeps batch job scripts "
                          "there); remove or rename it")
     try:
         runs.mkdir(exist_ok=True)

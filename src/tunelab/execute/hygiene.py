@@ -18,8 +18,10 @@ A run's processes are found four ways, so that none escapes:
 
 Rules the launcher relies on (:class:`RunProcesses`):
 
+* while a run is in flight (:meth:`RunProcesses.in_flight`) the first SIGINT or SIGTERM
+  unwinds to the launcher, which ends the run; every later one is held from that moment;
 * ending a run (:meth:`RunProcesses.end`) sends SIGTERM, waits a grace period, then SIGKILLs
-  everything left; SIGINT and SIGTERM are blocked meanwhile, so a second Ctrl-C can never
+  everything left; SIGINT and SIGTERM are held meanwhile, so a second Ctrl-C can never
   skip the kill step — it only cuts the grace short;
 * after every run, finished or not, :meth:`RunProcesses.cleanup` kills what the run left
   behind (background processes, ``setsid()`` daemons) and waits until it is gone;
@@ -41,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any, Protocol
 
 __all__ = ["RunProcesses", "StudyProcesses", "current", "study_processes"]
@@ -49,6 +52,7 @@ MARKER = "TUNELAB_RUN"
 _PR_SET_CHILD_SUBREAPER = 36
 _GONE_WAIT_S = 5.0
 _INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+_HELD: list[list[int]] = []  # signals held by the runs in flight (see _interrupts_raise_once)
 
 
 # --- /proc ------------------------------------------------------------------------------
@@ -180,7 +184,8 @@ def _cgroup_remove(cgroup: Path) -> None:
 def _interrupts_held() -> Iterator[Callable[[], bool]]:
     """Hold SIGINT and SIGTERM back; yield a function that tells whether one arrived
     meanwhile. On exit the usual handlers are back and a held signal is raised again, so it
-    is handled as usual — after the kill. (Python runs signal handlers in the main thread
+    is handled as usual — after the kill. A signal held by :func:`_interrupts_raise_once`
+    after its first counts as arrived. (Python runs signal handlers in the main thread
     only, whichever thread the kernel delivered the signal to, so replacing the handlers is
     what holds them; away from the main thread no KeyboardInterrupt can arrive anyway.)"""
     arrived: list[int] = []
@@ -194,12 +199,61 @@ def _interrupts_held() -> Iterator[Callable[[], bool]]:
         yield lambda: False
         return
     try:
-        yield lambda: bool(arrived)
+        yield lambda: bool(arrived) or any(len(held) > 1 for held in _HELD)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         if arrived:
             signal.raise_signal(arrived[0])
+
+
+@contextlib.contextmanager
+def _interrupts_raise_once() -> Iterator[None]:
+    """While a run is in flight: the first SIGINT or SIGTERM is handled as usual (it raises
+    ``KeyboardInterrupt``, or whatever the handler raises, so the caller ends the run);
+    from that moment on, until the block is left, both are held — a second signal, however
+    soon, cannot interrupt the kill step before it has begun (:meth:`RunProcesses.end`
+    only sees it cut the grace short). A first signal whose disposition is the default
+    (SIGTERM outside the command line) unwinds as ``KeyboardInterrupt`` and is delivered
+    again, with its default action, once the block is left."""
+    held: list[int] = []  # the first signal, then those held after it
+
+    def note(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    def first(signum: int, frame: FrameType | None) -> None:
+        handler = old[signum]
+        if held:  # re-entered before the handlers were swapped
+            held.append(signum)
+        if held or handler == signal.SIG_IGN:
+            return
+        held.append(signum)
+        for sig in _INTERRUPTS:
+            signal.signal(sig, note)
+        if not callable(handler):
+            raise KeyboardInterrupt  # the default action follows once the block is left
+        handler(signum, frame)
+        held.clear()  # the usual handler did not raise: go on as before
+        for sig in _INTERRUPTS:
+            signal.signal(sig, first)
+
+    try:
+        old: dict[int, Any] = {sig: signal.getsignal(sig) or signal.SIG_DFL
+                               for sig in _INTERRUPTS}
+        for sig in _INTERRUPTS:
+            signal.signal(sig, first)
+    except ValueError:  # not the main thread: signals are handled elsewhere
+        yield
+        return
+    _HELD.append(held)
+    try:
+        yield
+    finally:
+        _HELD[:] = [h for h in _HELD if h is not held]
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        if held and not callable(old[held[0]]) and old[held[0]] != signal.SIG_IGN:
+            signal.raise_signal(held[0])
 
 
 # --- a study's processes ------------------------------------------------------------------
@@ -371,6 +425,12 @@ class RunProcesses:
             options["preexec_fn"] = enter_cgroup
         self._children_before = {p.pid for p in _children()}
         return options
+
+    def in_flight(self) -> contextlib.AbstractContextManager[None]:
+        """The block that starts, waits for and ends the run: the first SIGINT or SIGTERM
+        in it unwinds (the caller then calls :meth:`end`), every later one is held until
+        the block is left, so no second signal can skip the kill step."""
+        return _interrupts_raise_once()
 
     def started(self, proc: subprocess.Popen[bytes]) -> None:
         """Record the run's leader (pid and start time) while it is in flight."""

@@ -30,9 +30,23 @@ from tunelab.errors import StoreError, StudyError, WorkloadError
 from tunelab.execute.executor import Executor
 from tunelab.execute.guards import check_study_dir
 from tunelab.execute.hygiene import study_processes
-from tunelab.execute.launchers import Launcher, LauncherConfig, launcher_config, make_launcher
+from tunelab.execute.launchers import (
+    Launcher,
+    LauncherConfig,
+    LocalLauncher,
+    launcher_config,
+    make_launcher,
+)
+from tunelab.execute.watch import RunWatch
 from tunelab.limits import LIMITS
-from tunelab.search import Strategy, make_strategy
+from tunelab.search import (
+    RUN_STRATEGIES,
+    RunStrategy,
+    SearchSettings,
+    Strategy,
+    make_run_strategy,
+    make_strategy,
+)
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
 from tunelab.store import RunRecord, Store, StudyLock, open_store
@@ -64,16 +78,43 @@ class Study:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
 
     @property
+    def decides_repeats(self) -> bool:
+        """True when the strategy decides the runs (racing, one-at-a-time, hierarchical)."""
+        return self.spec.strategy in RUN_STRATEGIES
+
+    @property
     def planned_runs(self) -> int:
         """How many runs the study makes in all (an upper bound for adaptive searches)."""
+        if self.decides_repeats:
+            settings = self.search_settings()
+            if settings.max_runs is not None:
+                return settings.max_runs
+            n_points = settings.samples or len(self.space.points())
+            return n_points * settings.max_repeats
         n_points = (self.spec.samples or 0) if self.adaptive else len(self.points)
         return n_points * self.spec.repeats
+
+    def search_settings(self) -> SearchSettings:
+        """The study's ``search`` section."""
+        options = dict(self.spec.search_options)
+        if "max_wall" in options:
+            options["max_wall_s"] = options.pop("max_wall")
+        return SearchSettings(strategy=self.spec.strategy, seed=self.spec.seed,
+                              samples=self.spec.samples, **options)
+
+    def new_run_strategy(self) -> RunStrategy:
+        """A fresh run strategy (it replays its history from the store)."""
+        return make_run_strategy(self.search_settings(), self.space,
+                                 direction=self.objective.direction, repeats=self.spec.repeats,
+                                 baseline=self.baseline, env_sets=self.spec.env_sets,
+                                 noise_threshold=self.spec.noise_threshold)
 
     def new_strategy(self) -> Strategy:
         """A fresh strategy (adaptive searches replay their history from the store)."""
         return make_strategy(self.spec.strategy, self.space, seed=self.spec.seed,
                              samples=self.spec.samples, direction=self.objective.direction,
-                             first=self.baseline)
+                             first=self.baseline, env_sets=self.spec.env_sets,
+                             **_sampler(self.spec))
 
     def context(self, point: Point, run_dir: Path, study_dir: Path, repeat: int = 0, *,
                 placement: Placement | None = None, cores: int | None = None) -> RunContext:
@@ -224,10 +265,14 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
     objective = workload.objective
     if spec.objective_fom is not None:
         objective = Objective(spec.objective_fom, spec.objective_direction or "minimize")
-    strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
-                             direction=objective.direction, first=baseline)
+    adaptive = True
     points: list[Point] = []
-    if strategy.adaptive:  # proposals depend on results: only the baseline is known now
+    if spec.strategy not in RUN_STRATEGIES:
+        strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
+                                 direction=objective.direction, first=baseline,
+                                 env_sets=spec.env_sets, **_sampler(spec))
+        adaptive = strategy.adaptive
+    if adaptive:  # proposals depend on results: only the baseline is known now
         points = [baseline] if baseline is not None else []
     else:
         while not strategy.done and (batch := strategy.ask(1024)):
@@ -236,8 +281,7 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
             points.insert(0, baseline)
     if repeats is not None:
         spec = spec.model_copy(update={"repeats": repeats})
-    study = Study(spec, workload, space, objective, points, baseline, strategy.adaptive,
-                  launcher)
+    study = Study(spec, workload, space, objective, points, baseline, adaptive, launcher)
     if study.planned_runs > LIMITS.runs:
         raise StudyError(f"{spec.where('repeats')}: the study would make {study.planned_runs:,} "
                          f"runs, more than {LIMITS.runs:,}; use fewer points or repeats")
@@ -254,6 +298,11 @@ def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, 
              if isinstance(v, int | float) and not isinstance(v, bool)]
     most = max([launcher.nodes or 1, *nodes])
     return {"cores_per_node": per_node, "cores": per_node * most}
+
+
+def _sampler(spec: StudySpec) -> dict[str, Any]:
+    sampler = spec.search_options.get("sampler")
+    return {"sampler": sampler} if sampler else {}
 
 
 def _parse_rule(expr: str, workload: Workload) -> Any:
@@ -354,16 +403,20 @@ def run_study(
     on_start: Callable[[int, int], None] | None = None,
     launcher: Launcher | None = None,
     detach: bool = False,
+    wait_quiet: bool = False,
 ) -> StudyOutcome:
     """Run every missing (point, repeat) of ``study`` in ``study_dir``; resumable.
 
     Runs go through ``launcher`` (default: the study's ``launcher:`` section). Jobs an
     earlier, interrupted controller left in a batch queue are re-attached first. With
     ``detach`` the jobs are submitted and the call returns without waiting for them
-    (``tunelab status`` collects them).
+    (``tunelab status`` collects them). Runs executed here (the local launcher) are sampled
+    by a :class:`~tunelab.noise.NoiseWatch`; with ``wait_quiet`` each waits first until
+    other processes leave the machine quiet (at most :data:`tunelab.noise.MAX_QUIET_WAIT_S`).
     """
     study_dir = Path(study_dir)
     launcher = launcher or make_launcher(study.launcher)
+    watch = _watch(study, launcher, wait_quiet)
     study.workload.check()
     check_study_dir(study_dir)
     lock = StudyLock(study_dir)
@@ -400,6 +453,8 @@ def run_study(
         def record(run: RunRecord) -> None:
             nonlocal finished
             store.record_run(run)
+            if watch is not None:
+                watch.recorded(run)
             finished += 1
             fail_fast.add(run, study_dir)
             if on_event is not None:
@@ -412,7 +467,9 @@ def run_study(
                             sysinfo_id=sys_id, on_record=record,
                             stop=lambda: fail_fast.stop_reason is not None)
         with executor.session(detach=detach):
-            if not study.adaptive:
+            if study.decides_repeats:  # the strategy asks for runs; stored ones answer
+                _race(study, store, executor, fail_fast)
+            elif not study.adaptive:
                 executor.execute(todo)
             else:
                 strategy = study.new_strategy()
@@ -427,6 +484,39 @@ def run_study(
         return StudyOutcome(study_dir, total, previously, finished - previously,
                             store.status_counts(), fail_fast.stop_reason,
                             queued_jobs=len(executor.active))
+
+
+def _race(study: Study, store: Store, executor: Executor, fail_fast: FailFast) -> None:
+    """Drive a run strategy: each batch of requested runs goes to the executor at once
+    (a batch launcher runs them side by side), then every request is answered from the
+    store — runs stored by an earlier invocation answer at once, which is how such a study
+    resumes."""
+    fom = study.objective.fom
+    runner = study.new_run_strategy()
+    while not runner.done and (requests := runner.ask_runs(64)):
+        executor.execute([(r.point, r.repeat) for r in requests])
+        if (executor.detached and executor.active) or fail_fast.stop_reason is not None:
+            return  # the strategy needs the results: resuming collects them
+        for request in requests:
+            runner.tell_run(request, store.run_value(request.point.key, request.repeat, fom))
+
+
+def _watch(study: Study, launcher: Launcher, wait_quiet: bool) -> RunWatch | None:
+    """The noise watch (and pruner) for runs this process executes: given to a local
+    launcher that has none yet; None for batch launchers (their runs run elsewhere)."""
+    if not isinstance(launcher, LocalLauncher):
+        return None
+    if launcher.watch is None:
+        from tunelab.noise import NoiseWatch
+
+        pruner = None
+        if study.search_settings().prune:
+            from tunelab.search import RunPruner
+
+            pruner = RunPruner(study.objective.direction)
+        launcher.watch = RunWatch(study.objective.fom, noise=NoiseWatch(), pruner=pruner,
+                                  wait_quiet=wait_quiet)
+    return launcher.watch
 
 
 def collect_study(study: Study, study_dir: Path) -> tuple[StudyOutcome, dict[str, int]]:

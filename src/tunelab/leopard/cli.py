@@ -89,6 +89,9 @@ def train(
                                              "CPU --amp is bf16 autocast)")] = None,
     compile: Annotated[bool, typer.Option(help="torch.compile the model (eager where it "
                                           "fails)")] = False,
+    layout: Annotated[str, typer.Option(help="auto | 1d | 2d: CPU convolutions as 1-D or "
+                                          "channels-last 2-D (auto: the faster, measured)")]
+    = "auto",
     threads: Annotated[int | None, typer.Option(help="CPU threads per process")] = None,
     resume: Annotated[bool, typer.Option(help="resume from OUT/last.pt")] = False,
     progress: Annotated[bool | None, typer.Option(help="progress bars (default: tty)")] = None,
@@ -104,7 +107,8 @@ def train(
                       steps_per_epoch=steps_per_epoch, patience=patience,
                       augment_scale=augment_scale, bn_momentum=bn_momentum,
                       max_eval_windows=max_eval_windows or None, seed=seed, sync_bn=sync_bn,
-                      device=device, amp=amp, compile=compile, threads=threads, resume=resume,
+                      device=device, amp=amp, compile=compile, layout=layout, threads=threads,
+                      resume=resume,
                       progress=progress)
     foms = run_train(cfg)
     if int(os.environ.get("RANK", "0")) == 0:

@@ -14,8 +14,9 @@ On a CPU, inference (eval mode, no gradients: evaluation during training, predic
 the plain model) runs the same parameters as 2-D operations on ``(N, C, 1, L)`` tensors in
 ``torch.channels_last`` memory, where oneDNN's kernels ran these narrow convolutions 1.2-2x
 faster than its 1-D ones; results are unchanged (``tests/leopard/test_model.py``). Training
-keeps the 1-D modules (see docs/workloads/leopard.md for why); so do CUDA and models whose
-BatchNorm was replaced by a synchronised one.
+runs the same form when :attr:`LeopardUNet.channels_last_training` is set (``--layout``;
+gradients and running statistics equal the 1-D modules' up to rounding). CUDA and models
+whose BatchNorm was replaced by a synchronised one always take the 1-D modules.
 """
 
 from __future__ import annotations
@@ -118,8 +119,11 @@ class LeopardUNet(nn.Module):
             self.merge.append(_conv_block(cout + skip, cout, a.kernel_size))
             cin = cout
         self.head = nn.Conv1d(cin, 1, 1)
-        #: run the channels-last 2-D form on CPUs (False: always the plain 1-D modules)
+        #: run the channels-last 2-D form on CPUs for inference (False: the 1-D modules)
         self.channels_last = True
+        #: the same for training (forward and backward), when a run chose it
+        #: (:func:`tunelab.leopard.train` measures which form is faster)
+        self.channels_last_training = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(N, L)`` for input ``(N, C, L)``."""
@@ -132,7 +136,8 @@ class LeopardUNet(nn.Module):
             raise LeopardError(
                 f"window length {x.shape[2]} is not divisible by {self.arch.multiple}"
             )
-        if (self.channels_last and not self.training and not torch.is_grad_enabled()
+        inference = not self.training and not torch.is_grad_enabled()
+        if ((self.channels_last if inference else self.channels_last_training)
                 and x.device.type == "cpu" and all(
                     type(m) is nn.BatchNorm1d and m.track_running_stats for m in self.modules()
                     if isinstance(m, nn.modules.batchnorm._NormBase))):
@@ -175,9 +180,51 @@ def _block_nwc(seq: nn.Module, h: torch.Tensor) -> torch.Tensor:
 
 
 def _batch_norm(bn: nn.BatchNorm1d, x: torch.Tensor) -> torch.Tensor:
-    """An eval-mode ``BatchNorm1d`` (running statistics) applied to a 4-D input."""
-    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0,
-                        bn.eps)
+    """What ``BatchNorm1d.forward`` computes (running statistics included) on a 4-D
+    channels-last input.
+
+    In training, the batch statistics come from ``torch.var_mean`` in float32: PyTorch's own
+    channels-last batch-norm kernel sums without care and was off by ~2e-4 (post-ReLU
+    activations, 330 k values per channel) where the 1-D kernel is off by ~5e-7. They stay in
+    float32 under bf16 autocast, as the 1-D kernel keeps them."""
+    if not bn.training:
+        return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False,
+                            0.0, bn.eps)
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        if bn.momentum is None:
+            factor = 1.0 / float(bn.num_batches_tracked)
+    with torch.no_grad():
+        var, mean = torch.var_mean(x.detach().float(), dim=(0, 2, 3), correction=0)
+        if bn.running_mean is not None and bn.running_var is not None:
+            n = x.numel() // x.shape[1]
+            bn.running_mean.lerp_(mean, factor)
+            bn.running_var.lerp_(var * (n / max(n - 1, 1)), factor)
+    return _BatchNormNWC.apply(x, bn.weight, bn.bias, mean, var, bn.eps)
+
+
+class _BatchNormNWC(torch.autograd.Function):
+    """Batch normalisation with given batch statistics: forward is the fused inference
+    kernel, backward PyTorch's training backward kernel fed those statistics (so the
+    gradient flows through the statistics, as in training mode)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None,
+                bias: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor,
+                eps: float) -> torch.Tensor:
+        invstd = torch.rsqrt(var + eps)
+        ctx.save_for_backward(x, weight, mean, invstd)
+        ctx.eps = eps
+        return F.batch_norm(x, mean, var, weight, bias, False, 0.0, eps)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, mean, invstd = ctx.saved_tensors
+        gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
+            grad.contiguous(memory_format=torch.channels_last), x, weight, None, None, mean,
+            invstd, True, ctx.eps, [True, weight is not None, weight is not None])
+        return gx, gw, gb, None, None, None
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:

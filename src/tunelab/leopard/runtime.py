@@ -40,10 +40,11 @@ from tunelab.leopard.inference import InferenceUNet, fold_batchnorm, to_nwc_inpu
 if TYPE_CHECKING:
     from tunelab.leopard.model import LeopardUNet
 
-__all__ = ["PRECISIONS", "Engine", "Runtime", "bf16_capable", "choose_threads", "cpu_flags",
-           "prepare"]
+__all__ = ["LAYOUTS", "PRECISIONS", "Engine", "Runtime", "bf16_capable", "choose_threads",
+           "choose_training_layout", "cpu_flags", "prepare"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+LAYOUTS = ("auto", "1d", "2d")
 COMPILE_MODES = ("auto", "on", "off")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 #: a probed alternative (bf16, one thread) must win by this factor to be chosen (noise guard).
@@ -126,7 +127,7 @@ class Engine:
         self.net = net
         self.runtime = runtime
         self.batch = batch
-        self._fn = fn or net
+        self._fn = fn if fn is not None else net  # (a compiled module refuses bool())
         self.device = torch.device(runtime.device)
         self.in_channels = net.in_channels
         self.multiple = net.multiple
@@ -142,7 +143,7 @@ class Engine:
             return torch.sigmoid(self._fn(x.to(self.device))[:n])
 
 
-def _rate(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reps: int) -> float:
+def _rate(fn: Callable[[torch.Tensor], Any], x: torch.Tensor, reps: int) -> float:
     """Windows per second of ``fn`` on ``x``: the best of ``reps`` timed calls."""
     best = float("inf")
     for _ in range(reps):
@@ -152,11 +153,12 @@ def _rate(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reps: int
     return x.shape[0] / best
 
 
-def _probe(fns: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor,
-           rounds: int = 3) -> dict[str, list[float]]:
+def _probe(fns: Mapping[str, Callable[[torch.Tensor], Any]], x: torch.Tensor,
+           rounds: int = 3, grad: bool = False) -> dict[str, list[float]]:
     """Windows/s of several candidates in every round, called back to back (so a busy moment
-    of the machine hits them alike; compare them with :func:`_speedup`)."""
-    with torch.inference_mode():
+    of the machine hits them alike; compare them with :func:`_speedup`). ``grad``: the
+    candidates are training steps (no inference mode)."""
+    with contextlib.nullcontext() if grad else torch.inference_mode():
         for fn in fns.values():
             fn(x)  # warm-up: oneDNN picks and caches its kernels
         rates: dict[str, list[float]] = {k: [] for k in fns}
@@ -289,3 +291,43 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
                 fn = None
         runtime.compiled = fn is not None
     return Engine(net, runtime, batch, fn)
+
+
+def choose_training_layout(model: LeopardUNet, layout: str, batch: int, window: int,
+                           amp_dtype: torch.dtype | None = None) -> tuple[str, str]:
+    """``("1d" | "2d", why)``: which form of the convolutions trains ``model``.
+
+    ``"2d"`` is the channels-last 2-D form of the same computation
+    (:attr:`LeopardUNet.channels_last_training`; the same outputs and gradients up to
+    rounding); it exists on CPUs with plain BatchNorm only. ``"auto"`` times forward +
+    backward of both on ``min(batch, 4)`` windows of the job's length (under bf16 autocast
+    when ``amp_dtype`` is given), alternating, and takes the faster; ``model`` is untouched.
+    """
+    if layout not in LAYOUTS:
+        raise LeopardError(f"layout: unknown value {layout!r}; choose one of "
+                           f"{', '.join(LAYOUTS)}")
+    dev = next(model.parameters()).device
+    plain = all(type(m) is torch.nn.BatchNorm1d and m.track_running_stats
+                for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase))
+    if dev.type != "cpu" or not plain:
+        return "1d", "the 2-D form is for CPUs with plain BatchNorm"
+    if layout != "auto":
+        return layout, "asked"
+    import copy
+
+    probe = copy.deepcopy(model).train()
+    x = torch.rand(min(batch, 4), model.arch.in_channels, window)
+
+    def step(two_d: bool) -> Callable[[torch.Tensor], None]:
+        def run(t: torch.Tensor) -> None:
+            probe.channels_last_training = two_d
+            with torch.autocast("cpu", dtype=amp_dtype or torch.bfloat16,
+                                enabled=amp_dtype is not None):
+                out = probe(t)
+            out.float().sum().backward()
+            probe.zero_grad(set_to_none=True)
+        return run
+
+    ratio = _speedup(_probe({"2d": step(True), "1d": step(False)}, x, grad=True), "2d", "1d")
+    chosen = "2d" if ratio >= 1.0 else "1d"
+    return chosen, f"the 2-D form ran a training step {ratio:.2f}x the 1-D one"

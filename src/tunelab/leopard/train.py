@@ -81,6 +81,7 @@ class TrainConfig:
     device: str = "auto"
     amp: bool | None = None  # None: on CUDA only; True on a CPU: bf16 autocast
     compile: bool = False
+    layout: str = "auto"  # CPU convolutions: "1d", "2d" (channels-last) or "auto" (measured)
     threads: int | None = None
     resume: bool = False
     progress: bool | None = None
@@ -251,6 +252,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
 
     from tunelab.leopard.metrics import MetricState
     from tunelab.leopard.model import Architecture, LeopardUNet, count_parameters
+    from tunelab.leopard.runtime import choose_training_layout
 
     wall0 = time.perf_counter()
     ctx = D.init(cfg.device)
@@ -292,6 +294,13 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         if cfg.sync_bn:
             model = D.convert_sync_batchnorm(model, ctx)
         model.to(ctx.device)
+        chosen_layout = "1d"
+        if isinstance(model, LeopardUNet):
+            layout, why = choose_training_layout(model, cfg.layout, cfg.batch_size, window,
+                                                 amp_dtype if amp and not cuda else None)
+            model.channels_last_training = layout == "2d"
+            chosen_layout = layout
+            log(f"training layout {layout}: {why}")
         net: torch.nn.Module = model
         if ctx.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -403,6 +412,9 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                 wait = 0
             else:
                 wait += 1
+            if ctx.is_main:  # intermediate figures for a study's pruner (tunelab.search)
+                print(json.dumps({"intermediate": {"epoch": epoch + 1, "val_pr_auc": val["pr_auc"],
+                                                   "val_loss": val["loss"]}}), flush=True)
             log(f"epoch {epoch + 1}/{cfg.epochs}  loss {row['train_loss']:.4g}  val_loss "
                 f"{val['loss']:.4g}  val_pr_auc {val['pr_auc']:.4f}  {row['windows_per_s']:.1f} "
                 f"windows/s{'  *' if improved else ''}")
@@ -448,7 +460,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         if ctx.is_main:
             _write_results(out, cfg, arch.to_dict(), counts, val, test, foms, history,
                            [float(r) for r in rates.cpu().tolist()], steps,
-                           time.perf_counter() - wall0)
+                           time.perf_counter() - wall0, chosen_layout)
         return foms
     finally:
         D.finish(ctx)
@@ -497,8 +509,9 @@ def _jsonable(cfg: TrainConfig) -> dict[str, Any]:
 def _write_results(out: Path, cfg: TrainConfig, arch: dict[str, Any], counts: dict[str, int],
                    val: dict[str, float], test: dict[str, float], foms: dict[str, float],
                    history: list[dict[str, Any]], rates: list[float], steps: int,
-                   wall: float) -> None:
+                   wall: float, layout: str) -> None:
     doc = {"config": _jsonable(cfg), "architecture": arch, "parameters": counts,
+           "training_layout": layout,
            "steps_per_epoch": steps, "val": val, "test": test, "foms": foms,
            "windows_per_s_by_worker": rates, "wall_s": wall, "history": history}
     (out / "metrics.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Any, cast
 from tunelab.stats import (
     DEFAULT_RESAMPLES,
     BestResult,
+    NoiseLevel,
     PointComparison,
     PointSummary,
     StatsError,
+    Verdict,
     best,
     compare_to_baseline,
     fom_column,
+    noise_level,
     summarize,
     verdict_label,
 )
@@ -73,6 +76,10 @@ class StudyResults:
     successful run (``notes`` then says why); ``summaries`` always lists every point, also
     when no run succeeded; ``failures`` lists every run that was not ok (failed, timeout,
     invalid) with its reason, ``exclusions`` every point a physics check excluded.
+    ``noise`` is the study's run-to-run noise with its power hint (None without two runs of
+    a point); ``notes`` also say when verdicts were adjusted for multiple comparisons, which
+    comparisons were paired by round, and which points have runs taken while the machine
+    was busier than at the start.
     """
 
     name: str
@@ -89,6 +96,10 @@ class StudyResults:
     n_resamples: int = DEFAULT_RESAMPLES
     seed: int = 0
     directory: Path | None = None
+    noise: NoiseLevel | None = None
+    trust: tuple[str, ...] = ()
+    """The notes on how far the verdicts can be trusted (also in ``notes``): multiple
+    comparisons, pairing, disturbed runs, the power hint."""
     spec_yaml: str = ""
     study_file: str = ""
     failures: tuple[FailedRun, ...] = ()
@@ -163,6 +174,14 @@ def results_from_frame(
             notes.append(f"No comparison with the baseline: {exc}.")
     else:
         notes.append("The study names no baseline: points are ranked by mean only.")
+    noise = None
+    if len(runs):
+        try:
+            noise = noise_level(runs, objective.fom, confidence=confidence)
+        except StatsError:
+            noise = None
+    trust = _trust_notes(comparisons, summaries, noise, confidence)
+    notes.extend(trust)
     if summaries and all(s.n == 0 for s in summaries):
         notes.append(f"No run produced {objective.fom.removeprefix('fom.')}: "
                      f"{len(runs)} runs, none ok (see the failures).")
@@ -181,11 +200,50 @@ def results_from_frame(
         n_resamples=n_resamples,
         seed=seed,
         directory=directory,
+        noise=noise,
+        trust=tuple(trust),
         spec_yaml=spec_yaml,
         study_file=study_file,
         failures=tuple(failed_runs(runs)),
         exclusions=tuple(exclusions_from_frame(runs, objective, summaries)),
     )
+
+
+def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[PointSummary, ...],
+                 noise: NoiseLevel | None, confidence: float) -> list[str]:
+    """Sentences on multiple comparisons, pairing, disturbed runs and the power hint."""
+    from tunelab.report.table import point_label
+
+    notes: list[str] = []
+    others = [pc for pc in comparisons if not pc.is_baseline]
+    tested = [pc for pc in others if not math.isnan(pc.comparison.p_adjusted)]
+    if len(tested) > 1:
+        held = [pc for pc in tested if pc.comparison.verdict is Verdict.INDISTINGUISHABLE
+                and pc.comparison.verdict_unadjusted is not Verdict.INDISTINGUISHABLE]
+        notes.append(
+            f"Verdicts keep the false discovery rate at {1 - confidence:.0%} over the "
+            f"{len(tested)} comparisons with the baseline (Benjamini–Hochberg adjusted p)"
+            + (f"; {len(held)} interval(s) excluding 1 did not survive it." if held else "."))
+    paired = [pc for pc in others if pc.comparison.method == "paired"]
+    if paired:
+        notes.append(f"{len(paired)} of {len(others)} comparisons are paired by round (the "
+                     "ratio within each round, then the interval over rounds); their verdicts "
+                     "use the paired interval.")
+    disturbed = [s for s in summaries if s.disturbed]
+    if disturbed:
+        listed = ", ".join(f"{point_label(s.params)} ({s.disturbed} of {s.n})"
+                           for s in disturbed[:5])
+        more = f" and {len(disturbed) - 5} more" if len(disturbed) > 5 else ""
+        notes.append(f"Warning: runs taken while the machine was busier than at the start: "
+                     f"{listed}{more}; their verdicts may not hold on a quiet machine.")
+    if noise is not None:
+        need = (f"about {noise.repeats_needed} repeats per point" if noise.repeats_needed
+                else "more repeats than is practical")
+        have = max((s.n for s in summaries), default=0)
+        notes.append(f"Noise: runs of one point vary by about {noise.sd_log:.1%} (sd); a "
+                     f"{noise.change:.0%} change needs {need} to be seen in 80 % of studies "
+                     f"(up to {have} here).")
+    return notes
 
 
 def _value_text(value: float, fom: str) -> str:

@@ -148,6 +148,10 @@ def table_rows(
             speedup = fmt_ratio(c.speedup) + ("×" if not math.isnan(c.speedup) else "")
             if not math.isnan(c.ci_low):
                 speedup += f" [{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
+            if c.paired is not None and c.method == "paired":
+                pr = c.paired
+                speedup += (f"; paired {fmt_ratio(pr.speedup)}× [{fmt_ratio(pr.ci_low)}, "
+                            f"{fmt_ratio(pr.ci_high)}]")
             verdict = verdict_label(c.verdict, objective.fom, objective.direction)
             kind = c.verdict.value
             p = p_text(c.p_value)
@@ -190,10 +194,14 @@ def best_lines(result: BestResult) -> list[str]:
             "(fewer than 2 successful runs on one side)."
         )
         return lines
+    paired = ""
+    if c.paired is not None and c.method == "paired":
+        paired = (f"; paired by round {fmt_ratio(c.paired.speedup)}× [{fmt_ratio(c.paired.ci_low)}"
+                  f", {fmt_ratio(c.paired.ci_high)}], which decides")
     lines.append(
         f"Best vs runner-up: {fmt_ratio(c.speedup)}× [{fmt_ratio(c.ci_low)}, "
         f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {p_text(c.p_value)} "
-        f"(Mann–Whitney U): {verdict}."
+        f"(Mann–Whitney U){paired}: {verdict}."
     )
     if c.verdict is Verdict.BETTER:
         lines.append(f"The best point beats the runner-up ({verdict}, beyond the noise threshold).")

@@ -69,6 +69,7 @@ def _summary_doc(s: PointSummary) -> dict[str, Any]:
         "min": s.min,
         "max": s.max,
         "failures": dict(s.failed),
+        "disturbed": s.disturbed,
     }
 
 
@@ -80,7 +81,34 @@ def _comparison_doc(c: Comparison, objective: Objective) -> dict[str, Any]:
         "p": c.p_value,
         "verdict": c.verdict.value,
         "verdict_label": verdict_label(c.verdict, objective.fom, objective.direction),
+        "method": c.method,
+        "paired": _paired_doc(c),
+        "p_adjusted": _number_or_none(c.p_adjusted),
+        "verdict_unadjusted": c.verdict_unadjusted.value,
+        "repeats_needed": c.repeats_needed,
     }
+
+
+def _number_or_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _paired_doc(c: Comparison) -> dict[str, Any] | None:
+    """The interval paired by round (None when the runs carry no rounds to pair)."""
+    p = c.paired
+    if p is None:
+        return None
+    return {"speedup": p.speedup, "ci_low": p.ci_low, "ci_high": p.ci_high, "p": p.p_value,
+            "n_rounds": p.n_pairs, "complete": p.complete}
+
+
+def _noise_doc(results: StudyResults) -> dict[str, Any] | None:
+    """The study's run-to-run noise and the power hint (None without an estimate)."""
+    n = results.noise
+    if n is None:
+        return None
+    return {"sd_log": n.sd_log, "df": n.df, "change": n.change,
+            "repeats_needed": n.repeats_needed}
 
 
 def _exclusions_doc(results: StudyResults) -> list[dict[str, Any]]:
@@ -105,6 +133,14 @@ def _speedup_cells(c: Comparison) -> tuple[str, str]:
     speedup = "–" if math.isnan(c.speedup) else f"{fmt_ratio(c.speedup)}×"
     ci = "" if math.isnan(c.ci_low) else f"[{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
     return speedup, ci
+
+
+def _paired_cell(c: Comparison) -> str:
+    """The paired interval when it decided the verdict (else empty)."""
+    p = c.paired
+    if p is None or c.method != "paired" or math.isnan(p.ci_low):
+        return ""
+    return f"{fmt_ratio(p.speedup)}× [{fmt_ratio(p.ci_low)}, {fmt_ratio(p.ci_high)}]"
 
 
 def _verdict_cell(c: Comparison, objective: Objective) -> Cell:
@@ -142,8 +178,11 @@ def compare_view(results: StudyResults) -> View:
     conf = f"{results.confidence:.0%}"
     if compared:
         columns += [Column("speedup", "speedup", "right"),
-                    Column("ci", f"{conf} CI", "right", drop=7),
-                    Column("p", "p", "right", drop=3),
+                    Column("ci", f"{conf} CI", "right", drop=7)]
+        if any(_paired_cell(pc.comparison) for pc in results.comparisons
+               if not pc.is_baseline):
+            columns.append(Column("paired", "paired CI", "right", drop=8))
+        columns += [Column("p", "p", "right", drop=3),
                     Column("verdict", "verdict")]
     columns.append(Column("failed", "not ok"))
     rows: list[dict[str, Cell]] = []
@@ -163,10 +202,12 @@ def compare_view(results: StudyResults) -> View:
             if item.is_baseline:
                 row.update(speedup="1 (baseline)", verdict=("baseline", "bold"))
                 doc.update(speedup=1.0, ci_low=None, ci_high=None, p=None, verdict="baseline",
-                           verdict_label="baseline")
+                           verdict_label="baseline", method=None, paired=None,
+                           p_adjusted=None, verdict_unadjusted=None, repeats_needed=None)
             else:
                 speedup, ci = _speedup_cells(item.comparison)
-                row.update(speedup=speedup, ci=ci, p=p_text(item.comparison.p_value),
+                row.update(speedup=speedup, ci=ci, paired=_paired_cell(item.comparison),
+                           p=p_text(item.comparison.p_value),
                            verdict=_verdict_cell(item.comparison, objective))
                 doc.update(_comparison_doc(item.comparison, objective))
         rows.append(row)
@@ -175,6 +216,9 @@ def compare_view(results: StudyResults) -> View:
         record.update(_param_record(s.params, _FLAT_FIELDS))
         record.update({k: doc.get(k) for k in _FLAT_FIELDS if k not in ("rank", "label")})
         record["failures"] = _failed_text(s.failed)
+        paired = doc.get("paired") or {}
+        record.update(paired_speedup=paired.get("speedup"), paired_ci_low=paired.get("ci_low"),
+                      paired_ci_high=paired.get("ci_high"))
         records.append(record)
     if compared:
         baseline = next((pc for pc in results.comparisons if pc.is_baseline), None)
@@ -192,6 +236,7 @@ def compare_view(results: StudyResults) -> View:
         "baseline": json.loads(results.baseline) if results.baseline else None,
         "confidence": results.confidence,
         "noise_threshold": results.noise_threshold,
+        "noise": _noise_doc(results),
         "points": points_doc,
         "excluded": _exclusions_doc(results),
         "notes": list(results.notes),
@@ -202,7 +247,8 @@ def compare_view(results: StudyResults) -> View:
 
 
 _FLAT_FIELDS = ("rank", "label", "n", "mean", "sd", "median", "min", "max", "speedup",
-                "ci_low", "ci_high", "p", "verdict", "verdict_label", "failures")
+                "ci_low", "ci_high", "p", "verdict", "verdict_label", "method", "p_adjusted",
+                "disturbed", "failures")
 
 
 def _summary_of(item: PointComparison | PointSummary) -> PointSummary:
@@ -308,7 +354,7 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
                     "study": results.name, "objective": _objective_doc(objective),
                     "best": None, "runner_up": None, "comparison": None,
                     "p_beats_runner_up": None, "excluded": _exclusions_doc(results),
-                    "notes": [text]}
+                    "noise": _noise_doc(results), "notes": [text]}
         return View((Lines((f"No best point: {text}.", *excluded)),), document, ())
     c = best.comparison
     style = VERDICT_STYLES.get(c.verdict, "") if c is not None else "green"
@@ -322,6 +368,7 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         "comparison": _comparison_doc(c, objective) if c is not None else None,
         "p_beats_runner_up": best.p_beats_runner_up,
         "excluded": _exclusions_doc(results),
+        "noise": _noise_doc(results),
         "notes": list(results.notes),
     }
     records = [{"role": "best", **_summary_doc(best.best)}]
@@ -330,6 +377,8 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
     if c is not None:
         records[0].update(_comparison_doc(c, objective))
     blocks: list[TextTable | Lines] = [Lines(tuple(best_lines(best)), style=style)]
+    if results.trust:
+        blocks.append(Lines(results.trust))
     if excluded:
         blocks.append(Lines(excluded, style="yellow"))
     return View(tuple(blocks), document, tuple(records))

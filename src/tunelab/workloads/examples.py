@@ -148,7 +148,32 @@ baseline: {{batch_size: 16, lr: 0.001}}
 timeout: 10m
 """
 
-_TEMPLATES = {"command": _COMMAND, "qe": _QE, "merge": _MERGE, "leopard": _LEOPARD}
+_REPLAY = """\
+# A replayed landscape: every point answers with one of its recorded runs (seeded), so a
+# search strategy runs offline in seconds. 'tunelab replay DIR -o FILE' writes one from a
+# finished study; benchmarks/landscapes/ ships some recorded on this machine. Try a
+# strategy: search: {{strategy: racing}} (docs/search.md).
+name: {name}
+workload:
+  name: replay
+  options:
+    fom: time_s
+    direction: minimize
+    seed: 0
+    points:
+    - {{point: {{np: 1}}, runs: [10.2, 10.5, 10.1, 10.4, 10.3]}}
+    - {{point: {{np: 2}}, runs: [5.6, 5.4, 5.9, 5.5, 5.7]}}
+    - {{point: {{np: 4}}, runs: [5.1, 6.3, 5.0, 5.8, 5.2]}}
+parameters:
+  np: [1, 2, 4]
+repeats: 3
+baseline: {{np: 1}}
+objective: {{fom: time_s, direction: minimize}}
+search: {{strategy: racing}}
+"""
+
+_TEMPLATES = {"command": _COMMAND, "qe": _QE, "merge": _MERGE, "leopard": _LEOPARD,
+              "replay": _REPLAY}
 
 
 def example_study(cls: type[Workload], study_name: str = "study.yaml") -> str:

@@ -35,6 +35,8 @@ def scheduler_call(argv: Sequence[str], *, timeout_s: float = _CALL_TIMEOUT_S
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{' '.join(argv[:2])} did not answer within {timeout_s:g} s") \
             from None
+    except OSError as exc:  # not executable, too many processes, …
+        raise LaunchError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
 
 
 def first_line(text: str) -> str:

@@ -50,7 +50,7 @@ EXIT_FILE = "exit.json"
 STARTED_FILE = "started.json"
 JOB_PREFIX = "tunelab-"
 
-Status = Literal["ok", "failed", "timeout"]
+Status = Literal["ok", "failed", "timeout", "stopped"]
 Phase = Literal["queued", "running", "ended", "unknown"]
 
 #: Scheduler states that end a job, and what a run cut off by them is recorded as.
@@ -73,6 +73,8 @@ class Outcome:
     started_at: str | None = None
     ended_at: str | None = None
     reason: str | None = None
+    noise: Mapping[str, float | None] | None = None
+    """How busy the machine was around the run (:mod:`tunelab.noise`), when watched."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from tunelab.errors import LaunchError
 from tunelab.execute.launchers.base import (
@@ -28,6 +29,9 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     write_json_atomic,
 )
+
+if TYPE_CHECKING:
+    from tunelab.execute.watch import RunWatch
 
 __all__ = ["execute_run", "main"]
 
@@ -41,9 +45,11 @@ def _now() -> str:
 
 
 def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = None,
-                environ: dict[str, str] | None = None, status_file: bool = True) -> Outcome:
+                environ: dict[str, str] | None = None, status_file: bool = True,
+                watch: RunWatch | None = None) -> Outcome:
     """Run ``run`` here and leave ``exit.json`` (and ``started.json``) in its directory
     (without ``status_file``: only return the outcome — the local launcher keeps it).
+    ``watch`` (the local launcher's) samples the machine around the run and may stop it.
 
     ``hosts`` are the allocation's hosts (None outside one): the first ``needs.nodes`` go
     into ``run_dir/hostfile`` and ``TUNELAB_HOSTS``, the first one's address into
@@ -66,15 +72,20 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         write_json_atomic(run.run_dir / STARTED_FILE,
                           {"job_id": job_id, "host": host, "started_at": _now(),
                            "pid": os.getpid()})
+    watched = watch.start(run) if watch is not None else None
     started = _now()
     try:
         outcome = LocalLauncher().run(
             run.argv, env=env, cwd=run.cwd, timeout_s=run.timeout_s,
-            stdout_path=run.run_dir / "stdout.txt", stderr_path=run.run_dir / "stderr.txt")
-        reason = None
+            stdout_path=run.run_dir / "stdout.txt", stderr_path=run.run_dir / "stderr.txt",
+            should_stop=watched.should_stop if watched is not None else None, poll_s=0.2)
     except LaunchError as exc:
-        outcome, reason = Outcome("failed", None, 0.0), str(exc)
-    result = Outcome(outcome.status, outcome.rc, outcome.wall_s, host, started, _now(), reason)
+        outcome = Outcome("failed", None, 0.0, reason=str(exc))
+    if watched is not None:
+        outcome = watched.finish(outcome)
+    reason = outcome.reason
+    result = Outcome(outcome.status, outcome.rc, outcome.wall_s, host, started, _now(), reason,
+                     outcome.noise)
     if not status_file:
         return result
     write_json_atomic(run.run_dir / EXIT_FILE, {

@@ -1,0 +1,89 @@
+"""What the controller does around each run it executes itself (the local launcher).
+
+:class:`RunWatch` holds a study's :class:`~tunelab.noise.NoiseWatch` (how busy the machine
+was around every run; with ``wait_quiet``, waiting for a quiet machine first) and, when the
+study prunes, its :class:`~tunelab.search.RunPruner` (stop a training run whose intermediate
+figures fall behind). The local launcher calls :meth:`RunWatch.start` just before a run and
+:meth:`WatchedRun.finish` after it; the runner calls :meth:`RunWatch.recorded` with each
+stored run so the pruner learns its final figure. Runs on a batch scheduler run elsewhere and
+are not watched from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tunelab.execute.launchers.base import Outcome, RunRequest
+
+if TYPE_CHECKING:
+    from tunelab.noise import NoiseWatch
+    from tunelab.search import RunPruner
+    from tunelab.search._pruning import PruneTrial
+    from tunelab.store import RunRecord
+
+__all__ = ["RunWatch", "WatchedRun"]
+
+
+@dataclass
+class WatchedRun:
+    """One run being watched: what the launcher asks while it runs, and its closing step."""
+
+    watch: RunWatch
+    run: RunRequest
+    before: Any
+    trial: PruneTrial | None
+    should_stop: Callable[[], bool] | None
+
+    def finish(self, outcome: Outcome) -> Outcome:
+        """``outcome`` with the run's noise sample and, when the pruner stopped it, the
+        reason (status ``stopped``)."""
+        noise = None
+        if self.before is not None and self.watch.noise is not None:
+            noise = self.watch.noise.stop(self.before).as_dict()
+        reason = outcome.reason
+        if outcome.status == "stopped" and self.trial is not None:
+            step, value = (self.trial.steps[-1] if self.trial.steps
+                           else (self.trial.pruned_at, math.nan))
+            reason = (f"pruned at step {self.trial.pruned_at}: {self.watch.fom} {value:.4g} "
+                      "behind the median of earlier runs")
+        return dataclasses.replace(outcome, noise=noise, reason=reason)
+
+
+class RunWatch:
+    """Noise watch, ``--wait-quiet`` and pruning around the runs of one study."""
+
+    def __init__(self, fom: str, *, noise: NoiseWatch | None = None,
+                 pruner: RunPruner | None = None, wait_quiet: bool = False) -> None:
+        self.fom = fom
+        self.noise = noise
+        self.pruner = pruner
+        self.wait_quiet = wait_quiet
+        self._trials: dict[tuple[str, int], PruneTrial] = {}
+
+    def start(self, run: RunRequest) -> WatchedRun:
+        """Just before ``run`` starts: wait for a quiet machine (if asked), sample it, open
+        the run's pruning trial."""
+        from tunelab.search import IntermediateTail
+
+        if self.wait_quiet and self.noise is not None:
+            self.noise.wait_quiet()
+        before = self.noise.start() if self.noise is not None else None
+        trial, should_stop = None, None
+        if self.pruner is not None:
+            pruner = self.pruner
+            trial = pruner.begin()
+            self._trials[(run.point_key, run.repeat)] = trial
+            tail = IntermediateTail(run.run_dir / "stdout.txt", self.fom)
+            should_stop = lambda: any(  # noqa: E731
+                pruner.report(trial, step, value) for step, value in tail.read())
+        return WatchedRun(self, run, before, trial, should_stop)
+
+    def recorded(self, record: RunRecord) -> None:
+        """The runner stored ``record``: close its pruning trial with its final figure."""
+        trial = self._trials.pop((record.point_key, record.repeat), None)
+        if trial is not None and self.pruner is not None:
+            self.pruner.end(trial, record.foms.get(self.fom) if record.status == "ok" else None)

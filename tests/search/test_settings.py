@@ -1,0 +1,62 @@
+"""The search section of a study file: run strategies' settings and their errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import PY, tunelab
+from tunelab.errors import StudyError
+from tunelab.execute.runner import prepare_study
+from tunelab.spec import load_study
+
+HEAD = f"""\
+name: s
+workload:
+  name: command
+  options:
+    argv: [{PY}, -c, "print('v=1')"]
+    foms: {{v: 'v=(?P<value>[0-9]+)'}}
+parameters:
+  a: [1, 2, 3]
+  b: [x, y]
+baseline: {{a: 1, b: x}}
+objective: {{fom: v}}
+"""
+
+
+def test_run_strategy_settings_reach_the_strategy(write_study) -> None:
+    path = write_study(HEAD + "search: {strategy: racing, propose: optuna, sampler: cmaes, "
+                              "max_runs: 12, max_wall: 5m, min_repeats: 1, indifference: 0.05}\n")
+    study = prepare_study(load_study(path))
+    settings = study.search_settings()
+    assert (settings.strategy, settings.propose, settings.sampler) == ("racing", "optuna", "cmaes")
+    assert settings.max_runs == 12 and settings.max_wall_s == 300.0
+    assert settings.race(0.02).indifference == 0.05
+    assert study.decides_repeats and study.planned_runs == 12
+    assert study.new_run_strategy().name == "racing"
+
+
+@pytest.mark.parametrize(("search", "message"), [
+    ("{strategy: racing, propose: annealing}", "'search.propose'"),
+    ("{strategy: racing, propose: random}", "racing with propose: random needs 'samples: N'"),
+    ("{strategy: hierarchical, min_repeats: 5, max_repeats: 3}",
+     "'min_repeats' (5) is larger than 'max_repeats' (3)"),
+    ("{strategy: racing, max_wall: soon}", "'max_wall' must be a duration"),
+    ("{strategy: optuna, samples: 3, sampler: bayes}", "'search.sampler'"),
+    ("{strategy: simulated-annealing}", "'search.strategy'"),
+])
+def test_bad_search_settings_are_one_line_errors(write_study, search: str, message: str) -> None:
+    path = write_study(HEAD + f"search: {search}\n")
+    with pytest.raises(StudyError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_study(path)
+
+
+def test_space_command_describes_a_run_strategy_or_says_what_is_wrong(write_study) -> None:
+    path = write_study(HEAD + "search: {strategy: one-at-a-time, max_runs: 20}\n")
+    res = tunelab("space", path)
+    assert res.returncode == 0, res.stderr
+    assert "runs chosen by one-at-a-time (repeats where they decide), up to 20 runs" in res.stdout
+    bad = write_study(HEAD + "search: {strategy: racing, propose: random}\n", "bad.yaml")
+    res = tunelab("space", bad)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "bad.yaml:" in res.stderr and "needs 'samples: N'" in res.stderr

@@ -1,0 +1,168 @@
+"""The search strategies against in-memory landscapes (no process is started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.search.conftest import make_landscape
+from tunelab.errors import StudyError
+from tunelab.replay import Landscape, replay_strategy
+from tunelab.search import (
+    Budget,
+    RunRequest,
+    SearchSettings,
+    make_run_strategy,
+    make_strategy,
+)
+from tunelab.search._one_at_a_time import env_options, neighbours
+from tunelab.space import Point, Space
+from tunelab.spec import ENV_AXIS
+
+
+def run_strategy(landscape: Landscape, seed: int = 0, repeats: int = 3,
+                 max_runs: int | None = None, **settings: object):
+    strategy = make_run_strategy(
+        SearchSettings(seed=seed, **settings), landscape.space,  # type: ignore[arg-type]
+        direction=landscape.direction, repeats=repeats, baseline=landscape.baseline,
+        env_sets=landscape.env_sets, budget=Budget(max_runs))
+    return strategy, replay_strategy(strategy, landscape, seed)
+
+
+def test_racing_finds_the_best_and_spends_runs_on_contenders() -> None:
+    space = Space([("x", tuple(range(8)))])
+    best, twin = Point({"x": 3}), Point({"x": 5})  # equally fast: only repeats can tell
+
+    def truth(p: Point) -> float:
+        return {3: 10.0, 5: 10.0}.get(int(p["x"]), 14.0 + int(p["x"]))
+
+    landscape = make_landscape(space, truth, noise=0.05, baseline=Point({"x": 0}))
+    strategy, result = run_strategy(landscape, strategy="racing", propose="grid")
+    assert result.chosen in (best, twin)
+    ev = strategy.evidence  # type: ignore[attr-defined]
+    clear_losers = [p for p in space.points() if p not in (best, twin)]
+    assert all(ev.attempts(p) == 2 for p in clear_losers)  # dropped after min_repeats
+    # the extra repeats went to the twins only; an equal twin may be dropped once it
+    # cannot be better than the leader by more than the indifference (2 %)
+    assert ev.attempts(result.chosen) > 2
+    assert sum(ev.attempts(p) for p in (best, twin)) == result.runs - 2 * len(clear_losers)
+    assert result.runs < 8 * 10  # far fewer than every point at max_repeats
+
+
+def test_racing_keeps_rounds_interleaved_and_repeats_deterministic(qe_like: Landscape) -> None:
+    def requests(seed: int) -> list[list[RunRequest]]:
+        strategy = make_run_strategy(SearchSettings("racing", seed=seed), qe_like.space,
+                                     direction="minimize", repeats=3,
+                                     baseline=qe_like.baseline)
+        rounds = []
+        while not strategy.done and (batch := strategy.ask_runs(100)):
+            rounds.append(batch)
+            for r in batch:
+                strategy.tell_run(r, qe_like.draw(r.point, r.repeat, 7))
+        return rounds
+
+    first, again = requests(1), requests(1)
+    assert first == again  # a resumed study asks for the same runs
+    for batch in first:
+        assert len({r.point for r in batch}) == len(batch)  # one run per point per round
+    assert first[0][0].point == qe_like.baseline  # the baseline opens the first round
+
+
+def test_budget_is_never_exceeded(qe_like: Landscape) -> None:
+    for name in ("racing", "one-at-a-time", "hierarchical", "grid"):
+        _, result = run_strategy(qe_like, strategy=name, max_runs=7)
+        assert result.runs <= 7
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes", "gp"])
+def test_optuna_proposes_every_valid_point_once_and_nothing_else(qe_like: Landscape,
+                                                                 sampler: str) -> None:
+    space = qe_like.space
+    strategy = make_strategy("optuna", space, samples=100, sampler=sampler, seed=3,
+                             first=qe_like.baseline)
+    seen: list[Point] = []
+    while not strategy.done:
+        batch = strategy.ask(1)
+        assert batch, "asked for nothing before every valid point was proposed"
+        for p in batch:
+            assert space.contains(p) and p not in seen
+            seen.append(p)
+            strategy.tell(p, qe_like.draw(p, 0, 0))
+    assert seen[0] == qe_like.baseline
+    assert sorted(p.key for p in seen) == sorted(p.key for p in space.points())
+
+
+def test_optuna_sees_env_sets_by_their_variables(ucx_like: Landscape) -> None:
+    from tunelab.search._encoding import SpaceEncoding
+
+    encoding = SpaceEncoding(ucx_like.space, ucx_like.env_sets)
+    assert [d.name for d in encoding.dimensions] == [
+        "env:UCX_A", "env:UCX_B", "env:UCX_C", "env:UCX_D", "env:UCX_E"]
+    wanted = {"env:UCX_A": "y", "env:UCX_B": "-", "env:UCX_C": "y", "env:UCX_D": "-",
+              "env:UCX_E": "-"}
+    assert encoding.nearest(wanted) == Point({ENV_AXIS: "a+c"})
+    assert encoding.nearest(wanted) != Point({ENV_AXIS: "a+c"})  # taken: the next nearest
+
+
+def test_optuna_accepts_points_it_did_not_propose(qe_like: Landscape) -> None:
+    strategy = make_strategy("optuna", qe_like.space, samples=9, seed=0)
+    strategy.tell(qe_like.baseline, 10.0)  # raced by someone else
+    proposed = []
+    while not strategy.done and (batch := strategy.ask(1)):
+        proposed += batch
+        strategy.tell(batch[0], 9.0)
+    assert qe_like.baseline not in proposed and len(proposed) == 8
+
+
+def test_env_options_are_the_sets_adding_one_option(ucx_like: Landscape) -> None:
+    sets = ucx_like.env_sets or {}
+    assert set(env_options(sets, "baseline")) == {"a", "b", "c", "d"}
+    around = {str(p[ENV_AXIS]) for p in neighbours(Point({ENV_AXIS: "a+c"}), ucx_like.space,
+                                                  sets)}
+    assert around == {"a", "c", "a+b+c", "a+c+d"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_one_at_a_time_combines_the_better_options(ucx_like: Landscape, seed: int) -> None:
+    strategy, result = run_strategy(ucx_like, strategy="one-at-a-time", seed=seed)
+    better = {str(p[ENV_AXIS]) for p in strategy.better_options}  # type: ignore[attr-defined]
+    assert {"a", "c"} <= better and "b" not in better  # d (no effect) may slip in by chance
+    combination = strategy.combination  # type: ignore[attr-defined]
+    assert combination == Point({ENV_AXIS: "+".join(o for o in "abcd" if o in better)})
+    assert result.chosen is not None and {"a", "c"} <= set(str(result.chosen[ENV_AXIS]).split("+"))
+    assert ucx_like.within(result.chosen, 0.05)
+    assert result.points < 16  # never measured the whole cube
+
+
+def test_one_at_a_time_on_parameters_and_its_local_check(qe_like: Landscape) -> None:
+    strategy, result = run_strategy(qe_like, strategy="one-at-a-time")
+    # alone: np 2, 3, 4 (npool and ndiag alone are not valid with np=1)
+    assert {p["np"] for p in strategy.options} == {2, 3, 4}  # type: ignore[attr-defined]
+    # np=2 wins alone; the local check around it finds npool=2
+    assert result.chosen == Point({"np": 2, "npool": 2, "ndiag": 1})
+
+
+def test_one_at_a_time_needs_a_baseline(qe_like: Landscape) -> None:
+    with pytest.raises(StudyError, match="needs a baseline"):
+        make_run_strategy(SearchSettings("one-at-a-time"), qe_like.space,
+                          direction="minimize", repeats=3)
+
+
+def test_hierarchical_tunes_groups_in_order_and_freezes_winners(qe_like: Landscape) -> None:
+    strategy, result = run_strategy(qe_like, strategy="hierarchical",
+                                    groups=[["np"], ["npool", "ndiag"]])
+    winners = strategy.winners  # type: ignore[attr-defined]
+    assert winners[0]["np"] == 2  # stage 1: np with npool=ndiag=1
+    assert all(p["np"] == 2 for p in winners[1:2])  # stage 2 keeps np=2
+    assert result.chosen == Point({"np": 2, "npool": 2, "ndiag": 1})
+
+
+def test_hierarchical_rejects_unknown_groups(qe_like: Landscape) -> None:
+    with pytest.raises(StudyError, match="threads is not a parameter; parameters: np, npool"):
+        make_run_strategy(SearchSettings("hierarchical", groups=[["threads"]]), qe_like.space,
+                          direction="minimize", repeats=3, baseline=qe_like.baseline)
+
+
+def test_point_strategies_as_run_strategies_keep_the_classic_plan(qe_like: Landscape) -> None:
+    strategy, result = run_strategy(qe_like, strategy="grid", repeats=2)
+    assert result.runs == 18 and result.points == 9
+    assert result.chosen == qe_like.true_best()[0]
