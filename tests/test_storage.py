@@ -108,12 +108,23 @@ def test_compare_view_gains_the_storage_table(tmp_path: Path) -> None:
     assert "Storage: AU (busy / step)" in text and "input-bound" in text
     assert "MB/s" in text and "per accelerator for AU >= 90%" in text
     assert "up to 2 worker(s) of the 8 measured" in text
+    # each point's own need per worker: 0.9 x B / busy at 8 workers on the cold source
+    assert "needed per worker" in text and f"{0.9 * B / (COMPUTE + 0.14) / 1e6:,.1f}" in text
+    starved = make_runs()
+    starved.loc[starved["source"] == "cold", "fom.au"] = 0.5
+    assert "source=cold, 1 node(s): AU < 90% at every worker count measured (up to 8)" in \
+        render(with_storage(base, starved), "text")
     plain = with_storage(base, make_runs().drop(columns=["fom.au"]))
     assert plain is base
 
 
 def test_report_draws_au_and_read_plots(tmp_path: Path) -> None:
-    from tunelab.report.storage import needed_text, storage_plot_data, storage_plots
+    from tunelab.report.storage import (
+        needed_text,
+        storage_notes,
+        storage_plot_data,
+        storage_plots,
+    )
 
     paths = storage_plots(make_runs(), tmp_path)
     assert [p.name for p in paths] == ["storage-au.png", "storage-read.png"]
@@ -123,3 +134,8 @@ def test_report_draws_au_and_read_plots(tmp_path: Path) -> None:
     (line,) = needed_text(data)
     assert line.startswith("source=cold: ") and " MB/s [" in line
     assert storage_plots(make_runs().drop(columns=["fom.au"]), tmp_path / "none") == []
+    # the HTML report's notes: the needed figure with its interval, the sustained counts
+    notes = storage_notes(make_runs())
+    assert notes[0] == f"AU >= 90%: {line}"
+    assert any("up to 2 worker(s) of the 8 measured" in n for n in notes)
+    assert storage_notes(make_runs().drop(columns=["fom.au"])) == []

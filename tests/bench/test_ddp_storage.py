@@ -135,8 +135,9 @@ def test_bytes_read_agree_with_proc_io_within_5_percent_on_cold_reads(images: Pa
     assert batch.x.shape == (24, 3, 32, 32) and batch.x.dtype == torch.uint8
     assert info["bytes"] == index.bytes  # type: ignore[attr-defined]
     assert info["rchar"] == pytest.approx(info["bytes"], rel=0.05)
-    # cold: the device delivered them (block rounding adds a little)
-    assert info["bytes"] * 0.95 <= info["device_bytes"] <= info["bytes"] * 1.3
+    # cold: the device delivered them; each file rounds up to whole 4 KiB pages, and an inode
+    # block evicted meanwhile by a concurrent drop_caches (root, other work) is one more
+    assert info["bytes"] * 0.95 <= info["device_bytes"] <= info["bytes"] + 2 * 4096 * len(paths)
     warm = ds.__getitems__(list(range(len(paths)))).info  # type: ignore[attr-defined]
     assert warm["device_bytes"] < 0.05 * warm["bytes"]  # now from the page cache
 
@@ -265,6 +266,29 @@ def test_profiles_have_sources_and_unknown_names_list_the_known(tmp_path: Path) 
     user = tmp_path / "mine.yaml"
     write_profile(Profile("resnet50", "a100", "mixed", 400, 0.5, "measured", "my lab"), user)
     assert find_profile("resnet50/a100/b400", load_profiles(user)).step_s == 0.5
+
+
+@pytest.mark.slow
+def test_calibrate_measures_the_cpu_and_writes_a_profile_emulate_can_use(tmp_path: Path
+                                                                          ) -> None:
+    out = tmp_path / "acc.yaml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tunelab", "bench", "ddp", "calibrate", "--model", "resnet18",
+         "--batch", "2", "--image-size", "32", "--steps", "2", "--warmup", "0",
+         "--device", "cpu", "--name", "This CPU", "--output", str(out)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1] == "use it with --compute emulate:resnet18/this-cpu/b2/fp32"
+    (mine,) = [p for p in load_profiles(out) if p.accelerator == "this-cpu"]
+    assert mine.kind == "measured" and mine.batch == 2 and 0 < mine.step_s < 60
+    assert "tunelab bench ddp calibrate on " in mine.source and "input 3x32x32" in mine.source
+    assert find_profile("resnet18/this-cpu/b2", load_profiles(out)) == mine
+    bad = subprocess.run(
+        [sys.executable, "-m", "tunelab", "bench", "ddp", "calibrate", "--model", "vgg",
+         "--output", str(out)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "ddp calibrate: error: --model: unknown value 'vgg'; choose one of resnet18, resnet50, "
+        "leopard, unet3d"]
 
 
 def _step(step: float, data: float, compute: float, comm: float, **kw: int) -> StepRecord:

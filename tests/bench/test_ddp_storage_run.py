@@ -52,9 +52,11 @@ def test_cold_files_bytes_agree_with_proc_io_cache_is_stated_corrupt_is_named(
     assert r["read_bytes"] > 0
     assert r["proc_rchar_Bps"] == pytest.approx(r["read_Bps"], rel=0.05)
     assert 0.95 <= r["io_check"] <= 1.05
-    # cold: the device delivered the bytes (small files round up to whole blocks)
+    # cold: the device delivered the bytes; these ~11 kB files round up to whole 4 KiB pages
+    # and, after drop_caches, opening each one reads its inode and directory blocks too
     assert r["cache"] == "cold" and "posix_fadvise(DONTNEED)" in r["cache_actions"][0]
-    assert 0.9 <= r["device_share"] <= 1.6
+    files = r["samples"] + r["corrupt_samples"]
+    assert 0.9 * r["read_bytes"] <= r["proc_device_bytes"] <= r["read_bytes"] + 3 * 4096 * files
     assert "measured: " in proc.stdout and "of the bytes read came from the device" in proc.stdout
     assert "MiB/s (mebibytes per second)" in proc.stdout and "MB/s (megabytes per second)" in \
         proc.stdout
@@ -68,6 +70,28 @@ def test_cold_files_bytes_agree_with_proc_io_cache_is_stated_corrupt_is_named(
     parts = r["data_s"] + r["busy_s"] + r["overhead_s"] + r["drop_s"]
     assert 0.5 * r["step_s"] < parts <= r["step_s"] * (1 + 1e-9)
     assert r["first_wait_s"] > 0 and r["shutdown_s"] >= 0 and r["au_run"] <= r["au"] + 0.05
+
+
+@pytest.mark.slow
+def test_tar_shards_and_unet3d_volumes_train_through_the_loaders(tmp_path: Path) -> None:
+    """The two other layouts users have, read for real: WebDataset-style shards dealt to
+    each worker's two loader processes, and .npz volumes cropped/padded for the 3-D U-Net."""
+    shards = make_dataset(MakeDataConfig(str(tmp_path / "sh"), "imagenet", 16,
+                                         layout="shards", shard_samples=4, scale=0.05, jobs=2))
+    r = fom(bench(*EMULATED, "--workers", "2", "-b", "4", "--steps", "3", "--warmup", "1",
+                  "--data", f"files:{tmp_path / 'sh'}", "--loader-workers", "2",
+                  "--cache", "cold"))
+    assert (r["dataset_layout"], r["dataset_samples"]) == ("tar-shards", 16)
+    assert r["samples"] == 3 * 4 and r["corrupt_samples"] == 0
+    assert 0 < r["read_bytes"] <= shards.bytes and 0.95 <= r["io_check"] <= 1.05
+    make_dataset(MakeDataConfig(str(tmp_path / "v"), "unet3d", 4, layout="npz", scale=1e-3,
+                                jobs=2))
+    r = fom(bench("--model", "unet3d", "--patch", "64", "--compute", "emulate:0.05",
+                  "--workers", "2", "-b", "2", "--steps", "3", "--warmup", "1",
+                  "--data", f"files:{tmp_path / 'v'}", "--loader-workers", "1",
+                  "--cache", "cold"))
+    assert (r["dataset_layout"], r["unit"], r["epochs"]) == ("npz-volumes", "volumes", 2)
+    assert r["samples"] == 3 * 2 and r["read_MBps"] > 0 and 0.95 <= r["io_check"] <= 1.05
 
 
 def _loaded() -> bool:
@@ -195,6 +219,9 @@ def test_storage_study_through_the_engine_compare_and_report(images: Path,
     assert rep.returncode == 0, rep.stderr
     assert (d / "storage-au.png").stat().st_size > 10_000
     assert (d / "storage-read.png").is_file()
+    html = (d / "report.html").read_text()  # the needed MB/s per accelerator, its interval
+    assert "source=cold: " in html and " MB/s [" in html
+    assert "per accelerator for AU &gt;= 90%" in html
 
 
 @pytest.mark.slow

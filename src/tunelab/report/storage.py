@@ -5,7 +5,8 @@ interval shaded).
 :func:`storage_plot_data` is the pure data step (:func:`tunelab.storage.storage_analysis`,
 tested without drawing); :func:`storage_plots` draws the PNGs with matplotlib's Agg backend.
 The ``ddp`` workload's ``report_plots`` hook calls it; runs without input-pipeline figures
-draw nothing.
+draw nothing. :func:`storage_lines` puts the analysis in sentences for ``compare`` and the
+HTML report.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tunelab.storage import StorageAnalysis, StoragePoint, storage_analysis
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["needed_text", "storage_plot_data", "storage_plots"]
+__all__ = ["needed_text", "storage_lines", "storage_notes", "storage_plot_data", "storage_plots"]
 
 MB = 1e6
 
@@ -39,10 +40,40 @@ def needed_text(data: StorageAnalysis) -> list[str]:
     for r in data.needed:
         interval = ("" if math.isnan(r.low) else f" [{r.low / MB:,.1f}, {r.high / MB:,.1f}]")
         who = f"{r.series}: " if r.series else ""
+        free = ("" if math.isnan(r.compute_low)
+                else f" [{r.compute_low / MB:,.1f}, {r.compute_high / MB:,.1f}]")
         out.append(f"{who}{r.needed / MB:,.1f} MB/s{interval} per accelerator for AU >= "
-                   f"{data.target:.0%} ({r.needed_compute / MB:,.1f} MB/s with a free "
+                   f"{data.target:.0%} ({r.needed_compute / MB:,.1f} MB/s{free} with a free "
                    f"all-reduce; {r.n} runs)")
     return out
+
+
+def storage_lines(data: StorageAnalysis) -> list[str]:
+    """The analysis in sentences: the needed MB/s per accelerator with its interval, the
+    largest worker count each series sustains, and where the bottleneck moves."""
+    lines = [f"AU >= {data.target:.0%}: {line}" for line in needed_text(data)]
+    for s in data.sustained:
+        who = f"{s.series}, " if s.series else ""
+        if not s.workers:
+            lines.append(f"{who}{s.nodes} node(s): AU < {data.target:.0%} at every worker "
+                         f"count measured (up to {s.measured_max})")
+            continue
+        lines.append(f"{who}{s.nodes} node(s): AU >= {data.target:.0%} up to {s.workers} "
+                     f"worker(s) of the {s.measured_max} measured"
+                     + (" (the interval's low end too)" if s.confident else ""))
+    for b in data.bottlenecks:
+        who = f"{b.series}, " if b.series else ""
+        walk = ", ".join(f"{n}: {lab}" for n, lab in b.labels)
+        shift = f"; moves {b.shift} at {b.shift_at} workers" if b.shift_at else ""
+        lines.append(f"{who}{b.nodes} node(s) bottleneck by workers: {walk}{shift}")
+    return lines
+
+
+def storage_notes(runs: pd.DataFrame) -> list[str]:
+    """:func:`storage_lines` of ``runs``; none for runs without input-pipeline figures (the
+    HTML report shows them under its verdict)."""
+    data = storage_plot_data(runs)
+    return [] if data is None else storage_lines(data)
 
 
 def _pyplot() -> Any:

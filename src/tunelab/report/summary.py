@@ -343,7 +343,10 @@ def write_report(results: StudyResults, path: str | Path, *,
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TunelabError(f"cannot create {path.parent}: {exc.strerror}") from exc
+    from tunelab.report.storage import storage_notes
+
     notes = list(results.notes) + [e.line for e in results.exclusions]
+    notes += storage_notes(results.runs)  # a ddp study with an input pipeline: needed MB/s
     best_result: BestResult | None = None
     if len(results.runs):
         try:

@@ -528,7 +528,7 @@ def workloads_view(entries: Mapping[str, Any]) -> View:
 def storage_blocks(runs: Any) -> tuple[tuple[TextTable | Lines, ...], dict[str, Any] | None]:
     """The storage analysis of ``runs`` (:mod:`tunelab.storage`) as a table and lines, and
     its JSON document; nothing for runs without input-pipeline figures."""
-    from tunelab.report.storage import needed_text
+    from tunelab.report.storage import storage_lines
     from tunelab.stats import StatsError
     from tunelab.storage import storage_analysis
 
@@ -544,6 +544,7 @@ def storage_blocks(runs: Any) -> tuple[tuple[TextTable | Lines, ...], dict[str, 
             "n": str(p.n), "au": f"{p.au:.1%}",
             "au_ci": "" if math.isnan(p.au_low) else f"[{p.au_low:.1%}, {p.au_high:.1%}]",
             "read": f"{p.read_Bps / mb:,.1f}", "per": f"{p.read_per_worker / mb:,.1f}",
+            "need": "" if math.isnan(p.needed) else f"{p.needed / mb:,.1f}",
             "wait": f"{p.wait_share:.1%}", "comm": f"{p.comm_share:.1%}",
             "bound": ("input-bound", "red") if p.input_bound >= 0.5 else ""})
     columns = (Column("series", "series", wrap=True), Column("workers", "workers", "right"),
@@ -551,19 +552,10 @@ def storage_blocks(runs: Any) -> tuple[tuple[TextTable | Lines, ...], dict[str, 
                Column("au", "AU", "right"), Column("au_ci", "95% CI", "right", drop=3),
                Column("read", "read MB/s", "right"),
                Column("per", "MB/s per worker", "right", drop=2),
+               Column("need", "needed per worker", "right", drop=2),
                Column("wait", "data wait", "right", drop=1),
                Column("comm", "all-reduce", "right", drop=1), Column("bound", "label"))
-    notes = [f"AU >= {data.target:.0%}: {line}" for line in needed_text(data)]
-    for s in data.sustained:
-        who = f"{s.series}, " if s.series else ""
-        notes.append(f"{who}{s.nodes} node(s): AU >= {data.target:.0%} up to {s.workers} "
-                     f"worker(s) of the {s.measured_max} measured"
-                     + (" (the interval's low end too)" if s.confident else ""))
-    for b in data.bottlenecks:
-        who = f"{b.series}, " if b.series else ""
-        walk = ", ".join(f"{n}: {lab}" for n, lab in b.labels)
-        shift = f"; moves {b.shift} at {b.shift_at} workers" if b.shift_at else ""
-        notes.append(f"{who}{b.nodes} node(s) bottleneck by workers: {walk}{shift}")
+    notes = storage_lines(data)
     table = TextTable("Storage: AU (busy / step) and data read per second (MB = 10^6 bytes)",
                       columns, tuple(rows), tuple(notes))
     doc = {"target_au": data.target,

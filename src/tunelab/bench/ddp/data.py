@@ -27,6 +27,7 @@ import os
 import re
 import signal
 import time
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -286,10 +287,12 @@ class LoaderSource:
                       "worker_init_fn": self._worker_init}
         kwargs.update(collate_fn=S.identity, num_workers=loaders, pin_memory=self._pin,
                       generator=gen)
-        if sampler is not None:  # map-style: the sampler deals whole batches of indices
-            self._loader = DataLoader(dataset, batch_sampler=sampler, **kwargs)
-        else:  # an iterable dataset yields whole batches
-            self._loader = DataLoader(dataset, batch_size=None, **kwargs)
+        with warnings.catch_warnings():  # more loaders than cores is the study's own choice
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            if sampler is not None:  # map-style: the sampler deals whole batches of indices
+                self._loader = DataLoader(dataset, batch_sampler=sampler, **kwargs)
+            else:  # an iterable dataset yields whole batches
+                self._loader = DataLoader(dataset, batch_size=None, **kwargs)
 
     # ------------------------------------------------------------------ set-up
 
@@ -367,7 +370,9 @@ class LoaderSource:
             self._dropped += drop_file_pages(self._files_of_epoch(epoch))
             self.drop_s += time.perf_counter() - t
         self._left = self._epoch_steps[epoch]
-        self._it = iter(self._loader)
+        with warnings.catch_warnings():  # more loaders than cores is the study's own choice
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            self._it = iter(self._loader)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """The next batch on the device (a new epoch begins when this one is used up)."""

@@ -29,6 +29,8 @@ import tarfile
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from torch.utils.data import IterableDataset
+
 from tunelab.bench.ddp.dataset import IMAGE_EXTS, DatasetIndex
 
 if TYPE_CHECKING:
@@ -273,8 +275,11 @@ class _CountingFile(io.RawIOBase):
         super().close()
 
 
-class ShardStream:
+class ShardStream(IterableDataset["Batch"]):
     """Iterable: WebDataset-style tar shards, read sequentially, whole batches yielded.
+
+    An ``IterableDataset``, so the DataLoader hands every loader process the whole stream
+    (each picks its own shards) instead of asking for a length and indices.
 
     ``plan()`` gives, per epoch, the entry indices each loader of this rank reads (see
     :func:`tunelab.bench.ddp.dataset.shard_plan`); the epoch number is shared with the
