@@ -78,11 +78,10 @@ def test_pruned_runs_are_killed_and_recorded_as_pruned(write_study, tmp_path: Pa
     for q in pruned:
         row = by_quality[q]
         assert row["reason"].startswith("pruned at step ")
-        assert row["wall_s"] < 0.15 * 6  # killed before its last step
         out = tmp_path / "d" / "runs" / point_dir_name(Point({"quality": q})) / "r0"
         steps = [json.loads(ln)["intermediate"]["step"]
                  for ln in (out / "stdout.txt").read_text().splitlines()]
-        assert steps and max(steps) < 6
+        assert steps and max(steps) < 6  # killed before its last step (not timed: load)
     assert by_quality[1.2]["status"] == "ok"
     results = load_results(tmp_path / "d")
     counted = {s.params["quality"]: s.failed for s in results.summaries}
