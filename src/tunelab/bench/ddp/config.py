@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tunelab.bench.ddp.profiles import Profile
+from tunelab.bench.faults import fault_fields
 from tunelab.errors import WorkloadError
 
 __all__ = [
@@ -154,15 +155,7 @@ def parse_fault(text: str | None) -> Fault | None:
     """``rank=1,step=2,action=kill`` or ``node=1,action=absent``."""
     if not text:
         return None
-    fields: dict[str, str] = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise WorkloadError(f"--inject-fault: expected key=value, got {item!r}")
-        fields[key.strip()] = value.strip()
-    unknown = set(fields) - {"rank", "step", "node", "action"}
-    if unknown:
-        raise WorkloadError(f"--inject-fault: unknown field(s) {sorted(unknown)}")
+    fields = fault_fields(text, {"rank", "step", "node", "action"})
     action = fields.get("action", "kill")
     if action not in ("kill", "kill-loader", "absent"):
         raise WorkloadError(f"--inject-fault: action must be kill, kill-loader or absent, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tunelab.bench.faults import fault_fields
 from tunelab.errors import WorkloadError
 
 __all__ = [
@@ -59,15 +60,7 @@ def parse_fault(text: str | None) -> Fault | None:
     """Parse ``rank=1,phase=exchange-left,iteration=0,action=kill`` into a :class:`Fault`."""
     if not text:
         return None
-    fields: dict[str, str] = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise WorkloadError(f"--inject-fault: expected key=value, got {item!r}")
-        fields[key.strip()] = value.strip()
-    unknown = set(fields) - {"rank", "phase", "iteration", "action"}
-    if unknown:
-        raise WorkloadError(f"--inject-fault: unknown field(s) {sorted(unknown)}")
+    fields = fault_fields(text, {"rank", "phase", "iteration", "action"})
     try:
         fault = Fault(
             rank=int(fields["rank"]),
