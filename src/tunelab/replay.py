@@ -32,7 +32,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tunelab.errors import ParseError, StoreError, TunelabError
 from tunelab.search.base import RunStrategy
 from tunelab.space import Point, Space
-from tunelab.workloads.base import Command, Objective, RunContext, Workload, WorkloadOptions
+from tunelab.workloads.base import (
+    Command,
+    Objective,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+    last_json_object,
+)
 
 __all__ = [
     "MAX_RECORDED_RUNS",
@@ -232,17 +239,13 @@ class ReplayWorkload(Workload):
         return Command((sys.executable, "-c", _PRINT, line, "0" if value is not None else "1"))
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
-        for line in reversed(stdout.splitlines()):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "replay" in record:
-                value = record.get("value")
-                if not isinstance(value, int | float) or isinstance(value, bool):
-                    raise ParseError("the recorded run failed")
-                return {self.opts.fom: float(value)}
-        raise ParseError("no replay line in the output")
+        record = last_json_object(stdout, lambda r: "replay" in r)
+        if record is None:
+            raise ParseError("no replay line in the output")
+        value = record.get("value")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ParseError("the recorded run failed")
+        return {self.opts.fom: float(value)}
 
 
 # ----------------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ Rules for implementers:
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -34,9 +35,27 @@ from tunelab.errors import WorkloadError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Command", "Needs", "Objective", "RunContext", "Workload", "WorkloadOptions"]
+__all__ = ["Command", "Needs", "Objective", "RunContext", "Workload", "WorkloadOptions",
+           "last_json_object"]
 
 Direction = Literal["minimize", "maximize"]
+
+
+def last_json_object(stdout: str,
+                     accept: Callable[[dict[str, Any]], bool] = lambda _: True,
+                     ) -> dict[str, Any] | None:
+    """The last line of ``stdout`` that is a JSON object ``accept`` takes; None if none is."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and accept(record):
+            return record
+    return None
 
 
 @dataclass(frozen=True)

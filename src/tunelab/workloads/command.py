@@ -22,7 +22,6 @@ backtracks catastrophically fails the run instead of hanging the study.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import string
@@ -35,7 +34,13 @@ from pydantic import Field, field_validator
 
 from tunelab.errors import ParseError, WorkloadError
 from tunelab.limits import LIMITS
-from tunelab.workloads.base import Command, RunContext, Workload, WorkloadOptions
+from tunelab.workloads.base import (
+    Command,
+    RunContext,
+    Workload,
+    WorkloadOptions,
+    last_json_object,
+)
 
 __all__ = ["CommandOptions", "CommandWorkload", "read_json_foms"]
 
@@ -115,18 +120,11 @@ def _template_problem(arg: str) -> str | None:
 
 def read_json_foms(stdout: str) -> dict[str, float]:
     """Numbers of the last line of ``stdout`` that is a JSON object; {} if none."""
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if not (line.startswith("{") and line.endswith("}")):
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict):
-            return {k: float(v) for k, v in data.items()
-                    if isinstance(v, int | float) and not isinstance(v, bool)}
-    return {}
+    data = last_json_object(stdout)
+    if data is None:
+        return {}
+    return {k: float(v) for k, v in data.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 class CommandWorkload(Workload):

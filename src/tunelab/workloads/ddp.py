@@ -12,7 +12,6 @@ report`` draws them. See docs/workloads/ddp.md.
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -27,6 +26,7 @@ from tunelab.workloads.base import (
     RunContext,
     Workload,
     WorkloadOptions,
+    last_json_object,
 )
 
 if TYPE_CHECKING:
@@ -220,23 +220,16 @@ class DDPWorkload(Workload):
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """The FOMs of the last ``{"benchmark": "ddp", …}`` line of stdout."""
-        for line in reversed(stdout.splitlines()):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("benchmark") == "ddp":
-                foms = {name: float(record[name]) for name in FOMS
-                        if isinstance(record.get(name), int | float)
-                        and not isinstance(record.get(name), bool)}
-                for flag in ("compute_emulated", "gpu", "input_bound"):
-                    foms[flag] = 1.0 if record.get(flag) else 0.0
-                if "throughput" not in foms:
-                    raise ParseError("the ddp result line has no throughput")
-                return foms
+        record = last_json_object(stdout, lambda r: r.get("benchmark") == "ddp")
+        if record is not None:
+            foms = {name: float(record[name]) for name in FOMS
+                    if isinstance(record.get(name), int | float)
+                    and not isinstance(record.get(name), bool)}
+            for flag in ("compute_emulated", "gpu", "input_bound"):
+                foms[flag] = 1.0 if record.get(flag) else 0.0
+            if "throughput" not in foms:
+                raise ParseError("the ddp result line has no throughput")
+            return foms
         errors = [ln for ln in stderr.splitlines() if ln.startswith("ddp:")]
         hint = f" ({errors[-1]})" if errors else ""
         raise ParseError(f"no ddp result line in the output{hint}")

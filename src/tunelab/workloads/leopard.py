@@ -38,6 +38,7 @@ from tunelab.workloads.base import (
     RunContext,
     Workload,
     WorkloadOptions,
+    last_json_object,
 )
 
 __all__ = ["LeopardOptions", "LeopardWorkload"]
@@ -227,19 +228,12 @@ class LeopardWorkload(Workload):
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """The FOMs of the last JSON-object line of stdout."""
-        for line in reversed(stdout.strip().splitlines()):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
+        doc = last_json_object(stdout, lambda r: "val_pr_auc" in r)
+        if doc is not None:
             try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(doc, dict) and "val_pr_auc" in doc:
-                try:
-                    return {str(k): float(x) for k, x in doc.items()}
-                except (TypeError, ValueError) as exc:
-                    raise ParseError(f"leopard: non-numeric figure of merit ({exc})") from exc
+                return {str(k): float(x) for k, x in doc.items()}
+            except (TypeError, ValueError) as exc:
+                raise ParseError(f"leopard: non-numeric figure of merit ({exc})") from exc
         last = next((ln for ln in reversed(stderr.strip().splitlines()) if ln.strip()),
                     "no output on stderr")
         raise ParseError(f"leopard: no figures-of-merit JSON line in the output ({last[:200]})")

@@ -12,7 +12,6 @@ See docs/workloads/merge.md.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from tunelab.workloads.base import (
     RunContext,
     Workload,
     WorkloadOptions,
+    last_json_object,
 )
 
 __all__ = ["FOMS", "MergeOptions", "MergeWorkload"]
@@ -174,18 +174,7 @@ class MergeWorkload(Workload):
         return Command(tuple(argv), {}, ctx.run_dir)
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
-        record = None
-        for line in reversed(stdout.splitlines()):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                candidate = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(candidate, dict) and candidate.get("benchmark") == "merge":
-                record = candidate
-                break
+        record = last_json_object(stdout, lambda r: r.get("benchmark") == "merge")
         if record is None:
             errors = [ln for ln in stderr.splitlines() if ln.startswith("merge:")]
             hint = f" ({errors[-1]})" if errors else ""
