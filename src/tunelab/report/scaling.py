@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+from tunelab.report.plots import _pyplot
 from tunelab.scaling import (
     LayoutGap,
     ScalingPoint,
@@ -73,15 +74,6 @@ def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
     return ScalingPlotData(fom, points, gaps, model, tuple(predicted), note)
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _plain() -> Any:
     from matplotlib.ticker import FuncFormatter
 
@@ -119,8 +111,21 @@ def scaling_plots(runs: pd.DataFrame, out_dir: str | Path, *, fom: str = "throug
     return paths
 
 
-def _groups(points: Sequence[ScalingPoint]) -> dict[tuple[str, int], list[ScalingPoint]]:
-    groups: dict[tuple[str, int], list[ScalingPoint]] = {}
+class _Layout(Protocol):
+    @property
+    def series(self) -> str: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_Layout)
+
+
+def _groups(points: Sequence[_P]) -> dict[tuple[str, int], list[_P]]:
+    """Points by (series, nodes), each line sorted by workers: one plotted line each."""
+    groups: dict[tuple[str, int], list[_P]] = {}
     for p in points:
         groups.setdefault((p.series, p.nodes), []).append(p)
     return {k: sorted(v, key=lambda p: p.workers) for k, v in sorted(groups.items())}

@@ -15,6 +15,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunelab.report.plots import _pyplot
+from tunelab.report.scaling import _groups, _label, _worker_axis
 from tunelab.stats import StatsError
 from tunelab.storage import StorageAnalysis, StoragePoint, storage_analysis
 
@@ -76,32 +78,8 @@ def storage_notes(runs: pd.DataFrame) -> list[str]:
     return [] if data is None else storage_lines(data)
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _groups(points: tuple[StoragePoint, ...]) -> dict[tuple[str, int], list[StoragePoint]]:
-    groups: dict[tuple[str, int], list[StoragePoint]] = {}
-    for p in points:
-        groups.setdefault((p.series, p.nodes), []).append(p)
-    return {k: sorted(v, key=lambda p: p.workers) for k, v in sorted(groups.items())}
-
-
-def _label(series: str, nodes: int) -> str:
-    text = f"{nodes} node{'s' if nodes > 1 else ''}"
-    return f"{series}: {text}" if series else text
-
-
 def _axis(ax: Any) -> None:
-    from matplotlib.ticker import FuncFormatter
-
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    _worker_axis(ax)
     ax.set_xlabel("workers (emulated accelerators)")
     ax.grid(alpha=0.3, which="both")
 
