@@ -180,6 +180,25 @@ class Workload(ABC):
         self.options = options
         self.study_file = study_file
 
+    def point_options(self, values: Any,
+                      adjust: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """The options with the point's same-named parameters applied (``python`` stays the
+        study's), then ``adjust``-ed, checked by the options model: a point the model refuses
+        is one :class:`WorkloadError` line."""
+        settings = self.options.model_dump()
+        for key, value in dict(values).items():
+            if key in settings and key != "python":
+                settings[key] = value
+        if adjust is not None:
+            adjust(settings)
+        try:
+            type(self.options)(**settings)
+        except ValueError as exc:
+            first = str(exc).splitlines()
+            raise WorkloadError(f"{self.name} workload: invalid point {dict(values)}: "
+                                f"{' '.join(first[:3])}") from None
+        return settings
+
     @property
     def objective(self) -> Objective:
         """The default objective when the study file names none."""

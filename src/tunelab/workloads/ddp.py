@@ -166,18 +166,10 @@ class DDPWorkload(Workload):
 
     def settings(self, values: Any) -> dict[str, Any]:
         """The options with the point's same-named parameters (and derived values) applied."""
-        settings = self._opts.model_dump()
-        for key, value in dict(values).items():
-            if key in settings and key != "python":
-                settings[key] = value
-        settings["data"] = self._resolve_data(str(settings["data"]))
-        try:
-            DDPOptions(**settings)
-        except ValueError as exc:
-            first = str(exc).splitlines()
-            raise WorkloadError(f"ddp workload: invalid point {dict(values)}: "
-                                f"{' '.join(first[:3])}") from None
-        return settings
+        def resolve(settings: dict[str, Any]) -> None:
+            settings["data"] = self._resolve_data(str(settings["data"]))
+
+        return self.point_options(values, resolve)
 
     def needs(self, values: Any) -> Needs:
         """``workers`` processes on ``nodes`` nodes, one thread each."""

@@ -125,17 +125,7 @@ class MergeWorkload(Workload):
 
     def settings(self, values: dict[str, Any] | Any) -> dict[str, Any]:
         """The options with the point's same-named parameters applied."""
-        settings = self._opts.model_dump()
-        for key, value in dict(values).items():
-            if key in settings and key != "python":
-                settings[key] = value
-        try:
-            MergeOptions(**settings)
-        except ValueError as exc:
-            first = str(exc).splitlines()
-            raise WorkloadError(f"merge workload: invalid point {dict(values)}: "
-                                f"{' '.join(first[:3])}") from None
-        return settings
+        return self.point_options(values)
 
     def needs(self, values: Any) -> Needs:
         """One rank per worker, over ``nodes`` nodes (or ``ppn`` workers per node)."""
