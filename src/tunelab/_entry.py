@@ -20,6 +20,14 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _quiet_ignored_interrupts(unraisable: sys.UnraisableHookArgs) -> None:
+    """No traceback for a Ctrl-C that landed where Python ignores exceptions (an at-fork
+    hook, a ``__del__``): the runner delivers it again (see ``hygiene``)."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def interrupted(exc: BaseException) -> bool:
     """Whether ``exc`` is, or was caused by, an interrupt (Python 3.11 wraps one raised
     while a class is being created in a RuntimeError)."""
@@ -36,6 +44,7 @@ def interrupted(exc: BaseException) -> bool:
 def main() -> None:
     """Install the SIGTERM handler, then import and run :func:`tunelab.cli.main`."""
     signal.signal(signal.SIGTERM, _interrupt)
+    sys.unraisablehook = _quiet_ignored_interrupts
     try:
         from tunelab.cli import main as cli_main
     except BaseException as exc:

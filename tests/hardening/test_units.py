@@ -12,7 +12,12 @@ import pytest
 
 from tunelab.errors import SpaceError, StoreError, StudyError
 from tunelab.execute.guards import check_study_dir, command_problem, read_output, split_finite
-from tunelab.execute.hygiene import MARKER, StudyProcesses, _interrupts_held
+from tunelab.execute.hygiene import (
+    MARKER,
+    StudyProcesses,
+    _interrupts_held,
+    _interrupts_raise_once,
+)
 from tunelab.expr import Expression, ExpressionError
 from tunelab.limits import LIMITS
 from tunelab.safeyaml import load_yaml
@@ -121,6 +126,24 @@ def test_interrupts_wait_until_the_kill_is_done():
     finally:
         signal.signal(signal.SIGINT, old)
 
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # expected
+def test_a_ctrl_c_whose_exception_was_swallowed_is_delivered_again_after_the_run():
+    """Python ignores an exception raised in an at-fork hook (logging registers one; a run
+    with a preexec_fn forks through them): a Ctrl-C landing there must not be lost."""
+    class SwallowsInterrupt:
+        def __del__(self) -> None:  # like an at-fork hook: its exceptions are ignored
+            signal.raise_signal(signal.SIGINT)
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), _interrupts_raise_once():
+            SwallowsInterrupt()  # the run goes on as if nothing had arrived
+            after_swallow = True
+        assert after_swallow
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 def test_the_sweep_kills_what_a_dead_controller_left_by_its_marker(tmp_path):
     study = StudyProcesses(tmp_path)

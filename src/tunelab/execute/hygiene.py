@@ -215,7 +215,8 @@ def _interrupts_raise_once() -> Iterator[None]:
     soon, cannot interrupt the kill step before it has begun (:meth:`RunProcesses.end`
     only sees it cut the grace short). A first signal whose disposition is the default
     (SIGTERM outside the command line) unwinds as ``KeyboardInterrupt`` and is delivered
-    again, with its default action, once the block is left."""
+    again, with its default action, once the block is left; so is a first signal whose
+    exception something swallowed, when the block ends normally."""
     held: list[int] = []  # the first signal, then those held after it
 
     def note(signum: int, frame: object) -> None:
@@ -246,13 +247,18 @@ def _interrupts_raise_once() -> Iterator[None]:
         yield
         return
     _HELD.append(held)
+    swallowed = False
     try:
         yield
+        # The block ended normally, yet the first signal raised: something swallowed its
+        # exception (Python ignores exceptions in at-fork hooks, such as logging's, which
+        # run when a run starts with a preexec_fn). It is delivered again below.
+        swallowed = bool(held)
     finally:
         _HELD[:] = [h for h in _HELD if h is not held]
         for signum, handler in old.items():
             signal.signal(signum, handler)
-        if held and not callable(old[held[0]]) and old[held[0]] != signal.SIG_IGN:
+        if held and old[held[0]] != signal.SIG_IGN and (swallowed or not callable(old[held[0]])):
             signal.raise_signal(held[0])
 
 
