@@ -144,3 +144,23 @@ def test_channels_last_training_matches_the_1d_modules() -> None:
         for opt in opts:
             opt.step()
     assert int(fast.stem[2].num_batches_tracked) == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_channels_last_batch_statistics_are_float32_accurate(dtype: torch.dtype) -> None:
+    """The channels-last training BatchNorm's own statistics agree with a float64 reference
+    (post-ReLU values, and values whose mean is large against their spread), and leave the
+    input untouched."""
+    from tunelab.leopard.model import _channel_var_mean
+
+    torch.manual_seed(0)
+    for x in (torch.relu(torch.randn(8, 15, 1, 4096)) * 3,
+              1000 + 0.01 * torch.randn(8, 15, 1, 4096)):
+        x = x.to(dtype).contiguous(memory_format=torch.channels_last)
+        before = x.clone()
+        var, mean = _channel_var_mean(x)
+        ref_var, ref_mean = torch.var_mean(x.double(), dim=(0, 2, 3), correction=0)
+        assert var.dtype == mean.dtype == torch.float32
+        assert torch.allclose(mean.double(), ref_mean, rtol=1e-6, atol=0)
+        assert torch.allclose(var.double(), ref_var, rtol=1e-4, atol=0)
+        assert torch.equal(x, before)

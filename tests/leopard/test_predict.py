@@ -224,3 +224,24 @@ def test_prefetch_reraises_and_stops_its_thread() -> None:
     assert next(endless) == 0
     endless.close()  # the consumer stops early: the producer must stop too
     assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("suffix", [".bw", ".bedGraph"])
+def test_writer_in_the_caller_and_in_the_background_write_the_same_track(
+        tmp_path: Path, suffix: str) -> None:
+    """Prediction writes in the caller's thread when the engine leaves no core free and in a
+    background thread otherwise: the files are the same either way."""
+    from tunelab.leopard.predict import _Writer
+
+    rng = np.random.default_rng(0)
+    stretches = [("chrA", 0, rng.random(700)), ("chrA", 700, rng.random(300)),
+                 ("chrB", 0, np.full(500, 0.25))]
+    outs = []
+    for background in (True, False):
+        path = tmp_path / f"{background}{suffix}"
+        w = _Writer(path, [("chrA", 1000), ("chrB", 500)], background=background)
+        for chrom, start, values in stretches:
+            w.put(chrom, start, values)
+        w.close()
+        outs.append(path.read_bytes())
+    assert outs[0] == outs[1] and len(outs[0]) > 100

@@ -196,12 +196,14 @@ def check_bigwig_chrom(bw: Any, path: Path, chrom: str, length: int) -> bool:
             f"{path}: chromosome {chrom!r} has length {sizes[chrom]} here but {length} in "
             "the FASTA"
         )
-    cover = bw.stats(chrom, type="coverage", exact=True)[0] or 0.0
-    if cover > 0:
-        total = bw.stats(chrom, type="sum", exact=True)[0]
-        if total is None or not np.isfinite(total):
-            raise LeopardError(f"{path}: NaN or infinite value in the signal on {chrom!r}")
-    return cover > 0
+    # One pass over the chromosome: the sum is None where nothing is stored, NaN or infinite
+    # where a stored value is; only an undefined sum needs the coverage to tell which.
+    total = bw.stats(chrom, type="sum", exact=True)[0]
+    if total is not None and np.isfinite(total):
+        return True
+    if total is None and not bw.stats(chrom, type="coverage", exact=True)[0]:
+        return False
+    raise LeopardError(f"{path}: NaN or infinite value in the signal on {chrom!r}")
 
 
 def read_intervals(path: Path, sizes: dict[str, int]) -> dict[str, np.ndarray]:
