@@ -297,8 +297,8 @@ def fixed_shape(args: argparse.Namespace) -> dict[str, Any]:
                                     else []) + ["auto"] + (["auto-compiled"] if args.compile
                                                            else [])
         train_variants = ["fp32"] + (["bf16"] if info["cpu_bf16"] or args.force_bf16 else [])
+        train_variants += [v + "-2d" for v in train_variants]
         train_variants += [v + "-compiled" for v in train_variants] if args.compile else []
-        train_variants += [v + "-2d" for v in train_variants if "-" not in v]
         rows: dict[tuple[str, str], list[float]] = {}
         bound: dict[str, list[float]] = {"fp32": [], "bf16": []}
         runtime: dict[str, Any] = {}
@@ -352,7 +352,9 @@ def print_fixed(res: dict[str, Any], args: argparse.Namespace) -> None:
               "auto-compiled": "tunelab engine auto + compile", "bf16": "tunelab bf16 (--amp)",
               "fp32-compiled": "tunelab fp32 + compile", "bf16-compiled":
               "tunelab bf16 (--amp) + compile", "fp32-2d": "tunelab fp32, 2-D layout",
-              "bf16-2d": "tunelab bf16 (--amp), 2-D layout"}
+              "bf16-2d": "tunelab bf16 (--amp), 2-D layout",
+              "fp32-2d-compiled": "tunelab fp32, 2-D layout + compile",
+              "bf16-2d-compiled": "tunelab bf16 (--amp), 2-D + compile"}
     print()
     print(f"{'':<40} {'windows/s':>10} {'GFLOP/s':>8} {'of bound':>9} {'vs Keras':>9}  runs")
     for phase in ("predict", "train"):
@@ -467,10 +469,12 @@ def genome_wide(data: Path, ck: Path, root: Path, args: argparse.Namespace) -> N
     plans = [("window 10240, edge 1280 (stride 7680)", ["--window", "10240", "--edge", "1280"]),
              ("window 40960, edge 1280 (stride 38400)", ["--window", "40960", "--edge", "1280",
                                                          "--batch-size", "8"]),
-             # what --compile auto does on a genome-sized job (here forced: 20 Mbp is too
-             # short to repay compiling, so only the compute column says what it gives)
-             ("window 40960, edge 1280, compiled", ["--window", "40960", "--edge", "1280",
-                                                    "--batch-size", "8", "--compile", "on"])]
+             ("window 163840, edge 1280 (stride 161280)", ["--window", "163840", "--edge",
+                                                           "1280", "--batch-size", "2"]),
+             # what --compile auto does on a genome-sized job (here forced: tens of Mbp are
+             # too short to repay compiling, so only the compute column says what it gives)
+             ("window 163840, edge 1280, compiled", ["--window", "163840", "--edge", "1280",
+                                                     "--batch-size", "2", "--compile", "on"])]
     res: dict[str, list[dict[str, Any]]] = {}
     for _ in range(args.genome_rounds):
         for label, extra in plans:

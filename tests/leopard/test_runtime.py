@@ -130,10 +130,14 @@ def test_training_layout_is_measured_without_touching_the_model() -> None:
     assert not model.channels_last_training
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert model.stem[0].weight.grad is None
+    layout, why = runtime.choose_training_layout(model, "auto", 8, 256, compiled=True)
+    assert layout == "2d" and "compiled" in why
+    assert runtime.choose_training_layout(model, "1d", 8, 256, compiled=True) == ("1d", "asked")
     assert runtime.choose_training_layout(model, "2d", 8, 256) == ("2d", "asked")
     bn = model.stem[2]
     model.stem[2] = _global_batch_norm_cls()(bn.num_features)
     assert runtime.choose_training_layout(model, "2d", 8, 256)[0] == "1d"
+    assert runtime.choose_training_layout(model, "auto", 8, 256, compiled=True)[0] == "1d"
     with pytest.raises(LeopardError, match="layout: unknown value '3d'"):
         runtime.choose_training_layout(model, "3d", 8, 256)
 

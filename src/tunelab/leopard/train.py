@@ -297,7 +297,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         chosen_layout = "1d"
         if isinstance(model, LeopardUNet):
             layout, why = choose_training_layout(model, cfg.layout, cfg.batch_size, window,
-                                                 amp_dtype if amp and not cuda else None)
+                                                 amp_dtype if amp and not cuda else None,
+                                                 compiled=cfg.compile and _can_compile())
             model.channels_last_training = layout == "2d"
             chosen_layout = layout
             log(f"training layout {layout}: {why}")
@@ -479,13 +480,18 @@ def _batches(src: _Source, plan: np.ndarray, scales: np.ndarray | None, steps: i
         yield ids, build_inputs(b, in_channels, sc), b.label
 
 
-def _compiled(net: torch.nn.Module, log: _Log) -> torch.nn.Module:
-    """``torch.compile(net)``, falling back to eager (logged) where Inductor cannot work."""
+def _can_compile() -> bool:
+    """Whether Inductor has the C++ compiler it needs on a CPU."""
     import shutil
 
+    return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
+
+
+def _compiled(net: torch.nn.Module, log: _Log) -> torch.nn.Module:
+    """``torch.compile(net)``, falling back to eager (logged) where Inductor cannot work."""
     import torch
 
-    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+    if not _can_compile():
         log("warning: --compile needs a C++ compiler; training eagerly")
         return net
     import torch._dynamo
