@@ -489,11 +489,11 @@ def genome_wide(data: Path, ck: Path, root: Path, args: argparse.Namespace) -> N
     print()
     print(f"genome-wide prediction, bigWig in -> bigWig out, {chroms}, {args.threads} threads "
           f"({args.genome_rounds} run(s) each, medians)")
-    print(f"{'':<40} {'Mbp/s end to end':>17} {'Mbp/s compute':>14}  precision, kernels")
+    print(f"{'':<44} {'Mbp/s end to end':>17} {'Mbp/s compute':>14}  precision, kernels")
     for label, runs in res.items():
         e2e = _med([r["bp_per_s_end_to_end"] for r in runs])
         comp = _med([r["bp_per_s"] for r in runs])
-        print(f"  {label:<38} {e2e / 1e6:17.2f} {comp / 1e6:14.2f}  {runs[0]['precision']}, "
+        print(f"  {label:<42} {e2e / 1e6:17.2f} {comp / 1e6:14.2f}  {runs[0]['precision']}, "
               f"{'compiled' if runs[0]['compiled'] else 'eager'} ({runs[0]['bp'] / 1e6:.1f} "
               f"Mbp, {[round(r['bp_per_s_end_to_end'] / 1e6, 2) for r in runs]})")
     best = max(_med([r["bp_per_s_end_to_end"] for r in runs]) for runs in res.values())
