@@ -72,30 +72,46 @@ class _Conv(nn.Module):
         self.bias = nn.Parameter(b.float(), requires_grad=False)
         self.relu = relu
         self.taps: torch.Tensor | None
+        self.ends: torch.Tensor | None
         if taps is not None and self.pad and bool(taps.abs().max() > 0):
             self.register_buffer("taps", taps.float())
+            # windows of at least 2 * pad positions (all but toy ones): the corrections of
+            # the first and the last pad positions do not depend on the length, so they are
+            # made once, as (1, out, 1, 2 * pad)
+            self.register_buffer("ends", _missing_shift(taps, 2 * self.pad).float())
         else:
-            self.taps = None
+            self.taps = self.ends = None
 
     def _correct(self, y: torch.Tensor) -> None:
         """Subtract the shift the zero padding never carried, at both ends (in place)."""
-        assert self.taps is not None
+        assert self.taps is not None and self.ends is not None
         p, length = self.pad, y.shape[-1]
-        k = 2 * p + 1
-        dev = y.device
-        for lo, hi in ((0, min(p, length)), (max(length - p, min(p, length)), length)):
-            if hi <= lo:
-                continue
-            pos = torch.arange(lo, hi, device=dev)[:, None] + torch.arange(k, device=dev) - p
-            missing = ((pos < 0) | (pos >= length)).to(self.taps.dtype)  # (positions, k)
-            corr = self.taps @ missing.T  # (out, positions)
-            y[:, :, :, lo:hi] -= corr[None, :, None, :].to(y.dtype)
+        if length >= 2 * p:
+            ends = self.ends.to(y.dtype)
+            y[:, :, :, :p] -= ends[:, :, :, :p]
+            y[:, :, :, length - p:] -= ends[:, :, :, p:]
+            return
+        y -= _missing_shift(self.taps, length).to(y.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.conv2d(x, self.weight, self.bias, padding=(0, self.pad))
         if self.taps is not None:
             self._correct(y)
         return y.relu_() if self.relu else y
+
+
+def _missing_shift(taps: torch.Tensor, length: int) -> torch.Tensor:
+    """``(1, out, 1, positions)``: at the first and the last ``pad`` positions of a window of
+    ``length`` (all of them when it is shorter than ``2 * pad``), what the taps that fall
+    outside the window would have added; ``taps`` is ``(out, k)``."""
+    k = taps.shape[1]
+    p = k // 2
+    lo = torch.arange(min(p, length))
+    hi = torch.arange(max(length - p, min(p, length)), length)
+    at = torch.cat([lo, hi])
+    pos = at[:, None] + torch.arange(k) - p
+    missing = ((pos < 0) | (pos >= length)).to(taps.dtype)  # (positions, k)
+    return (taps @ missing.T)[None, :, None, :]
 
 
 class _Up(nn.Module):
@@ -176,12 +192,19 @@ class InferenceUNet(nn.Module):
         h = self.stem(x)
         skips = [h]
         for pre, block in zip(self.pre_pool, self.down, strict=True):
-            h = block(F.max_pool2d(pre(h), (1, 2)))
+            h = block(_halve(pre(h)))
             skips.append(h)
         skips.pop()
         for up, merge in zip(self.up, self.merge, strict=True):
             h = merge(torch.cat([up(h), skips.pop()], dim=1))
         return self.head(h)[:, 0, 0, :].float()
+
+
+def _halve(x: torch.Tensor) -> torch.Tensor:
+    """Max-pool by 2 along the length: the larger of the even and the odd positions (equal to
+    ``F.max_pool2d(x, (1, 2))``, 2-4x faster on channels-last CPU tensors, fp32 and bf16)."""
+    n = x.shape[-1] // 2 * 2
+    return torch.maximum(x[:, :, :, 0:n:2], x[:, :, :, 1:n:2])
 
 
 def to_nwc_input(x: torch.Tensor) -> torch.Tensor:

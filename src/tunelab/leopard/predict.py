@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tunelab.leopard.bigwig import BigWigWriter
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.prefetch import prefetch
 
@@ -197,22 +198,28 @@ def predict_chromosome(model: Any, seq: np.ndarray, dnase: np.ndarray,
 
 class _Writer:
     """Appends finished stretches to a bigWig or bedGraph, in a background thread when
-    ``background`` (else at once, in the caller's)."""
+    ``background`` (else at once, in the caller's). A bigWig is written by
+    :class:`~tunelab.leopard.bigwig.BigWigWriter` (zlib level 1), or by pyBigWig when it
+    wants zoom levels."""
 
     def __init__(self, path: Path, sizes: list[tuple[str, int]], digits: int = 4,
                  zoom_levels: int = 0, background: bool = True) -> None:
         self.path, self.digits = path, digits
-        if path.suffix.lower() in (".bw", ".bigwig"):
+        self.handle: Any
+        self.kind = "bedgraph"
+        if path.suffix.lower() in (".bw", ".bigwig") and zoom_levels:
             import pyBigWig
 
-            self.handle: Any = pyBigWig.open(str(path), "w")
+            self.handle = pyBigWig.open(str(path), "w")
             if self.handle is None:
                 raise LeopardError(f"{path}: cannot create the bigWig file")
             self.handle.addHeader(sizes, maxZooms=zoom_levels)
-            self.bigwig = True
+            self.kind = "pybigwig"
+        elif path.suffix.lower() in (".bw", ".bigwig"):
+            self.handle = BigWigWriter(path, sizes, level=1)
+            self.kind = "bigwig"
         else:
             self.handle = path.open("w")
-            self.bigwig = False
         self._q: queue.Queue[tuple[str, int, np.ndarray] | None] = queue.Queue(_WRITE_AHEAD)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -247,7 +254,10 @@ class _Writer:
 
     def _write(self, chrom: str, start: int, values: np.ndarray) -> None:
         v = np.round(values.astype(np.float64), self.digits)
-        if self.bigwig:
+        if self.kind == "bigwig":
+            self.handle.add(chrom, start, v)
+            return
+        if self.kind == "pybigwig":
             self.handle.addEntries(chrom, start, values=v, span=1, step=1)
             return
         change = np.flatnonzero(np.diff(v)) + 1

@@ -10,7 +10,7 @@ bf16 is emulated and was measured 40x *slower*). So:
   :mod:`tunelab.leopard`);
 * **precision** (``auto``): on CUDA bf16 where supported, else fp16; on a CPU fp32, and bf16
   only when the CPU's flags name a bf16 instruction set (``avx512_bf16``, ``amx_bf16``) *and*
-  a quick measurement on the job's own window shape shows it at least 10 % faster;
+  a quick measurement on the job's windows (cut to 16,384 bp) shows it at least 10 % faster;
 * **kernels** (``compile=auto``): ``torch.compile`` (Inductor, weights frozen) only when the
   job is long enough to repay its compile time, a C++ compiler exists, compilation succeeds
   and a measurement shows it faster; otherwise eager, with the reason noted.
@@ -23,7 +23,10 @@ which says what was chosen and why (printed with every result).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
+import platform
 import shutil
 import statistics
 import time
@@ -52,6 +55,10 @@ MARGIN = 1.10
 #: compile only when the estimated eager run is this many times the compile-time guess.
 COMPILE_PAYBACK = 10.0
 COMPILE_GUESS_S = 60.0  # seconds Inductor took for this network on 2 busy cores
+#: probes run on windows at most this long: the rates' ratios hardly change with the length
+#: (the work per bp is the same), and a genome-wide job's 163,840-bp windows made the
+#: precision probe cost ~2 s of a ~30 s job
+PROBE_LENGTH = 16384
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -65,6 +72,28 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
         if line.startswith(("flags", "Features")):
             return set(line.partition(":")[2].split())
     return set()
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Ask glibc to keep freed memory for reuse instead of returning it to the kernel
+    (process-wide, once); False where the C library is not glibc.
+
+    By default glibc hands blocks above a threshold that starts at 128 KiB straight back to
+    the kernel when freed, and trims the heap's free top; every forward pass then faults its
+    activations' pages in anew. Genome-wide prediction on 2 cores took 1.4 M minor page faults
+    and ran its forward passes ~15 % slower than with the threshold at glibc's maximum
+    (32 MiB) and no trimming, which is what this sets (as a caching allocator would).
+    """
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20)
+                and libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def bf16_capable(flags: set[str]) -> bool:
@@ -96,6 +125,7 @@ class Runtime:
     compiled: bool
     cpu_bf16: bool
     probe_windows_per_s: dict[str, float] = field(default_factory=dict)
+    probe_length: int = 0
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,7 +138,7 @@ class Runtime:
         probe = ", ".join(f"{k} {v:.1f} w/s" for k, v in self.probe_windows_per_s.items())
         text = f"{self.device}: precision {self.precision}, {self.threads} threads, {kern}"
         if probe:
-            text += f" (probe: {probe})"
+            text += f" (probe on {self.probe_length:,}-bp windows: {probe})"
         if self.notes:
             text += "; " + "; ".join(self.notes)
         return text
@@ -231,6 +261,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
     dev = torch.device(device)
     n_threads, given = choose_threads(threads)
     if dev.type == "cpu":
+        keep_freed_memory()
         torch.set_num_threads(n_threads)
         with contextlib.suppress(RuntimeError):  # already set, or parallel work started
             torch.set_num_interop_threads(1)
@@ -244,7 +275,9 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
         return fold_batchnorm(model).to(dev).to_precision(_DTYPES[name])
 
     nets = {"fp32": build("fp32")}
-    probe_x = to_nwc_input(torch.rand(min(batch, 4), model.arch.in_channels, window)).to(dev)
+    probe_len = min(window, max(PROBE_LENGTH // model.arch.multiple, 1) * model.arch.multiple)
+    runtime.probe_length = probe_len
+    probe_x = to_nwc_input(torch.rand(min(batch, 4), model.arch.in_channels, probe_len)).to(dev)
     if dev.type == "cuda":
         chosen = precision if precision != "auto" else (
             "bf16" if torch.cuda.is_bf16_supported() else "fp16")
@@ -275,7 +308,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
     want = compile == "on"
     if compile == "auto":
         rate = (runtime.probe_windows_per_s.get(chosen)
-                or _medians(_probe({chosen: net}, probe_x, 1))[chosen])
+                or _medians(_probe({chosen: net}, probe_x, 1))[chosen]) * probe_len / window
         eager_s = (expected_windows or 0) / max(rate, 1e-9)
         want = eager_s > COMPILE_PAYBACK * COMPILE_GUESS_S
         if not want:
