@@ -125,9 +125,12 @@ def tunelab_server(args: argparse.Namespace) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     from tunelab.leopard.model import LeopardUNet
-    from tunelab.leopard.runtime import bf16_capable, cpu_flags, prepare
+    from tunelab.leopard.runtime import bf16_capable, cpu_flags, keep_freed_memory, prepare
     from tunelab.leopard.train import _masked_bce_sum
 
+    # prepare() sets this process-wide for the engines; set it up front so that no variant's
+    # speed depends on which one ran first
+    keep_freed_memory()
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     torch.manual_seed(0)
@@ -481,24 +484,33 @@ def genome_wide(data: Path, ck: Path, root: Path, args: argparse.Namespace) -> N
             argv = [sys.executable, "-m", "tunelab.leopard", "predict", "--checkpoint",
                     str(ck), "--data", str(data), "--out", str(root / "pred.bw"), "--chroms",
                     chroms, "--device", "cpu", "--threads", str(args.threads), *extra]
+            t = time.perf_counter()
             r = subprocess.run(argv, capture_output=True, text=True, check=False,
                                env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+            process_s = time.perf_counter() - t
             if r.returncode != 0:
                 sys.exit(f"prediction failed:\n{r.stderr[-2000:]}")
-            res.setdefault(label, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
+            run = json.loads(r.stdout.strip().splitlines()[-1])
+            run["bp_per_s_process"] = run["bp"] / process_s
+            res.setdefault(label, []).append(run)
     print()
     print(f"genome-wide prediction, bigWig in -> bigWig out, {chroms}, {args.threads} threads "
           f"({args.genome_rounds} run(s) each, medians)")
-    print(f"{'':<44} {'Mbp/s end to end':>17} {'Mbp/s compute':>14}  precision, kernels")
+    print("(Mbp/s: 'process' counts the whole command, Python's start and imports included; "
+          "'end to end' from loading the model to the closed bigWig; 'compute' the forward "
+          "passes only)")
+    print(f"{'':<44} {'process':>8} {'end to end':>11} {'compute':>8}  precision, kernels")
     for label, runs in res.items():
+        proc = _med([r["bp_per_s_process"] for r in runs])
         e2e = _med([r["bp_per_s_end_to_end"] for r in runs])
         comp = _med([r["bp_per_s"] for r in runs])
-        print(f"  {label:<42} {e2e / 1e6:17.2f} {comp / 1e6:14.2f}  {runs[0]['precision']}, "
-              f"{'compiled' if runs[0]['compiled'] else 'eager'} ({runs[0]['bp'] / 1e6:.1f} "
-              f"Mbp, {[round(r['bp_per_s_end_to_end'] / 1e6, 2) for r in runs]})")
-    best = max(_med([r["bp_per_s_end_to_end"] for r in runs]) for runs in res.values())
-    print(f"genome-wide target >= 1.5 Mbp/s end to end: {best / 1e6:.2f} Mbp/s "
-          f"({'met' if best >= 1.5e6 else 'MISSED'})")
+        print(f"  {label:<42} {proc / 1e6:8.2f} {e2e / 1e6:11.2f} {comp / 1e6:8.2f}  "
+              f"{runs[0]['precision']}, {'compiled' if runs[0]['compiled'] else 'eager'} "
+              f"({runs[0]['bp'] / 1e6:.1f} Mbp, process "
+              f"{[round(r['bp_per_s_process'] / 1e6, 2) for r in runs]})")
+    best = max(_med([r["bp_per_s_process"] for r in runs]) for runs in res.values())
+    print(f"genome-wide target >= 1.5 Mbp/s end to end (whole process): {best / 1e6:.2f} "
+          f"Mbp/s ({'met' if best >= 1.5e6 else 'MISSED'})")
 
 
 # --------------------------------------------------------------------------- main

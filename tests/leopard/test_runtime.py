@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -168,3 +170,36 @@ def test_bf16_pr_auc_agrees_with_fp32_on_the_synthetic_genome(synth: Path,
         auc[precision] = state.compute()["pr_auc"]
     assert np.isfinite(list(auc.values())).all()
     assert abs(auc["fp32"] - auc["bf16"]) <= 1e-3, auc
+
+
+_PASS_FAULTS = """
+import resource, sys, torch
+from tunelab.leopard import runtime
+from tunelab.leopard.inference import fold_batchnorm, to_nwc_input
+from tunelab.leopard.model import LeopardUNet
+if sys.argv[1] == "kept":
+    assert runtime.keep_freed_memory()
+torch.set_num_threads(1)
+net = fold_batchnorm(LeopardUNet(base_filters=32, depth=2).eval())
+x = to_nwc_input(torch.rand(2, 5, 1 << 18))  # activations of 64 MiB: above any mmap threshold
+with torch.inference_mode():
+    net(x)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    net(x)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.slow
+def test_freed_activations_are_reused_without_new_page_faults() -> None:
+    """A second forward pass faults its activations' pages in anew under glibc's defaults,
+    and not after :func:`runtime.keep_freed_memory` (which :func:`runtime.prepare` calls)."""
+    if not runtime.keep_freed_memory():
+        pytest.skip("the C library is not glibc")
+    faults = {}
+    for mode in ("kept", "default"):
+        r = subprocess.run([sys.executable, "-c", _PASS_FAULTS, mode], capture_output=True,
+                           text=True, timeout=120, check=True)
+        faults[mode] = int(r.stdout)
+    assert faults["default"] > 50_000  # several 64 MiB activations, 16,384 pages each
+    assert faults["kept"] < faults["default"] / 20
