@@ -3,8 +3,8 @@
 pyBigWig (libBigWig) stays tunelab's bigWig reader, and writes the files that want zoom
 levels. Per-base prediction output is written here instead because libBigWig compresses every
 block at zlib's default level 6, which ran at 4.9 Mbp/s on a 2-core EPYC: writing took a
-third of a genome-wide prediction's time. Level 1 ran 31 Mbp/s on the same probabilities,
-for a file about 10 % larger (``benchmarks/leopard_vs_keras.py --parts 3``).
+third of a genome-wide prediction's time. Level 1 ran 31 Mbp/s on the same probabilities
+(those of ``benchmarks/leopard_vs_keras.py --parts 3``), for a file about 10 % larger.
 
 The layout is UCSC's bigWig, version 4 (Kent et al., Bioinformatics 2010; libBigWig's
 ``bwWrite.c`` documents it too), without zoom levels::

@@ -10,13 +10,15 @@ predictions are averaged. The default ``stride = window - 2*edge`` predicts ever
 that averages two predictions per base at twice the cost. ``edge <= window / 4`` and
 ``stride <= window - 2*edge`` guarantee every base is covered.
 
-**Pipeline.** Three stages overlap: a reader thread reads the next group of windows from the
-FASTA and the bigWig(s) (only the region the group spans) and encodes it as channels-last
-model input; the main thread runs the network (:mod:`tunelab.leopard.runtime`: BatchNorm
-folded, precision and kernels chosen for the machine); a writer thread appends every finished
-stretch of bases to the output track as soon as no later window can touch it. Memory stays
-bounded by a few groups of windows, whatever the chromosome's length. Output is a bigWig
-(``.bw``/``.bigwig``) or a bedGraph (anything else) of probabilities rounded to 4 digits.
+**Pipeline.** The next group of windows is read from the FASTA and the bigWig(s) (only the
+region the group spans) and encoded as channels-last model input; the network runs
+(:mod:`tunelab.leopard.runtime`: BatchNorm folded, precision and kernels chosen for the
+machine); every finished stretch of bases is appended to the output track as soon as no later
+window can touch it. Reading and writing run in their own threads, overlapping the network,
+when the engine leaves a core free, and in turn with it otherwise. Memory stays bounded by a
+few groups of windows, whatever the chromosome's length. Output is a bigWig
+(``.bw``/``.bigwig``, :mod:`tunelab.leopard.bigwig`) or a bedGraph (anything else) of
+probabilities rounded to 4 digits.
 """
 
 from __future__ import annotations
