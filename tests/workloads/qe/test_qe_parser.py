@@ -109,6 +109,26 @@ def test_pw_error_in_output_and_crash_file(tmp_path: Path) -> None:
     assert pw_error("", tmp_path) is None
 
 
+_BANNER = " " + "%" * 78
+
+
+@pytest.mark.parametrize("lines", [
+    # another rank's banner between one rank's error line and its message (seen in CI)
+    [_BANNER, "     Error in routine mp_start_pools (1):", _BANNER,
+     "     Error in routine mp_start_pools (1):", "     invalid number of pools, out of range",
+     "     invalid number of pools, out of range", _BANNER, _BANNER, "", "     stopping ...",
+     "     stopping ..."],
+    # both error lines first, then both messages
+    [_BANNER, _BANNER, "     Error in routine mp_start_pools (1):",
+     "     Error in routine mp_start_pools (1):", "     invalid number of pools, out of range",
+     _BANNER, "     invalid number of pools, out of range", _BANNER],
+])
+def test_pw_error_of_interleaved_ranks(lines: list[str]) -> None:
+    """Each failing MPI rank prints the error block; mpirun may interleave their lines."""
+    assert pw_error("\n".join(lines) + "\n") == (
+        "mp_start_pools (1): invalid number of pools, out of range")
+
+
 def test_unfinished_or_foreign_output_is_a_parse_error() -> None:
     text = _read("si_np1.out")
     cut = text[: text.index("PWSCF        :")]

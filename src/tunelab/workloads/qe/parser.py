@@ -39,15 +39,8 @@ _TIMER = re.compile(
     re.MULTILINE | re.IGNORECASE,
 )
 _SECTION = re.compile(r"^\s*Called by\s+(?P<name>\S+?)\s*:\s*$", re.IGNORECASE)
-_ERROR = re.compile(
-    r"Error in routine\s+(?P<routine>\S+)\s*\(\s*(?P<code>-?\d+)\s*\):?[ \t]*\n"
-    r"(?P<msg>.*?)\n\s*%{5,}",
-    re.DOTALL,
-)
-_CRASH = re.compile(
-    r"from\s+(?P<routine>\S+)\s*:\s*error\s*#\s*(?P<code>-?\d+)\s*\n(?P<msg>.*?)\n\s*%{5,}",
-    re.DOTALL,
-)
+_ERROR = re.compile(r"Error in routine\s+(?P<routine>\S+)\s*\(\s*(?P<code>-?\d+)\s*\)")
+_CRASH = re.compile(r"from\s+(?P<routine>\S+)\s*:\s*error\s*#\s*(?P<code>-?\d+)")
 _TAG_MISSING = re.compile(r"^[ \t]*(\S.*\btag \S+ not found\b.*?)[ \t]*$", re.MULTILINE)
 """pw.x's pseudopotential reader on a corrupt file prints this, then dies in the Fortran
 runtime without an ``Error in routine`` block (mpirun's banner is all stderr shows)."""
@@ -94,19 +87,41 @@ def parse_duration(text: str) -> float:
 def pw_error(stdout: str, run_dir: Path | None = None) -> str | None:
     """pw.x's own error as one line (``routine (N): message``), from its output or from the
     ``CRASH`` file it leaves in its working directory; None when there is none."""
-    m = _ERROR.search(stdout)
-    if m is None and run_dir is not None:
+    found = _error_block(stdout, _ERROR)
+    if found is None and run_dir is not None:
         crash = run_dir / "CRASH"
         if crash.is_file():
             text = crash.read_text(errors="replace")
-            m = _CRASH.search(text)
-            if m is None:
+            found = _error_block(text, _CRASH)
+            if found is None:
                 lines = [ln.strip(" %") for ln in text.splitlines() if ln.strip(" %")]
                 return "CRASH file: " + (" ".join(lines)[:300] or "(empty)")
-    if m is None:
-        return None
-    msg = " ".join(ln.strip() for ln in m.group("msg").splitlines() if ln.strip())
-    return f"{m.group('routine')} ({m.group('code')}): {msg}"
+    return found
+
+
+def _error_block(text: str, head: re.Pattern[str]) -> str | None:
+    """``routine (N): message`` of the first error block whose first line ``head`` matches.
+
+    Every MPI rank that fails prints the block, and mpirun may interleave the ranks' lines
+    (another rank's ``%%%%`` banner between one rank's error line and its message, seen under
+    load): banners, blank lines, further error lines, ``task #`` lines and repeated message
+    lines are skipped; the message ends at a banner after it or at ``stopping ...``.
+    """
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = head.search(line)
+        if m is None:
+            continue
+        msg: list[str] = []
+        for nxt in lines[i + 1:]:
+            s = nxt.strip()
+            if s.startswith("stopping") or (msg and s.startswith("%%%%%")):
+                break
+            if not s.strip("%") or head.search(s) or s.startswith("task #") or s in msg:
+                continue
+            msg.append(s)
+        return f"{m.group('routine')} ({m.group('code')}): {' '.join(msg)}".rstrip()
+    return None
 
 
 def _timers(stdout: str) -> dict[str, float]:
