@@ -172,9 +172,9 @@ def test_compiled_2d_training_step_matches_the_eager_one() -> None:
     included): the same logits, gradients and running statistics as eager, in fp32."""
     import copy
 
-    from tunelab.leopard.train import _can_compile
+    from tunelab.leopard.runtime import has_cxx_compiler
 
-    if not _can_compile():
+    if not has_cxx_compiler():
         pytest.skip("torch.compile's Inductor needs a C++ compiler")
     torch.manual_seed(0)
     eager = LeopardUNet(base_filters=8, depth=3)

@@ -97,6 +97,11 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
+def has_cxx_compiler() -> bool:
+    """Whether Inductor finds the C++ compiler it needs to compile for a CPU."""
+    return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
+
+
 def bf16_capable(flags: set[str]) -> bool:
     """Whether the CPU has native bf16 arithmetic (not emulated through fp32)."""
     return any(f in flags for f in BF16_FLAGS)
@@ -231,7 +236,7 @@ def _pick_threads(net: InferenceUNet, x: torch.Tensor, cores: int, notes: list[s
 def _compile(net: InferenceUNet, x: torch.Tensor,
              notes: list[str]) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """``torch.compile(net)`` compiled on ``x``'s shape (weights frozen), or None + a note."""
-    if x.device.type == "cpu" and not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+    if x.device.type == "cpu" and not has_cxx_compiler():
         notes.append("no C++ compiler, so no torch.compile")
         return None
     try:

@@ -252,7 +252,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
 
     from tunelab.leopard.metrics import MetricState
     from tunelab.leopard.model import Architecture, LeopardUNet, count_parameters
-    from tunelab.leopard.runtime import choose_training_layout
+    from tunelab.leopard.runtime import choose_training_layout, has_cxx_compiler
 
     wall0 = time.perf_counter()
     ctx = D.init(cfg.device)
@@ -298,7 +298,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         if isinstance(model, LeopardUNet):
             layout, why = choose_training_layout(model, cfg.layout, cfg.batch_size, window,
                                                  amp_dtype if amp and not cuda else None,
-                                                 compiled=cfg.compile and _can_compile())
+                                                 compiled=cfg.compile and has_cxx_compiler())
             model.channels_last_training = layout == "2d"
             chosen_layout = layout
             log(f"training layout {layout}: {why}")
@@ -480,18 +480,13 @@ def _batches(src: _Source, plan: np.ndarray, scales: np.ndarray | None, steps: i
         yield ids, build_inputs(b, in_channels, sc), b.label
 
 
-def _can_compile() -> bool:
-    """Whether Inductor has the C++ compiler it needs on a CPU."""
-    import shutil
-
-    return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
-
-
 def _compiled(net: torch.nn.Module, log: _Log) -> torch.nn.Module:
     """``torch.compile(net)``, falling back to eager (logged) where Inductor cannot work."""
     import torch
 
-    if not _can_compile():
+    from tunelab.leopard.runtime import has_cxx_compiler
+
+    if not has_cxx_compiler():
         log("warning: --compile needs a C++ compiler; training eagerly")
         return net
     import torch._dynamo
