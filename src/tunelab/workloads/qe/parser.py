@@ -107,21 +107,18 @@ def _error_block(text: str, head: re.Pattern[str]) -> str | None:
     load): banners, blank lines, further error lines, ``task #`` lines and repeated message
     lines are skipped; the message ends at a banner after it or at ``stopping ...``.
     """
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = head.search(line)
-        if m is None:
+    m = head.search(text)
+    if m is None:
+        return None
+    msg: list[str] = []
+    for line in text[m.end():].splitlines()[1:]:  # [0] is the rest of the error line
+        s = line.strip()
+        if s.startswith("stopping") or (msg and s.startswith("%%%%%")):
+            break
+        if not s.strip("%") or head.search(s) or s.startswith("task #") or s in msg:
             continue
-        msg: list[str] = []
-        for nxt in lines[i + 1:]:
-            s = nxt.strip()
-            if s.startswith("stopping") or (msg and s.startswith("%%%%%")):
-                break
-            if not s.strip("%") or head.search(s) or s.startswith("task #") or s in msg:
-                continue
-            msg.append(s)
-        return f"{m.group('routine')} ({m.group('code')}): {' '.join(msg)}".rstrip()
-    return None
+        msg.append(s)
+    return f"{m.group('routine')} ({m.group('code')}): {' '.join(msg)}".rstrip()
 
 
 def _timers(stdout: str) -> dict[str, float]:
