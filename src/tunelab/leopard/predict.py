@@ -209,7 +209,8 @@ class _Writer:
         self.path, self.digits = path, digits
         self.handle: Any
         self.kind = "bedgraph"
-        if path.suffix.lower() in (".bw", ".bigwig") and zoom_levels:
+        bigwig = path.suffix.lower() in (".bw", ".bigwig")
+        if bigwig and zoom_levels:
             import pyBigWig
 
             self.handle = pyBigWig.open(str(path), "w")
@@ -217,7 +218,7 @@ class _Writer:
                 raise LeopardError(f"{path}: cannot create the bigWig file")
             self.handle.addHeader(sizes, maxZooms=zoom_levels)
             self.kind = "pybigwig"
-        elif path.suffix.lower() in (".bw", ".bigwig"):
+        elif bigwig:
             self.handle = BigWigWriter(path, sizes, level=1)
             self.kind = "bigwig"
         else:
