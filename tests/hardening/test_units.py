@@ -148,9 +148,13 @@ def test_a_ctrl_c_whose_exception_was_swallowed_is_delivered_again_after_the_run
 def test_the_sweep_kills_what_a_dead_controller_left_by_its_marker(tmp_path):
     study = StudyProcesses(tmp_path)
     env = {**os.environ, MARKER: f"{study.token}/r0"}
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
-                              start_new_session=True)
+    # The orphan says it runs before the sweep looks: right after Popen returns, the child may
+    # still be inside execve with an empty /proc/PID/environ (seen in 42 of 300 tries).
+    code = "import time; print(flush=True); time.sleep(60)"
+    orphan = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True,
+                              stdout=subprocess.PIPE)
     try:
+        assert orphan.stdout is not None and orphan.stdout.readline() == b"\n"
         assert study.sweep() >= 1
         orphan.wait(timeout=10)  # it was killed (the sweep may have reaped it already)
     finally:

@@ -79,11 +79,19 @@ def _stat(pid: int) -> _Proc | None:
 
 
 def _environ_has(pid: int, needle: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return needle in b"\0" + f.read()
-    except OSError:
-        return False
+    """Whether ``needle`` is in the environment of ``pid``. A process inside ``execve``
+    shows an empty environment for a moment (its new memory exists before the kernel has
+    copied the environment into it), so an empty one is read again a few times."""
+    for pause in (0.0, 0.001, 0.005, 0.02):
+        time.sleep(pause)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                raw = f.read()
+        except OSError:
+            return False
+        if raw:
+            return needle in b"\0" + raw
+    return False
 
 
 def _pids() -> list[int]:
