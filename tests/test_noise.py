@@ -13,7 +13,7 @@ from tunelab import noise
 from tunelab.noise import DISTURB_MARGIN, NoiseWatch
 from tunelab.report.summary import results_from_frame
 from tunelab.store import RunRecord, open_store
-from tunelab.workloads.base import Objective
+from tunelab.workload import Objective
 
 
 class FakeMachine:

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from tunelab.errors import TunelabError
-from tunelab.workloads.base import RunContext
+from tunelab.workload import RunContext
 from tunelab.workloads.qe import QEOptions, QEWorkload
 
 

@@ -21,10 +21,10 @@ _EXPORTS = {
     "prepare_study": "tunelab.execute.runner",
     "run_study": "tunelab.execute.runner",
     "open_store": "tunelab.store",
-    "Workload": "tunelab.workloads.base",
-    "Command": "tunelab.workloads.base",
-    "Objective": "tunelab.workloads.base",
-    "RunContext": "tunelab.workloads.base",
+    "Workload": "tunelab.workload",
+    "Command": "tunelab.workload",
+    "Objective": "tunelab.workload",
+    "RunContext": "tunelab.workload",
     "TunelabError": "tunelab.errors",
 }
 

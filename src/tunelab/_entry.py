@@ -13,7 +13,9 @@ import signal
 import sys
 from types import FrameType
 
-__all__ = ["interrupted", "main"]
+from tunelab.errors import interrupted
+
+__all__ = ["main"]
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -26,19 +28,6 @@ def _quiet_ignored_interrupts(unraisable: sys.UnraisableHookArgs) -> None:
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
         return
     sys.__unraisablehook__(unraisable)
-
-
-def interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` is, or was caused by, an interrupt (Python 3.11 wraps one raised
-    while a class is being created in a RuntimeError)."""
-    seen: BaseException | None = exc
-    for _ in range(10):
-        if seen is None:
-            return False
-        if isinstance(seen, KeyboardInterrupt):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def main() -> None:

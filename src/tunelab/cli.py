@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tunelab._entry import interrupted
-from tunelab.errors import TunelabError
+from tunelab.errors import TunelabError, interrupted
 from tunelab.report.output import message
 
 if TYPE_CHECKING:
@@ -512,7 +511,7 @@ def export(
 def workloads(fmt: FormatOpt = OutputFormat.text) -> None:
     """List the installed workloads."""
     from tunelab.report.views import workloads_view
-    from tunelab.workloads import available_workloads
+    from tunelab.workload import available_workloads
 
     _emit(workloads_view(available_workloads()), fmt)
 
@@ -526,7 +525,7 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
 ) -> None:
     """Write a commented example study for a workload (and the input files it names)."""
-    from tunelab.workloads import get_workload
+    from tunelab.workload import get_workload
     from tunelab.workloads.examples import example_files
 
     cls = get_workload(workload)

@@ -27,7 +27,7 @@ from tunelab.stats import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tunelab.workloads.base import Objective
+    from tunelab.workload import Objective
 
 __all__ = ["CrossPoint", "StudyComparison", "check_comparable", "compare_studies"]
 

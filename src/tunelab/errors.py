@@ -28,6 +28,7 @@ __all__ = [
     "StudyError",
     "TunelabError",
     "WorkloadError",
+    "interrupted",
 ]
 
 
@@ -68,3 +69,16 @@ class StoreError(TunelabError):
 
 class LaunchError(TunelabError):
     """A command that cannot be started (for example, its executable is not installed)."""
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, an interrupt (Python 3.11 wraps one raised
+    while a class is being created in a RuntimeError)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

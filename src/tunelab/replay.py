@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tunelab.errors import ParseError, StoreError, TunelabError
 from tunelab.search.base import RunStrategy
 from tunelab.space import Point, Space
-from tunelab.workloads.base import (
+from tunelab.workload import (
     Command,
     Objective,
     RunContext,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tunelab.errors import ParseError, WorkloadError
+from tunelab.workload import RunContext
 from tunelab.workloads import get_workload
-from tunelab.workloads.base import RunContext
 from tunelab.workloads.ddp import DDPOptions, DDPWorkload
 
 

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tunelab.errors import ParseError, WorkloadError
+from tunelab.workload import RunContext
 from tunelab.workloads import get_workload
-from tunelab.workloads.base import RunContext
 from tunelab.workloads.merge import MergeOptions, MergeWorkload
 
 from .merge_helpers import SRC

@@ -14,7 +14,7 @@ from tunelab.execute.launchers import LocalLauncher, SlurmLauncher, launcher_con
 from tunelab.execute.launchers.base import Job, JobStatus, RunRequest, read_exit_status
 from tunelab.execute.runner import prepare_study
 from tunelab.spec import load_study
-from tunelab.workloads.base import Needs
+from tunelab.workload import Needs
 
 STUDY = """\
 name: s

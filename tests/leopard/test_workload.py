@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from tunelab.errors import ParseError, WorkloadError
+from tunelab.workload import RunContext
 from tunelab.workloads import get_workload
-from tunelab.workloads.base import RunContext
 from tunelab.workloads.leopard import LeopardOptions, LeopardWorkload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "leopard-tune.yaml"

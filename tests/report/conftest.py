@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tunelab.workloads.base import Objective
+from tunelab.workload import Objective
 
 INJECTED = "<script>alert('x')</script>"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tunelab.report import results_from_frame, write_report
-from tunelab.workloads.base import Objective
+from tunelab.workload import Objective
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed "

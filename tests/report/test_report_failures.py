@@ -12,7 +12,7 @@ from tests.report.conftest import key
 from tunelab.report.output import View, render
 from tunelab.report.summary import results_from_frame, write_report
 from tunelab.report.views import best_view, compare_view
-from tunelab.workloads.base import Objective
+from tunelab.workload import Objective
 
 
 def _text(view: View) -> str:

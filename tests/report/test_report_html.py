@@ -10,7 +10,7 @@ import pandas as pd
 
 from tunelab.report import table_rows, write_html_report
 from tunelab.stats import best, compare_to_baseline, summarize
-from tunelab.workloads.base import Objective
+from tunelab.workload import Objective
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ import pytest
 
 from tunelab.report import fom_by_point, fom_by_point_chart, speedup_bar_chart, speedup_bars
 from tunelab.stats import StatsError, Verdict, compare_to_baseline
-from tunelab.workloads.base import Objective
+from tunelab.workload import Objective
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

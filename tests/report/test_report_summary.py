@@ -14,7 +14,7 @@ from tunelab.report import load_results, results_from_frame, write_report
 from tunelab.report.output import View, emit, render
 from tunelab.report.views import best_view, compare_view
 from tunelab.stats import StatsError, Verdict
-from tunelab.workloads.base import Objective
+from tunelab.workload import Objective
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -13,7 +13,7 @@ from tunelab.report import best_lines, results_from_frame, table_rows
 from tunelab.report.output import emit
 from tunelab.report.views import compare_view
 from tunelab.stats import best, compare_to_baseline, summarize
-from tunelab.workloads.base import Objective
+from tunelab.workload import Objective
 
 
 def test_rows_follow_the_ranking_and_format_the_comparison(

@@ -51,7 +51,7 @@ from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
 from tunelab.store import RunRecord, Store, StudyLock, open_store
 from tunelab.sysinfo import snapshot
-from tunelab.workloads import Objective, RunContext, Workload, get_workload
+from tunelab.workload import Objective, RunContext, Workload, get_workload
 
 __all__ = [
     "FailFast",

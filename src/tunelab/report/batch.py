@@ -33,7 +33,7 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
     from tunelab.space import Point
     from tunelab.spec import StudySpec
     from tunelab.store import open_store
-    from tunelab.workloads.base import Needs
+    from tunelab.workload import Needs
 
     study_dir = Path(study_dir)
     results = load_results(study_dir)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tunelab.crossstudy import StudyComparison
-    from tunelab.workloads.base import Objective
+    from tunelab.workload import Objective
 
 __all__ = ["FailedRun", "Image", "ImageSource", "failed_runs", "render_html_report",
            "write_html_report"]
@@ -209,7 +209,7 @@ def render_html_report(
     """The report as an HTML string (see :func:`write_html_report`)."""
     import jinja2
 
-    from tunelab.workloads.base import Objective
+    from tunelab.workload import Objective
 
     if objective is None:
         objective = (

@@ -20,7 +20,7 @@ from tunelab.stats import PointComparison, StatsError, Verdict, fom_column, verd
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tunelab.workloads.base import Objective
+    from tunelab.workload import Objective
 
 __all__ = [
     "PointRuns",

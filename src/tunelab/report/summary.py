@@ -29,7 +29,7 @@ from tunelab.stats import (
     summarize,
     verdict_label,
 )
-from tunelab.workloads.base import Direction, Objective
+from tunelab.workload import Direction, Objective
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -403,7 +403,7 @@ def _workload_plots(
 ) -> list[Path]:
     """The study's workload's own plots (e.g. pw.x wall time vs np), written beside ``path``."""
     from tunelab.errors import WorkloadError
-    from tunelab.workloads import get_workload
+    from tunelab.workload import get_workload
 
     workload = results.spec.get("workload", {})
     name = workload.get("name") if isinstance(workload, dict) else None

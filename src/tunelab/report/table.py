@@ -19,7 +19,7 @@ from tunelab.stats import (
 
 if TYPE_CHECKING:
     from tunelab.report.summary import Exclusion
-    from tunelab.workloads.base import Objective
+    from tunelab.workload import Objective
 
 __all__ = [
     "VERDICT_STYLES",

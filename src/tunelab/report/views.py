@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tunelab.crossstudy import StudyComparison
     from tunelab.report.summary import StudyResults
     from tunelab.stats import BestResult
-    from tunelab.workloads.base import Objective
+    from tunelab.workload import Objective
 
 __all__ = [
     "SCHEMA_VERSION",

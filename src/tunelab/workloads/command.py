@@ -34,7 +34,7 @@ from pydantic import Field, field_validator
 
 from tunelab.errors import ParseError, WorkloadError
 from tunelab.limits import LIMITS
-from tunelab.workloads.base import (
+from tunelab.workload import (
     Command,
     RunContext,
     Workload,

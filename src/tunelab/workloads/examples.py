@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tunelab.workloads.base import Workload
+from tunelab.workload import Workload
 
 __all__ = ["example_files", "example_study"]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tunelab.errors import ParseError, WorkloadError
-from tunelab.workloads.base import (
+from tunelab.workload import (
     Command,
     Needs,
     Objective,

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from tunelab.errors import ParseError, WorkloadError
-from tunelab.workloads.base import (
+from tunelab.workload import (
     Command,
     Needs,
     Objective,

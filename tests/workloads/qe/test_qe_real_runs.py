@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tunelab.errors import ParseError
-from tunelab.workloads.base import RunContext
+from tunelab.workload import RunContext
 from tunelab.workloads.qe import QEOptions, QEWorkload
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -15,8 +15,8 @@ import yaml
 from pydantic import ValidationError
 
 from tunelab.errors import WorkloadError
+from tunelab.workload import RunContext
 from tunelab.workloads import get_workload
-from tunelab.workloads.base import RunContext
 from tunelab.workloads.qe import QEOptions, QEWorkload, pw_rules
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 from tunelab.cluster.mpi import Placement
 from tunelab.errors import LaunchError
 from tunelab.execute.launchers.config import LauncherConfig
-from tunelab.workloads.base import Needs
+from tunelab.workload import Needs
 
 __all__ = [
     "EXIT_FILE",

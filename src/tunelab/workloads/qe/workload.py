@@ -31,7 +31,7 @@ from tunelab.cluster.mpi import (
     mpirun_env,
     require_executable,
 )
-from tunelab.workloads.base import (
+from tunelab.workload import (
     Command,
     Needs,
     Objective,

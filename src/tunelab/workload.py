@@ -1,4 +1,4 @@
-"""The workload contract: a command plus a parser.
+"""The workload contract (a command plus a parser) and the registry of workloads by name.
 
 A workload turns a :class:`~tunelab.space.Point` into a :class:`Command` (argv list,
 environment, working directory) and turns the captured output of that command into figures of
@@ -15,15 +15,23 @@ Rules for implementers:
 * ``invariants`` name FOMs that must agree across all runs of a study (for example the total
   energy of a pw.x input); a run whose value differs from the study's reference by more than
   the tolerance is recorded as ``invalid``.
-* Workload classes are registered through the entry-point group ``tunelab.workloads``.
+* Workload classes are registered through the entry-point group ``tunelab.workloads``
+  (``name = "package.module:Class"``). A plugin that fails to import is skipped with a warning
+  and listed with the reason by ``tunelab workloads``; asking for it by name raises that reason.
+
+The contract sits below the engine (``tunelab.execute`` runs any workload through it); the
+built-in workloads live in :mod:`tunelab.workloads`, above the engine, and are found through
+the entry points like any plugin.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -35,8 +43,8 @@ from tunelab.errors import WorkloadError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Command", "Needs", "Objective", "RunContext", "Workload", "WorkloadOptions",
-           "last_json_object"]
+__all__ = ["ENTRY_POINT_GROUP", "Command", "Needs", "Objective", "RunContext", "Workload",
+           "WorkloadOptions", "available_workloads", "get_workload", "last_json_object"]
 
 Direction = Literal["minimize", "maximize"]
 
@@ -267,3 +275,38 @@ class Workload(ABC):
     @abstractmethod
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """Read the figures of merit from a finished run's output."""
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+_log = logging.getLogger(__name__)
+ENTRY_POINT_GROUP = "tunelab.workloads"
+
+
+def available_workloads() -> dict[str, type[Workload] | str]:
+    """Every registered workload: name -> class, or name -> reason it failed to load."""
+    found: dict[str, type[Workload] | str] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            cls = ep.load()
+        except Exception as exc:  # a broken plugin must not break tunelab
+            _log.warning("workload %r could not be loaded: %s", ep.name, exc)
+            found[ep.name] = f"failed to load {ep.value}: {exc}"
+            continue
+        if not (isinstance(cls, type) and issubclass(cls, Workload)):
+            found[ep.name] = f"{ep.value} is not a tunelab Workload subclass"
+            continue
+        found[ep.name] = cls
+    return dict(sorted(found.items()))
+
+
+def get_workload(name: str) -> type[Workload]:
+    """The workload class registered as ``name``; a clear error naming the valid ones."""
+    registry = available_workloads()
+    entry = registry.get(name)
+    if entry is None:
+        valid = ", ".join(registry) or "none"
+        raise WorkloadError(f"unknown workload {name!r}; installed workloads: {valid}")
+    if isinstance(entry, str):
+        raise WorkloadError(f"workload {name!r} is installed but unusable: {entry}")
+    return entry
