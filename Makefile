@@ -19,3 +19,4 @@ test-fast: setup
 lint: setup
 	$(VENV)/ruff check src tests benchmarks
 	$(VENV)/mypy src/tunelab
+	$(VENV)/lint-imports
