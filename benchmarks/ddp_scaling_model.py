@@ -40,7 +40,8 @@ GB = 1e9
 
 
 def _run(study_file: Path, directory: Path) -> None:
-    from tunelab.execute.runner import prepare_study, run_study
+    from tunelab.execute.runner import run_study
+    from tunelab.execute.study import prepare_study
     from tunelab.spec import load_study
 
     outcome = run_study(prepare_study(load_study(study_file)), directory)

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from tunelab.cluster.slurm import VirtualCluster, slurm_unavailable_reason
-from tunelab.execute.runner import prepare_study, run_study
+from tunelab.execute.runner import run_study
+from tunelab.execute.study import prepare_study
 from tunelab.spec import StudySpec
 
 SLEEP = shutil.which("sleep") or "/bin/sleep"

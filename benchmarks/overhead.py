@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tunelab.execute.runner import prepare_study, run_study
+from tunelab.execute.runner import run_study
+from tunelab.execute.study import prepare_study
 from tunelab.spec import StudySpec
 
 TRUE = shutil.which("true") or "/bin/true"

@@ -11,7 +11,7 @@ import pytest
 
 from tunelab import noise
 from tunelab.noise import DISTURB_MARGIN, NoiseWatch
-from tunelab.report.summary import results_from_frame
+from tunelab.report.results import results_from_frame
 from tunelab.store import RunRecord, open_store
 from tunelab.workload import Objective
 

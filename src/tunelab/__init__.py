@@ -18,7 +18,7 @@ _EXPORTS = {
     "StudySpec": "tunelab.spec",
     "Point": "tunelab.space",
     "Space": "tunelab.space",
-    "prepare_study": "tunelab.execute.runner",
+    "prepare_study": "tunelab.execute.study",
     "run_study": "tunelab.execute.runner",
     "open_store": "tunelab.store",
     "Workload": "tunelab.workload",

@@ -254,7 +254,7 @@ class ReplayWorkload(Workload):
 
 def landscape_from_study(directory: str | Path) -> dict[str, Any]:
     """The replay study (a mapping, ready for YAML) of the finished study in ``directory``."""
-    from tunelab.execute.runner import prepare_study
+    from tunelab.execute.study import prepare_study
     from tunelab.spec import StudySpec
     from tunelab.store import open_store
 

@@ -180,6 +180,11 @@ class Workload(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
+    report_figures: ClassVar[tuple[str, ...]] = ()
+    """Figure sets of ``tunelab report`` that fit this workload's studies, by name:
+    ``"scaling"`` (throughput vs workers with the ideal line and the fitted model, efficiency,
+    scale-up vs scale-out: any study with a ``workers`` axis) and ``"storage"`` (AU and read
+    MB/s vs workers, for runs with input-pipeline figures). Drawn before :meth:`report_plots`."""
     dry_run: bool = False
     """Set by the engine when the study is only looked at (``space``, ``run --dry-run``):
     the workload must then start no program (no probe, no preparation), only describe."""

@@ -39,7 +39,8 @@ def fom(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_study_of_1_and_2_workers_and_its_scaling_figures(tmp_path: Path) -> None:
-    from tunelab.execute.runner import prepare_study, run_study
+    from tunelab.execute.runner import run_study
+    from tunelab.execute.study import prepare_study
     from tunelab.scaling import observations, scaling_table
     from tunelab.spec import load_study
     from tunelab.store import open_store

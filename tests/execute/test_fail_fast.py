@@ -6,7 +6,8 @@ from pathlib import Path
 
 from tests.conftest import tunelab
 from tests.execute.test_runner import runs, study_text
-from tunelab.execute.runner import FailFast, prepare_study, run_study
+from tunelab.execute.runner import FailFast, run_study
+from tunelab.execute.study import prepare_study
 from tunelab.spec import load_study
 from tunelab.store import RunRecord
 

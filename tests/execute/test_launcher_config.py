@@ -12,7 +12,7 @@ from tunelab.errors import StudyError, WorkloadError
 from tunelab.execute.executor import scheduler_reason
 from tunelab.execute.launchers import LocalLauncher, SlurmLauncher, launcher_config
 from tunelab.execute.launchers.base import Job, JobStatus, RunRequest, read_exit_status
-from tunelab.execute.runner import prepare_study
+from tunelab.execute.study import prepare_study
 from tunelab.spec import load_study
 from tunelab.workload import Needs
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PY, tunelab
-from tunelab.execute.runner import plan_runs, prepare_study, run_study
+from tunelab.execute.runner import plan_runs, run_study
+from tunelab.execute.study import prepare_study
 from tunelab.space import Point
 from tunelab.spec import load_study
 from tunelab.store import open_store

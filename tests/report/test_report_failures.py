@@ -10,8 +10,9 @@ import pandas as pd
 
 from tests.report.conftest import key
 from tunelab.report.output import View, render
-from tunelab.report.summary import results_from_frame, write_report
+from tunelab.report.results import results_from_frame
 from tunelab.report.views import best_view, compare_view
+from tunelab.report.writer import write_report
 from tunelab.workload import Objective
 
 

@@ -7,8 +7,9 @@ import textwrap
 from pathlib import Path
 
 from tests.conftest import PY
-from tunelab.execute.runner import point_dir_name, prepare_study, run_study
-from tunelab.report.summary import load_results
+from tunelab.execute.runner import run_study
+from tunelab.execute.study import point_dir_name, prepare_study
+from tunelab.report.results import load_results
 from tunelab.search import IntermediateTail, RunPruner
 from tunelab.space import Point
 from tunelab.spec import load_study

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import PY, tunelab
 from tunelab.errors import StudyError
-from tunelab.execute.runner import prepare_study
+from tunelab.execute.study import prepare_study
 from tunelab.spec import load_study
 
 HEAD = f"""\

@@ -46,11 +46,12 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     started_info,
 )
+from tunelab.execute.study import run_dir_of
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store
 
 if TYPE_CHECKING:
-    from tunelab.execute.runner import Study
+    from tunelab.execute.study import Study
 
 __all__ = ["Executor", "scheduler_reason"]
 
@@ -75,13 +76,6 @@ def _tail(path: Path) -> str:
     text = read_output(path).strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return lines[-1][-_TAIL_CHARS:] if lines else ""
-
-
-def run_dir_of(study_dir: Path, point: Point, repeat: int) -> Path:
-    """The directory of one run: ``runs/<hash of the point>/r<repeat>``."""
-    from tunelab.execute.runner import point_dir_name
-
-    return study_dir / "runs" / point_dir_name(point) / f"r{repeat}"
 
 
 def scheduler_reason(status: JobStatus, output: Path | None) -> str:
@@ -409,7 +403,7 @@ class Executor:
         foms: dict[str, float] = {}
         status: str = outcome.status
         reason = outcome.reason
-        if outcome.status == "stopped":  # the pruner stopped it (see execute/watch.py)
+        if outcome.status == "stopped":  # the pruner stopped it (see execute/launchers/watch.py)
             status = "pruned"
         elif reason is not None:  # could not start, or cut off by the scheduler
             status = "timeout" if outcome.status == "timeout" else "failed"

@@ -33,7 +33,6 @@ Rules the launcher relies on (:class:`RunProcesses`):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -46,143 +45,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from tunelab.execute import procs
+
 __all__ = ["RunProcesses", "StudyProcesses", "current", "study_processes"]
 
 MARKER = "TUNELAB_RUN"
-_PR_SET_CHILD_SUBREAPER = 36
-_GONE_WAIT_S = 5.0
 _INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 _HELD: list[list[int]] = []  # signals held by the runs in flight (see _interrupts_raise_once)
-
-
-# --- /proc ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Proc:
-    pid: int
-    ppid: int
-    pgid: int
-    start: int  # clock ticks after boot (field 22 of /proc/PID/stat)
-
-
-def _stat(pid: int) -> _Proc | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2:].split()  # after "pid (comm) "
-    if fields[0] == b"Z":  # a zombie is dead already; only its parent can reap it
-        return None
-    return _Proc(pid, int(fields[1]), int(fields[2]), int(fields[19]))
-
-
-def _environ_has(pid: int, needle: bytes) -> bool:
-    """Whether ``needle`` is in the environment of ``pid``. A process inside ``execve``
-    shows an empty environment for a moment (its new memory exists before the kernel has
-    copied the environment into it), so an empty one is read again a few times."""
-    for pause in (0.0, 0.001, 0.005, 0.02):
-        time.sleep(pause)
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                raw = f.read()
-        except OSError:
-            return False
-        if raw:
-            return needle in b"\0" + raw
-    return False
-
-
-def _pids() -> list[int]:
-    try:
-        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return []
-
-
-def _marked(needle: bytes) -> list[_Proc]:
-    """Live processes (not this one) whose environment holds ``needle``."""
-    me = os.getpid()
-    found = []
-    for pid in _pids():
-        if pid != me and _environ_has(pid, needle):
-            proc = _stat(pid)
-            if proc is not None:
-                found.append(proc)
-    return found
-
-
-def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(pid, sig)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(pgid, sig)
-
-
-def _reap(pid: int) -> None:
-    """Reap ``pid`` if it is a child of this process that has ended."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-# --- cgroup v2 --------------------------------------------------------------------------
-
-
-def _cgroup_base() -> Path | None:
-    """This process's own cgroup directory in a writable cgroup v2 hierarchy, or None."""
-    try:
-        own = next((line.split("::", 1)[1].strip() for line in
-                    Path("/proc/self/cgroup").read_text().splitlines()
-                    if line.startswith("0::")), None)
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return None
-    if own is None:
-        return None
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        if right.split()[:1] == ["cgroup2"]:
-            base = Path(left.split()[4]) / own.lstrip("/")
-            if base.is_dir() and os.access(base, os.W_OK):
-                return base
-    return None
-
-
-def _cgroup_pids(cgroup: Path) -> list[int]:
-    try:
-        return [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _cgroup_kill(cgroup: Path) -> None:
-    """SIGKILL every process in ``cgroup`` (``cgroup.kill``, or one by one when frozen)."""
-    try:
-        (cgroup / "cgroup.kill").write_text("1")
-        return
-    except OSError:
-        pass
-    with contextlib.suppress(OSError):
-        (cgroup / "cgroup.freeze").write_text("1")
-    for pid in _cgroup_pids(cgroup):
-        _kill(pid)
-    with contextlib.suppress(OSError):
-        (cgroup / "cgroup.freeze").write_text("0")
-
-
-def _cgroup_remove(cgroup: Path) -> None:
-    deadline = time.monotonic() + _GONE_WAIT_S
-    while _cgroup_pids(cgroup) and time.monotonic() < deadline:
-        _cgroup_kill(cgroup)
-        for pid in _cgroup_pids(cgroup):
-            _reap(pid)
-        time.sleep(0.01)
-    with contextlib.suppress(OSError):
-        cgroup.rmdir()
 
 
 # --- signals ----------------------------------------------------------------------------
@@ -296,7 +165,7 @@ class StudyProcesses:
 
     def __post_init__(self) -> None:
         self.token = hashlib.sha1(str(self.study_dir.resolve()).encode()).hexdigest()[:12]
-        base = _cgroup_base()
+        base = procs.cgroup_base()
         if base is not None:
             candidate = base / f"tunelab-{self.token}"
             with contextlib.suppress(OSError):
@@ -307,22 +176,22 @@ class StudyProcesses:
         """Kill every process a killed controller of this study left running (cgroups, the
         environment marker, the recorded in-flight run); wait until they are gone. Returns
         how many processes were killed."""
-        victims: dict[int, _Proc] = {}
+        victims: dict[int, procs.Proc] = {}
         recorded = self._recorded()
         if recorded:
-            proc = _stat(int(recorded.get("pid", 0)))
+            proc = procs.stat(int(recorded.get("pid", 0)))
             if proc is not None and proc.start == recorded.get("start"):
-                _killpg(proc.pgid, signal.SIGKILL)
+                procs.killpg(proc.pgid, signal.SIGKILL)
                 victims[proc.pid] = proc
         if self.cgroup is not None:
             for leaf in [p for p in self.cgroup.iterdir() if p.is_dir()]:
-                victims.update((pid, _Proc(pid, 0, 0, 0)) for pid in _cgroup_pids(leaf))
-                _cgroup_remove(leaf)
-        for proc in _marked(f"{MARKER}={self.token}/".encode()):
-            _killpg(proc.pgid, signal.SIGKILL)
-            _kill(proc.pid)
+                victims.update((pid, procs.Proc(pid, 0, 0, 0)) for pid in procs.cgroup_pids(leaf))
+                procs.cgroup_remove(leaf)
+        for proc in procs.marked(f"{MARKER}={self.token}/".encode()):
+            procs.killpg(proc.pgid, signal.SIGKILL)
+            procs.kill(proc.pid)
             victims[proc.pid] = proc
-        _wait_gone(list(victims.values()))
+        procs.wait_gone(list(victims.values()))
         if recorded:
             self.record(None)
         return len(victims)
@@ -348,7 +217,7 @@ class StudyProcesses:
         """Remove the study's cgroup once it is empty."""
         if self.cgroup is not None:
             for leaf in [p for p in self.cgroup.iterdir() if p.is_dir()]:
-                _cgroup_remove(leaf)
+                procs.cgroup_remove(leaf)
             with contextlib.suppress(OSError):
                 self.cgroup.rmdir()
 
@@ -379,28 +248,6 @@ def current(run_dir: Path) -> RunProcesses:
     return RunProcesses(StudyProcesses(run_dir), name, owns_study=True)
 
 
-def _subreaper(on: bool) -> None:
-    """Make this process a child subreaper (or stop being one)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
-
-
-def _wait_gone(procs: list[_Proc]) -> None:
-    """Wait until every process of ``procs`` has ended (or a few seconds have passed)."""
-    deadline = time.monotonic() + _GONE_WAIT_S
-    every = list(procs)
-    while procs and time.monotonic() < deadline:
-        for proc in procs:
-            _reap(proc.pid)
-        procs = [p for p in procs if (now := _stat(p.pid)) is not None and
-                 (p.start == 0 or now.start == p.start)]
-        if procs:
-            time.sleep(0.01)
-    for proc in every:  # an adopted orphan that died meanwhile is a zombie until reaped
-        _reap(proc.pid)
-
-
 # --- one run's processes ------------------------------------------------------------------
 
 
@@ -414,7 +261,7 @@ class RunProcesses:
         self.env = {MARKER: f"{study.token}/{name}"}
         self.cgroup: Path | None = None
         self._cgroup_fd: int | None = None
-        self._leader: _Proc | None = None
+        self._leader: procs.Proc | None = None
         self._children_before: set[int] = set()
         if study.cgroup is not None:
             leaf = study.cgroup / name
@@ -429,7 +276,7 @@ class RunProcesses:
         """Keyword arguments for :class:`subprocess.Popen`: a new session, and entering the
         run's cgroup between ``fork`` and ``exec`` (so no descendant starts outside it)."""
         options: dict[str, Any] = {"start_new_session": True}
-        _subreaper(True)  # for this run only: what it orphans is adopted, killed and reaped
+        procs.subreaper(True)  # for this run only: what it orphans is adopted, killed and reaped
         fd = self._cgroup_fd
         if fd is not None:
             def enter_cgroup() -> None:  # in the child, between fork and exec
@@ -437,7 +284,7 @@ class RunProcesses:
                     os.write(fd, b"0")
 
             options["preexec_fn"] = enter_cgroup
-        self._children_before = {p.pid for p in _children()}
+        self._children_before = {p.pid for p in procs.children()}
         return options
 
     def in_flight(self) -> contextlib.AbstractContextManager[None]:
@@ -448,7 +295,7 @@ class RunProcesses:
 
     def started(self, proc: subprocess.Popen[bytes]) -> None:
         """Record the run's leader (pid and start time) while it is in flight."""
-        self._leader = _stat(proc.pid)
+        self._leader = procs.stat(proc.pid)
         if self._leader is not None:
             self.study.record({"pid": self._leader.pid, "start": self._leader.start,
                                "marker": self.env[MARKER],
@@ -466,7 +313,7 @@ class RunProcesses:
                 time.sleep(0.02)
             self._signal_all(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=_GONE_WAIT_S)
+                proc.wait(timeout=procs.GONE_WAIT_S)
             self.cleanup()
 
     def cleanup(self) -> None:
@@ -476,11 +323,11 @@ class RunProcesses:
         with _interrupts_held():
             leftovers = self._leftovers()
             for proc in leftovers:
-                _killpg(proc.pgid, signal.SIGKILL)
-                _kill(proc.pid)
+                procs.killpg(proc.pgid, signal.SIGKILL)
+                procs.kill(proc.pid)
             if self.cgroup is not None:
-                _cgroup_remove(self.cgroup)
-            _wait_gone(leftovers)
+                procs.cgroup_remove(self.cgroup)
+            procs.wait_gone(leftovers)
             if self._cgroup_fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(self._cgroup_fd)
@@ -488,45 +335,34 @@ class RunProcesses:
             if self._leader is not None:
                 self._leader = None
                 self.study.record(None)
-            _subreaper(False)  # orphans of anything else go to init, as usual
+            procs.subreaper(False)  # orphans of anything else go to init, as usual
             if self._owns_study:
                 self.study.close()
 
-    def _members(self, pgid: int) -> list[_Proc]:
+    def _members(self, pgid: int) -> list[procs.Proc]:
         """The run's live processes: its group, its cgroup, its marked descendants."""
-        found = {p.pid: p for p in _marked(f"{MARKER}={self.env[MARKER]}".encode())}
+        found = {p.pid: p for p in procs.marked(f"{MARKER}={self.env[MARKER]}".encode())}
         if self.cgroup is not None:
-            for pid in _cgroup_pids(self.cgroup):
-                proc = _stat(pid)
+            for pid in procs.cgroup_pids(self.cgroup):
+                proc = procs.stat(pid)
                 if proc is not None:
                     found[pid] = proc
-        for proc in _children():
+        for proc in procs.children():
             if proc.pgid == pgid:
                 found[proc.pid] = proc
         return list(found.values())
 
-    def _leftovers(self) -> list[_Proc]:
+    def _leftovers(self) -> list[procs.Proc]:
         pgid = self._leader.pgid if self._leader else -1
         found = {p.pid: p for p in self._members(pgid)}
-        for proc in _children():  # orphans this subreaper adopted during the run
+        for proc in procs.children():  # orphans this subreaper adopted during the run
             if proc.pid not in self._children_before:
                 found[proc.pid] = proc
         return list(found.values())
 
     def _signal_all(self, pgid: int, sig: int) -> None:
-        _killpg(pgid, sig)
+        procs.killpg(pgid, sig)
         for proc in self._members(pgid):
-            _kill(proc.pid, sig)
+            procs.kill(proc.pid, sig)
             if proc.pgid != pgid:
-                _killpg(proc.pgid, sig)
-
-
-def _children() -> list[_Proc]:
-    """Live children of this process (adopted orphans included)."""
-    me = os.getpid()
-    found = []
-    for pid in _pids():
-        proc = _stat(pid)
-        if proc is not None and proc.ppid == me:
-            found.append(proc)
-    return found
+                procs.killpg(proc.pgid, sig)

@@ -1,7 +1,8 @@
-"""The study runner: plan, launch, parse, judge, store — and resume.
+"""The study runner: plan, loop, resume.
 
-``prepare_study`` turns a :class:`~tunelab.spec.StudySpec` into a :class:`Study` (workload,
-space, objective, points). ``run_study`` executes every (point, repeat) not yet in the store,
+A :class:`~tunelab.execute.study.Study` (from :func:`~tunelab.execute.study.prepare_study`)
+goes in; the :class:`~tunelab.execute.executor.Executor` launches, collects and records each
+run. ``run_study`` executes every (point, repeat) not yet in the store,
 in a seeded, interleaved order: repeat round by repeat round, points shuffled within a
 round, the baseline first, so slow drift of the machine spreads over all points instead of
 masquerading as a difference between them. Each finished run is stored in one transaction;
@@ -10,128 +11,36 @@ re-running the same study continues where it stopped.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
-import shlex
 import socket
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from pydantic import ValidationError
-
-from tunelab.cluster.mpi import Placement
-from tunelab.errors import StoreError, StudyError, WorkloadError
+from tunelab.errors import StoreError
 from tunelab.execute.executor import Executor
 from tunelab.execute.guards import check_study_dir
 from tunelab.execute.hygiene import study_processes
 from tunelab.execute.launchers import (
     Launcher,
-    LauncherConfig,
     LocalLauncher,
-    launcher_config,
     make_launcher,
 )
-from tunelab.execute.watch import RunWatch
-from tunelab.limits import LIMITS
-from tunelab.search import (
-    RUN_STRATEGIES,
-    RunStrategy,
-    SearchSettings,
-    Strategy,
-    make_run_strategy,
-    make_strategy,
-)
-from tunelab.space import Point, Space
-from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
+from tunelab.execute.launchers.watch import RunWatch
+from tunelab.execute.study import Study
+from tunelab.space import Point
 from tunelab.store import RunRecord, Store, StudyLock, open_store
 from tunelab.sysinfo import snapshot
-from tunelab.workload import Objective, RunContext, Workload, get_workload
 
 __all__ = [
     "FailFast",
     "RunEvent",
-    "Study",
     "StudyOutcome",
     "plan_runs",
-    "prepare_study",
     "run_study",
 ]
-
-
-@dataclass
-class Study:
-    """A study ready to run: its spec, workload, space, objective and points."""
-
-    spec: StudySpec
-    workload: Workload
-    space: Space
-    objective: Objective
-    points: list[Point]
-    baseline: Point | None
-    adaptive: bool = False
-    launcher: LauncherConfig = field(default_factory=LauncherConfig)
-
-    @property
-    def decides_repeats(self) -> bool:
-        """True when the strategy decides the runs (racing, one-at-a-time, hierarchical)."""
-        return self.spec.strategy in RUN_STRATEGIES
-
-    @property
-    def planned_runs(self) -> int:
-        """How many runs the study makes in all (an upper bound for adaptive searches)."""
-        if self.decides_repeats:
-            settings = self.search_settings()
-            if settings.max_runs is not None:
-                return settings.max_runs
-            n_points = settings.samples or len(self.space.points())
-            return n_points * settings.max_repeats
-        n_points = (self.spec.samples or 0) if self.adaptive else len(self.points)
-        return n_points * self.spec.repeats
-
-    def search_settings(self) -> SearchSettings:
-        """The study's ``search`` section."""
-        options = dict(self.spec.search_options)
-        if "max_wall" in options:
-            options["max_wall_s"] = options.pop("max_wall")
-        return SearchSettings(strategy=self.spec.strategy, seed=self.spec.seed,
-                              samples=self.spec.samples, **options)
-
-    def new_run_strategy(self) -> RunStrategy:
-        """A fresh run strategy (it replays its history from the store)."""
-        return make_run_strategy(self.search_settings(), self.space,
-                                 direction=self.objective.direction, repeats=self.spec.repeats,
-                                 baseline=self.baseline, env_sets=self.spec.env_sets,
-                                 noise_threshold=self.spec.noise_threshold)
-
-    def new_strategy(self) -> Strategy:
-        """A fresh strategy (adaptive searches replay their history from the store)."""
-        return make_strategy(self.spec.strategy, self.space, seed=self.spec.seed,
-                             samples=self.spec.samples, direction=self.objective.direction,
-                             first=self.baseline, env_sets=self.spec.env_sets,
-                             **_sampler(self.spec))
-
-    def context(self, point: Point, run_dir: Path, study_dir: Path, repeat: int = 0, *,
-                placement: Placement | None = None, cores: int | None = None) -> RunContext:
-        """The run context of ``point`` (values, env set, directories, where it runs)."""
-        env_set = {}
-        if self.spec.env_sets is not None:
-            env_set = self.spec.env_sets[str(point[ENV_AXIS])]
-        return RunContext(
-            values=self.space.values(point),
-            env=env_set,
-            run_dir=run_dir,
-            study_dir=study_dir,
-            study_file=self.spec.path,
-            cores=cores or os.cpu_count() or 1,
-            repeat=repeat,
-            placement=placement or Placement(),
-        )
 
 
 @dataclass
@@ -218,111 +127,6 @@ def _blank_run_dir(reason: str, run_dir: str, study_dir: Path) -> str:
     return reason
 
 
-def prepare_study(spec: StudySpec, *, repeats: int | None = None,
-                  dry_run: bool = False) -> Study:
-    """Build the workload, space, strategy and baseline of ``spec``; validate them.
-
-    ``dry_run`` (``space``, ``run --dry-run``) tells the workload to start no program."""
-    if repeats is not None and not 1 <= repeats <= LIMITS.repeats:
-        raise StudyError(f"--repeats must be between 1 and {LIMITS.repeats:,}, got {repeats}")
-    cls = get_workload(spec.workload)
-    try:
-        options = cls.Options.model_validate(spec.workload_options)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field_name = ".".join(str(p) for p in err["loc"]) or "options"
-        where = spec.where("workload", "options", *err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        raise StudyError(
-            f"{where}: workload {spec.workload!r} option {field_name!r}: {msg}"
-        ) from None
-    workload = cls(options, spec.path)
-    workload.dry_run = dry_run
-    launcher = launcher_config(spec)
-    if not spec.parameters and spec.env_sets is None:
-        spec = _with_default_space(spec, workload)
-    rules = [ConstraintSpec(_parse_rule(expr, workload), why, f"workload {workload.name}")
-             for expr, why in workload.rules()]
-    try:
-        space = Space.from_spec(spec, rules, {**_launcher_constants(spec, launcher),
-                                              **workload.constants()})
-    except Exception as exc:
-        if isinstance(exc, StudyError | WorkloadError):
-            raise
-        raise StudyError(f"{spec.where('constraints')}: {exc}") from None
-    try:
-        workload.validate(frozenset([*space.names, *space.derived, *space.constants]))
-    except WorkloadError as exc:
-        raise StudyError(f"{spec.where('workload', 'options')}: workload {spec.workload!r}: "
-                         f"{exc}") from None
-    baseline = None
-    if spec.baseline is not None:
-        baseline = Point(spec.baseline)
-        reason = space.why_not(baseline)
-        if reason is not None:
-            raise StudyError(f"{spec.where('baseline')}: the baseline is not a valid point: "
-                             f"{reason}")
-    objective = workload.objective
-    if spec.objective_fom is not None:
-        objective = Objective(spec.objective_fom, spec.objective_direction or "minimize")
-    adaptive = True
-    points: list[Point] = []
-    if spec.strategy not in RUN_STRATEGIES:
-        strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
-                                 direction=objective.direction, first=baseline,
-                                 env_sets=spec.env_sets, **_sampler(spec))
-        adaptive = strategy.adaptive
-    if adaptive:  # proposals depend on results: only the baseline is known now
-        points = [baseline] if baseline is not None else []
-    else:
-        while not strategy.done and (batch := strategy.ask(1024)):
-            points.extend(batch)
-        if baseline is not None and baseline not in points:
-            points.insert(0, baseline)
-    if repeats is not None:
-        spec = spec.model_copy(update={"repeats": repeats})
-    study = Study(spec, workload, space, objective, points, baseline, adaptive, launcher)
-    if study.planned_runs > LIMITS.runs:
-        raise StudyError(f"{spec.where('repeats')}: the study would make {study.planned_runs:,} "
-                         f"runs, more than {LIMITS.runs:,}; use fewer points or repeats")
-    return study
-
-
-def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, Any]:
-    """``cores_per_node`` and, on a cluster, ``cores``: the cores a run may use (the nodes'
-    size times the most nodes a run asks for)."""
-    per_node = launcher.cores_per_node or os.cpu_count() or 1
-    if not launcher.batch:
-        return {"cores_per_node": per_node}
-    nodes = [int(v) for p in spec.parameters if p.name == "nodes" for v in p.values
-             if isinstance(v, int | float) and not isinstance(v, bool)]
-    most = max([launcher.nodes or 1, *nodes])
-    return {"cores_per_node": per_node, "cores": per_node * most}
-
-
-def _sampler(spec: StudySpec) -> dict[str, Any]:
-    sampler = spec.search_options.get("sampler")
-    return {"sampler": sampler} if sampler else {}
-
-
-def _parse_rule(expr: str, workload: Workload) -> Any:
-    from tunelab.expr import Expression, ExpressionError
-
-    try:
-        return Expression.parse(expr)
-    except ExpressionError as exc:  # a bug in the workload, not in the user's study
-        raise WorkloadError(f"workload {workload.name!r} has an invalid rule: {exc}") from None
-
-
-def _with_default_space(spec: StudySpec, workload: Workload) -> StudySpec:
-    default = workload.default_space()
-    if not default:
-        raise StudyError(f"{spec.where()}: the study names no parameters and workload "
-                         f"{workload.name!r} has no default space")
-    raw = {**spec.raw, "parameters": default}
-    return StudySpec.from_mapping(raw, source=str(spec.path), path=spec.path)
-
-
 def plan_runs(points: list[Point], repeats: int, seed: int,
               baseline: Point | None = None) -> list[tuple[Point, int]]:
     """The interleaved, seeded run order: round by round, shuffled, baseline first.
@@ -340,48 +144,6 @@ def plan_runs(points: list[Point], repeats: int, seed: int,
             round_points.insert(0, baseline)
         order.extend((p, r) for p in round_points)
     return order
-
-
-def point_dir_name(point: Point) -> str:
-    """A short, stable directory name for a point."""
-    return hashlib.sha1(point.key.encode()).hexdigest()[:12]
-
-
-def describe_commands(study: Study, study_dir: Path) -> list[str]:
-    """One line per point: the command it would run, for ``--dry-run``.
-
-    Workloads (prepared with ``dry_run=True``) build the commands in a scratch directory
-    that is removed afterwards; the lines show the run directories a real run would use.
-    """
-    lines = []
-    launcher = make_launcher(study.launcher)
-    with tempfile.TemporaryDirectory(prefix="tunelab-dry-") as tmp:
-        for point in study.points:
-            scratch = Path(tmp) / point_dir_name(point)
-            scratch.mkdir()
-            real = study_dir / "runs" / point_dir_name(point) / "r0"
-            needs = study.workload.needs(study.space.values(point))
-            ctx = study.context(point, scratch, study_dir, placement=launcher.placement(
-                needs, scratch), cores=launcher.cores_per_node)
-            cmd = study.workload.command(ctx)
-            env = {**ctx.env, **cmd.env}
-            prefix = " ".join(f"{k}={shell_quote(v)}" for k, v in sorted(env.items()))
-            line = (f"[{point.label()}] {prefix + ' ' if prefix else ''}"
-                    f"{' '.join(shell_quote(a) for a in cmd.argv)}")
-            lines.append(line.replace(str(scratch), str(real)))
-    return lines
-
-
-def shell_quote(arg: str) -> str:
-    """``arg`` quoted for a POSIX shell, on one line: an argument holding a line break or
-    another control character is written in bash's ``$'…'`` form."""
-    if not any(ord(c) < 32 or ord(c) == 127 for c in arg):
-        return shlex.quote(arg)
-    escaped = "".join(
-        {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c)
-        or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
-        for c in arg)
-    return f"$'{escaped}'"
 
 
 def _identity_check(store: Store, study: Study) -> None:

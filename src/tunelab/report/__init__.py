@@ -12,17 +12,17 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "failed_runs": "html",
+    "failed_runs": "results",
     "render_html_report": "html",
     "write_html_report": "html",
     "fom_by_point": "plots",
     "fom_by_point_chart": "plots",
     "speedup_bar_chart": "plots",
     "speedup_bars": "plots",
-    "StudyResults": "summary",
-    "load_results": "summary",
-    "results_from_frame": "summary",
-    "write_report": "summary",
+    "StudyResults": "results",
+    "load_results": "results",
+    "results_from_frame": "results",
+    "write_report": "writer",
     "TableRow": "table",
     "best_lines": "table",
     "table_rows": "table",

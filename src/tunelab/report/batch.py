@@ -28,8 +28,8 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
     """The job script (``pbs`` or ``slurm``) that runs the best point of ``study_dir``."""
     from tunelab.cluster.mpi import Placement, portable_argv
     from tunelab.execute.launchers.script import JobScript, render, suggest_walltime
-    from tunelab.execute.runner import prepare_study
-    from tunelab.report.summary import load_results
+    from tunelab.execute.study import prepare_study
+    from tunelab.report.results import load_results
     from tunelab.space import Point
     from tunelab.spec import StudySpec
     from tunelab.store import open_store

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from tunelab.errors import TunelabError
-from tunelab.report.summary import StudyResults
+from tunelab.report.results import StudyResults
 from tunelab.spec import ENV_AXIS
 from tunelab.stats import Verdict
 

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunelab.errors import TunelabError
+from tunelab.report.formats import fmt_ratio, point_label
 from tunelab.report.output import TextTable, View
-from tunelab.report.table import best_lines, fmt_ratio, point_label, table_rows
+from tunelab.report.results import failed_runs
+from tunelab.report.table import best_lines, table_rows
 from tunelab.stats import BestResult, PointComparison, PointSummary, verdict_label
 
 if TYPE_CHECKING:
@@ -25,8 +27,7 @@ if TYPE_CHECKING:
     from tunelab.crossstudy import StudyComparison
     from tunelab.workload import Objective
 
-__all__ = ["FailedRun", "Image", "ImageSource", "failed_runs", "render_html_report",
-           "write_html_report"]
+__all__ = ["Image", "ImageSource", "render_html_report", "write_html_report"]
 
 _MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 
@@ -41,17 +42,6 @@ class Image(NamedTuple):
 
 ImageSource = str | Path | tuple[str | Path, str]
 """An image file, or ``(file, caption)``: without a caption, one is made from the file name."""
-
-
-class FailedRun(NamedTuple):
-    """A run that was not ok, as the report lists it."""
-
-    run_id: str
-    point: str
-    repeat: str
-    status: str
-    rc: str
-    reason: str
 
 
 def _embed(source: ImageSource) -> Image:
@@ -72,41 +62,6 @@ def _embed(source: ImageSource) -> Image:
     alt = path.stem.replace("_", " ").replace("-", " ")
     return Image(caption or alt.capitalize() + ".", alt,
                  f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
-
-
-def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def failed_runs(runs: pd.DataFrame | None) -> list[FailedRun]:
-    """Runs whose status is not ``ok``, in run order, with their reasons."""
-    if runs is None or len(runs) == 0 or "status" not in runs.columns:
-        return []
-    bad = runs[runs["status"] != "ok"]
-    if "run_id" in bad.columns:
-        bad = bad.sort_values("run_id")
-    out = []
-    for row in bad.to_dict("records"):
-        try:
-            params = json.loads(row.get("point", "{}"))
-            label = point_label(params) if isinstance(params, dict) else str(row.get("point"))
-        except (TypeError, ValueError):
-            label = str(row.get("point"))
-        out.append(
-            FailedRun(
-                _cell(row.get("run_id")),
-                label,
-                _cell(row.get("repeat")),
-                _cell(row.get("status")),
-                _cell(row.get("rc")),
-                _cell(row.get("reason")),
-            )  # fmt: skip
-        )
-    return out
 
 
 def _pretty(value: Any) -> str:

@@ -27,10 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
+from tunelab.console import is_terminal, message
 from tunelab.errors import TunelabError
 
 __all__ = [
     "FORMATS",
+    "SCHEMA_VERSION",
     "Cell",
     "Column",
     "Lines",
@@ -44,6 +46,9 @@ __all__ = [
 ]
 
 FORMATS = ("text", "json", "csv", "markdown")
+SCHEMA_VERSION = 1
+"""Version of every JSON document (its ``schema`` names the command): bump it whenever a field
+changes meaning or disappears (adding a field keeps it)."""
 Format = Literal["text", "json", "csv", "markdown"]
 
 Cell = str | tuple[str, str]
@@ -91,21 +96,6 @@ class View:
     blocks: tuple[TextTable | Lines, ...]
     document: Mapping[str, Any]
     records: tuple[Mapping[str, Any], ...] = field(default=())
-
-
-def is_terminal(stream: IO[str]) -> bool:
-    """True when ``stream`` is an interactive terminal."""
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def message(text: str, *, stream: IO[str] | None = None) -> None:
-    """A status line on standard error: one line, never wrapped, flushed at once."""
-    stream = stream or sys.stderr
-    stream.write(text.rstrip("\n") + "\n")
-    stream.flush()
 
 
 def json_safe(value: Any) -> Any:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from tunelab.report.table import point_label
+from tunelab.report.figures import pyplot
+from tunelab.report.formats import point_label
 from tunelab.stats import PointComparison, StatsError, Verdict, fom_column, verdict_label
 
 if TYPE_CHECKING:
@@ -116,15 +117,6 @@ def _median(values: np.ndarray) -> float:
     return float(np.median(values)) if values.size else 0.0
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _ratio_ticks(ax: Any, low: float, high: float) -> None:
     """Ticks at powers of two (…, 0.25×, 0.5×, 1×, 2×, 4×, …) on a log ratio axis."""
     from matplotlib.ticker import FixedLocator, NullFormatter
@@ -155,7 +147,7 @@ def speedup_bar_chart(
     """Horizontal bars of each point's speedup over the baseline with CI error bars,
     a line at 1 and the noise band around it, coloured by verdict. Only the first
     ``max_bars`` points in rank order are drawn (the title says so). Writes a PNG."""
-    plt = _pyplot()
+    plt = pyplot()
     all_bars = speedup_bars(comparisons)
     bars = all_bars[:max_bars]
     if len(all_bars) > len(bars):
@@ -231,7 +223,7 @@ def fom_by_point_chart(
     """Box plot of every successful run per point with the runs themselves as dots
     (jittered, seeded) and the count of runs that were not ok. Only the first
     ``max_points`` points of ``order`` (default: by median) are drawn. Writes a PNG."""
-    plt = _pyplot()
+    plt = pyplot()
     all_groups = fom_by_point(runs, fom, order)
     groups = all_groups[:max_points]
     if len(all_groups) > len(groups):

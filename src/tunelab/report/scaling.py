@@ -4,8 +4,8 @@ vs scale-out bars at equal workers.
 
 :func:`scaling_plot_data` is the pure data step (tested without drawing);
 :func:`scaling_plots` draws the PNGs with matplotlib's Agg backend. Any study whose runs
-carry a worker count (parameter or FOM ``workers``) can use them; the ``ddp`` workload's
-``report_plots`` hook does.
+carry a worker count (parameter or FOM ``workers``) can use them: a workload asks for them
+with ``report_figures = ("scaling", …)`` (the ``ddp`` workload does).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, NamedTuple
 
-from tunelab.report.plots import _pyplot
+from tunelab.report.figures import by_layout, layout_label, plain_numbers, pyplot, worker_axis
 from tunelab.scaling import (
     LayoutGap,
     ScalingPoint,
@@ -74,23 +74,6 @@ def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
     return ScalingPlotData(fom, points, gaps, model, tuple(predicted), note)
 
 
-def _plain() -> Any:
-    from matplotlib.ticker import FuncFormatter
-
-    return FuncFormatter(lambda v, _pos: f"{v:g}")
-
-
-def _worker_axis(ax: Any) -> None:
-    """Log-2 worker axis labelled 1, 2, 4, …"""
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(_plain())
-
-
-def _label(series: str, nodes: int) -> str:
-    text = f"{nodes} node{'s' if nodes > 1 else ''}"
-    return f"{series}: {text}" if series else text
-
-
 def scaling_plots(runs: pd.DataFrame, out_dir: str | Path, *, fom: str = "throughput",
                   prefix: str = "scaling", n_resamples: int = 999) -> list[Path]:
     """Write ``<prefix>-throughput.png``, ``<prefix>-efficiency.png`` and, when a worker
@@ -111,43 +94,23 @@ def scaling_plots(runs: pd.DataFrame, out_dir: str | Path, *, fom: str = "throug
     return paths
 
 
-class _Layout(Protocol):
-    @property
-    def series(self) -> str: ...
-    @property
-    def nodes(self) -> int: ...
-    @property
-    def workers(self) -> int: ...
-
-
-_P = TypeVar("_P", bound=_Layout)
-
-
-def _groups(points: Sequence[_P]) -> dict[tuple[str, int], list[_P]]:
-    """Points by (series, nodes), each line sorted by workers: one plotted line each."""
-    groups: dict[tuple[str, int], list[_P]] = {}
-    for p in points:
-        groups.setdefault((p.series, p.nodes), []).append(p)
-    return {k: sorted(v, key=lambda p: p.workers) for k, v in sorted(groups.items())}
-
-
 def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 5), layout="constrained")
     try:
         colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        for i, ((series, k), pts) in enumerate(_groups(data.points).items()):
+        for i, ((series, k), pts) in enumerate(by_layout(data.points).items()):
             c = colours[i % len(colours)]
             x = [p.workers for p in pts]
             y = [p.mean for p in pts]
             err = [[0.0 if math.isnan(p.mean_low) else p.mean - p.mean_low for p in pts],
                    [0.0 if math.isnan(p.mean_high) else p.mean_high - p.mean for p in pts]]
             ax.errorbar(x, y, yerr=err, fmt="o-", color=c, capsize=3,
-                        label=f"{_label(series, k)} measured")
+                        label=f"{layout_label(series, k)} measured")
             model = [(n, v) for s, kk, n, v in data.predicted if s == series and kk == k]
             if model:
                 ax.plot([n for n, _ in model], [v for _, v in model], "--", color=c, alpha=0.7,
-                        label=f"{_label(series, k)} model")
+                        label=f"{layout_label(series, k)} model")
         ideal_pts = [p for p in data.points if p.workers == min(q.workers for q in data.points)]
         if ideal_pts:
             b = ideal_pts[0]
@@ -155,9 +118,9 @@ def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
             xs = [b.workers, top]
             ax.plot(xs, [b.mean * x / b.workers for x in xs], ":", color="black",
                     label="ideal (linear)")
-        _worker_axis(ax)
+        worker_axis(ax)
         ax.set_yscale("log", base=2)
-        ax.yaxis.set_major_formatter(_plain())
+        ax.yaxis.set_major_formatter(plain_numbers())
         ax.set_xlabel("workers")
         ax.set_ylabel(f"{data.fom} (samples/s), mean and 95% t interval")
         title = "Throughput vs workers"
@@ -173,19 +136,19 @@ def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
 
 
 def _efficiency_plot(data: ScalingPlotData, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
     try:
-        for (series, k), pts in _groups(data.points).items():
+        for (series, k), pts in by_layout(data.points).items():
             x = [p.workers for p in pts]
             y = [100 * p.efficiency for p in pts]
             low = [100 * (p.efficiency - p.efficiency_low) if p.n > 1 else 0.0 for p in pts]
             high = [100 * (p.efficiency_high - p.efficiency) if p.n > 1 else 0.0 for p in pts]
             low = [0.0 if math.isnan(v) else v for v in low]
             high = [0.0 if math.isnan(v) else v for v in high]
-            ax.errorbar(x, y, yerr=[low, high], fmt="o-", capsize=3, label=_label(series, k))
+            ax.errorbar(x, y, yerr=[low, high], fmt="o-", capsize=3, label=layout_label(series, k))
         ax.axhline(100, color="black", linestyle=":", label="ideal")
-        _worker_axis(ax)
+        worker_axis(ax)
         ax.set_ylim(bottom=0)
         ax.set_xlabel("workers")
         ax.set_ylabel("parallel efficiency, % (95% CI)")
@@ -199,7 +162,7 @@ def _efficiency_plot(data: ScalingPlotData, path: Path) -> Path:
 
 
 def _gap_plot(gaps: Sequence[LayoutGap], path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 1.5 + 0.4 * len(gaps)), layout="constrained")
     try:
         labels = [f"{g.workers} workers: {g.nodes} nodes vs {g.ref_nodes}"

@@ -4,9 +4,9 @@ interval shaded).
 
 :func:`storage_plot_data` is the pure data step (:func:`tunelab.storage.storage_analysis`,
 tested without drawing); :func:`storage_plots` draws the PNGs with matplotlib's Agg backend.
-The ``ddp`` workload's ``report_plots`` hook calls it; runs without input-pipeline figures
-draw nothing. :func:`storage_lines` puts the analysis in sentences for ``compare`` and the
-HTML report.
+A workload asks for them with ``report_figures = ("storage", …)`` (``ddp`` does); runs
+without input-pipeline figures draw nothing. :func:`storage_lines` puts the analysis in
+sentences for ``compare`` and the HTML report.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunelab.report.plots import _pyplot
-from tunelab.report.scaling import _groups, _label, _worker_axis
+from tunelab.report.figures import by_layout, layout_label, pyplot, worker_axis
 from tunelab.stats import StatsError
 from tunelab.storage import StorageAnalysis, StoragePoint, storage_analysis
 
@@ -79,7 +78,7 @@ def storage_notes(runs: pd.DataFrame) -> list[str]:
 
 
 def _axis(ax: Any) -> None:
-    _worker_axis(ax)
+    worker_axis(ax)
     ax.set_xlabel("workers (emulated accelerators)")
     ax.grid(alpha=0.3, which="both")
 
@@ -106,13 +105,13 @@ def storage_plots(runs: pd.DataFrame, out_dir: str | Path, *, prefix: str = "sto
 
 
 def _au_plot(data: StorageAnalysis, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
     try:
-        for (series, k), pts in _groups(data.points).items():
+        for (series, k), pts in by_layout(data.points).items():
             ax.errorbar([p.workers for p in pts], [100 * p.au for p in pts],
                         yerr=_err(pts, "au", "au_low", "au_high", 0.01), fmt="o-", capsize=3,
-                        label=_label(series, k))
+                        label=layout_label(series, k))
         ax.axhline(100 * data.target, color="black", linestyle="--",
                    label=f"AU {data.target:.0%} (MLPerf Storage)")
         _axis(ax)
@@ -127,11 +126,11 @@ def _au_plot(data: StorageAnalysis, path: Path) -> Path:
 
 
 def _read_plot(data: StorageAnalysis, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
     try:
         colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        groups = _groups(data.points)
+        groups = by_layout(data.points)
         for i, ((series, k), pts) in enumerate(groups.items()):
             c = colours[i % len(colours)]
             pts = [p for p in pts if p.read_Bps > 0]  # memory sources read nothing
@@ -139,7 +138,7 @@ def _read_plot(data: StorageAnalysis, path: Path) -> Path:
                 continue
             ax.errorbar([p.workers for p in pts], [p.read_Bps / MB for p in pts],
                         yerr=_err(pts, "read_Bps", "read_low", "read_high", MB), fmt="o-",
-                        color=c, capsize=3, label=f"{_label(series, k)}: read")
+                        color=c, capsize=3, label=f"{layout_label(series, k)}: read")
         top = max(p.workers for p in data.points)
         xs = [1, top] if top > 1 else [1, 2]
         for i, r in enumerate(data.needed):

@@ -1,14 +1,14 @@
-"""Ranked result tables as formatted strings (:func:`table_rows`, :func:`best_lines`) and
-the number formats every renderer shares, so the terminal (``report/views.py``) and the HTML
-report print exactly the same numbers.
+"""Ranked result tables as formatted strings (:func:`table_rows`, :func:`best_lines`,
+:func:`exclusion_lines`), in the shared formats of :mod:`tunelab.report.formats`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from tunelab.report.formats import fmt_number, fmt_ratio, p_text, point_label
 from tunelab.stats import (
     BestResult,
     PointComparison,
@@ -18,28 +18,10 @@ from tunelab.stats import (
 )
 
 if TYPE_CHECKING:
-    from tunelab.report.summary import Exclusion
+    from tunelab.report.results import Exclusion
     from tunelab.workload import Objective
 
-__all__ = [
-    "VERDICT_STYLES",
-    "TableRow",
-    "best_lines",
-    "exclusion_lines",
-    "fmt_number",
-    "fmt_ratio",
-    "p_text",
-    "point_label",
-    "table_rows",
-]
-
-VERDICT_STYLES = {
-    Verdict.BETTER: "bold green",
-    Verdict.WORSE: "bold red",
-    Verdict.INDISTINGUISHABLE: "yellow",
-    Verdict.INSUFFICIENT: "dim",
-}
-
+__all__ = ["TableRow", "best_lines", "exclusion_lines", "table_rows"]
 
 class TableRow(NamedTuple):
     """One ranked line of a result table, every cell already formatted.
@@ -61,34 +43,6 @@ class TableRow(NamedTuple):
     verdict: str
     verdict_kind: str
     failed: str
-
-
-def fmt_number(value: float, digits: int = 4) -> str:
-    """``digits`` significant digits; an en dash for NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.{digits}g}"
-
-
-def fmt_ratio(value: float) -> str:
-    """A ratio with three decimals (so an interval's side reads 1.004, not 1); dash for NaN."""
-    if value is None or math.isnan(value):
-        return "–"
-    return f"{value:.3f}"
-
-
-def point_label(params: dict[str, Any]) -> str:
-    """``{"np": 4, "env": "am"}`` -> ``np=4 env=am`` (the point's own key order)."""
-    if not params:
-        return "(default)"
-    return " ".join(f"{k}={v}" for k, v in params.items())
-
-
-def p_text(p: float) -> str:
-    """A p-value for a table: three decimals, ``<0.001``, or a dash for NaN."""
-    if math.isnan(p):
-        return "–"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _failed_text(summary: PointSummary) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tunelab.errors import StudyError
-from tunelab.search._pruning import IntermediateTail, RunPruner
+from tunelab.search._pruning import IntermediateTail, PruneTrial, RunPruner
 from tunelab.search._rounds import Budget, RaceSettings
 from tunelab.search._static import GridSearch, RandomSearch
 from tunelab.search.base import RunRequest, RunStrategy, Strategy
@@ -26,6 +26,7 @@ __all__ = [
     "Budget",
     "GridSearch",
     "IntermediateTail",
+    "PruneTrial",
     "RaceSettings",
     "RandomSearch",
     "RunPruner",

@@ -30,7 +30,7 @@ from tunelab.workload import (
 )
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 __all__ = ["FOMS", "DDPOptions", "DDPWorkload"]
 
@@ -105,6 +105,7 @@ class DDPWorkload(Workload):
     description: ClassVar[str] = ("data-parallel training throughput (PyTorch DDP; ResNet, "
                                   "Leopard; real or emulated compute; virtual nodes)")
     Options: ClassVar[type[WorkloadOptions]] = DDPOptions
+    report_figures: ClassVar[tuple[str, ...]] = ("scaling", "storage")
 
     @property
     def objective(self) -> Objective:
@@ -225,15 +226,3 @@ class DDPWorkload(Workload):
         errors = [ln for ln in stderr.splitlines() if ln.startswith("ddp:")]
         hint = f" ({errors[-1]})" if errors else ""
         raise ParseError(f"no ddp result line in the output{hint}")
-
-    @classmethod
-    def report_plots(
-        cls, runs: pd.DataFrame, out_dir: Path, *, objective: Objective,
-        best: str | None, baseline: str | None,
-    ) -> list[Path]:
-        """Throughput vs workers with the ideal line, efficiency, scale-up vs scale-out; with
-        an input pipeline also AU vs workers (the 90 % line) and read MB/s vs workers."""
-        from tunelab.report.scaling import scaling_plots
-        from tunelab.report.storage import storage_plots
-
-        return [*scaling_plots(runs, out_dir, fom=objective.fom), *storage_plots(runs, out_dir)]

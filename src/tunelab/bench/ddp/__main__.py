@@ -1,5 +1,5 @@
 """``python -m tunelab.bench.ddp``: the DDP training benchmark (options: ``--help``)."""
 
-from tunelab.bench.cli import main_ddp
+from tunelab.bench.ddp.cli import main_ddp
 
 main_ddp()

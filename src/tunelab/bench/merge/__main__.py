@@ -1,5 +1,5 @@
 """``python -m tunelab.bench.merge``: the merge benchmark (options: ``--help``)."""
 
-from tunelab.bench.cli import main_merge
+from tunelab.bench.merge.cli import main_merge
 
 main_merge()

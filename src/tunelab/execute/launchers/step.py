@@ -29,9 +29,10 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     write_json_atomic,
 )
+from tunelab.execute.launchers.process import run_command
 
 if TYPE_CHECKING:
-    from tunelab.execute.watch import RunWatch
+    from tunelab.execute.launchers.watch import RunWatch
 
 __all__ = ["execute_run", "main"]
 
@@ -55,8 +56,6 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
     into ``run_dir/hostfile`` and ``TUNELAB_HOSTS``, the first one's address into
     ``TUNELAB_HEAD_ADDR`` (a rendezvous for torchrun or a Dask scheduler).
     """
-    from tunelab.execute.launchers.local import LocalLauncher
-
     if not run.run_dir.is_dir():
         run.run_dir.mkdir(parents=True)
     env = {**(os.environ if environ is None else environ), **run.env}
@@ -75,7 +74,7 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
     watched = watch.start(run) if watch is not None else None
     started = _now()
     try:
-        outcome = LocalLauncher().run(
+        outcome = run_command(
             run.argv, env=env, cwd=run.cwd, timeout_s=run.timeout_s,
             stdout_path=run.run_dir / "stdout.txt", stderr_path=run.run_dir / "stderr.txt",
             should_stop=watched.should_stop if watched is not None else None, poll_s=0.2)

@@ -1,8 +1,9 @@
 """A study's results, computed once from its runs: what ``tunelab compare|best|report`` show.
 
 :func:`results_from_frame` is the pure step (runs table + objective + baseline in, frozen
-:class:`StudyResults` out); :func:`load_results` reads them from a study directory's store;
-:func:`write_report` draws the plots and writes the HTML file.
+:class:`StudyResults` out); :func:`load_results` reads them from a study directory's store.
+The bottom of the report package: views (:mod:`tunelab.report.views`) and renderers build on
+it; :func:`tunelab.report.writer.write_report` draws the plots and writes the HTML file.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from tunelab.report.formats import fmt_number, point_label
 from tunelab.stats import (
     DEFAULT_RESAMPLES,
     BestResult,
@@ -34,17 +36,27 @@ from tunelab.workload import Direction, Objective
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tunelab.crossstudy import StudyComparison
-    from tunelab.report.html import FailedRun, ImageSource
 
 __all__ = [
     "Exclusion",
+    "FailedRun",
     "StudyResults",
     "exclusions_from_frame",
+    "failed_runs",
     "load_results",
     "results_from_frame",
-    "write_report",
 ]
+
+
+class FailedRun(NamedTuple):
+    """A run that was not ok, as the report lists it."""
+
+    run_id: str
+    point: str
+    repeat: str
+    status: str
+    rc: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -146,8 +158,6 @@ def results_from_frame(
     (non-positive mean), becomes a note rather than an error; an unknown figure of merit
     raises :class:`StatsError`.
     """
-    from tunelab.report.html import failed_runs
-
     notes: list[str] = []
     column = fom_column(objective.fom)
     if len(runs) and column not in runs.columns:  # no run produced it: every run failed
@@ -212,8 +222,6 @@ def results_from_frame(
 def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[PointSummary, ...],
                  noise: NoiseLevel | None, confidence: float) -> list[str]:
     """Sentences on multiple comparisons, pairing, disturbed runs and the power hint."""
-    from tunelab.report.table import point_label
-
     notes: list[str] = []
     others = [pc for pc in comparisons if not pc.is_baseline]
     tested = [pc for pc in others if not math.isnan(pc.comparison.p_adjusted)]
@@ -247,8 +255,6 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
 
 
 def _value_text(value: float, fom: str) -> str:
-    from tunelab.report.table import fmt_number
-
     name = fom.removeprefix("fom.")
     unit = " s" if name.endswith("_s") else ""
     return f"{name} {fmt_number(value, 3)}{unit}"
@@ -258,8 +264,6 @@ def exclusions_from_frame(runs: pd.DataFrame, objective: Objective,
                           summaries: tuple[PointSummary, ...]) -> list[Exclusion]:
     """The points with ``invalid`` runs, in order of first run, each with its reason and
     whether it would have been the best point (see :class:`Exclusion`)."""
-    from tunelab.report.table import point_label
-
     if not len(runs) or "status" not in runs.columns:
         return []
     column = fom_column(objective.fom)
@@ -289,6 +293,41 @@ def exclusions_from_frame(runs: pd.DataFrame, objective: Objective,
             line = (f"{label}: {s.failed['invalid']} of {s.n_total} runs excluded: {reason}")
         out.append(Exclusion(s.point, s.params, s.failed["invalid"], s.n_total, value, reason,
                              leading, line))
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def failed_runs(runs: pd.DataFrame | None) -> list[FailedRun]:
+    """Runs whose status is not ``ok``, in run order, with their reasons."""
+    if runs is None or len(runs) == 0 or "status" not in runs.columns:
+        return []
+    bad = runs[runs["status"] != "ok"]
+    if "run_id" in bad.columns:
+        bad = bad.sort_values("run_id")
+    out = []
+    for row in bad.to_dict("records"):
+        try:
+            params = json.loads(row.get("point", "{}"))
+            label = point_label(params) if isinstance(params, dict) else str(row.get("point"))
+        except (TypeError, ValueError):
+            label = str(row.get("point"))
+        out.append(
+            FailedRun(
+                _cell(row.get("run_id")),
+                label,
+                _cell(row.get("repeat")),
+                _cell(row.get("status")),
+                _cell(row.get("rc")),
+                _cell(row.get("reason")),
+            )  # fmt: skip
+        )
     return out
 
 
@@ -326,95 +365,3 @@ def load_results(directory: str | Path) -> StudyResults:
             spec_yaml=store.get_meta("spec_yaml") or "",
             study_file=store.get_meta("study_file") or "",
         )
-
-
-def write_report(results: StudyResults, path: str | Path, *,
-                 cross: StudyComparison | None = None) -> Path:
-    """Draw the plots beside ``path`` (``<stem>-speedup.png``, ``<stem>-runs.png``) and
-    write the self-contained HTML report to ``path``; returns ``path``. ``cross`` (this
-    study judged against another) adds a section."""
-    from tunelab.errors import TunelabError
-    from tunelab.report.html import write_html_report
-    from tunelab.report.plots import fom_by_point_chart, speedup_bar_chart
-    from tunelab.report.table import table_rows
-
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TunelabError(f"cannot create {path.parent}: {exc.strerror}") from exc
-    from tunelab.report.storage import storage_notes
-
-    notes = list(results.notes) + [e.line for e in results.exclusions]
-    notes += storage_notes(results.runs)  # a ddp study with an input pipeline: needed MB/s
-    best_result: BestResult | None = None
-    if len(results.runs):
-        try:
-            best_result = results.best_result()
-        except StatsError as exc:
-            notes.append(f"No best point: {exc}.")
-    fom = results.objective.fom.removeprefix("fom.")
-    images: list[ImageSource] = []
-    if results.comparisons:
-        chart = speedup_bar_chart(
-            results.comparisons,
-            path.with_name(f"{path.stem}-speedup.png"),
-            f"{results.name}: speedup over the baseline",
-            objective=results.objective,
-        )
-        images.append((chart, (
-            f"How much better each point's {fom} is than the baseline's (1× = the same), "
-            f"with its {results.confidence:.0%} confidence interval; the shaded band is the "
-            f"±{results.noise_threshold:.0%} noise threshold, inside which no difference is "
-            "claimed.")))
-    if any(s.n for s in results.summaries):
-        order = [row.point for row in table_rows(results.comparisons or results.summaries,
-                                                  results.objective)]  # fmt: skip
-        chart = fom_by_point_chart(
-            results.runs,
-            results.objective.fom,
-            path.with_name(f"{path.stem}-runs.png"),
-            order=order,
-            baseline=results.baseline,
-        )
-        images.append((chart, (
-            f"{fom} of every run, one row per point in the table's order: each dot is a run, "
-            "the box spans the middle half of a point's runs and its line is the median.")))
-    images.extend(_workload_plots(results, path, best_result))
-    return write_html_report(
-        path,
-        title=f"tunelab: {results.name}",
-        study_spec=results.spec_yaml or results.spec,
-        study_file=results.study_file,
-        cross=cross,
-        sysinfo=results.sysinfo,
-        summaries=results.summaries,
-        comparisons=results.comparisons,
-        best=best_result,
-        images=images,
-        runs=results.runs,
-        objective=results.objective,
-        notes=notes,
-    )
-
-
-def _workload_plots(
-    results: StudyResults, path: Path, best_result: BestResult | None
-) -> list[Path]:
-    """The study's workload's own plots (e.g. pw.x wall time vs np), written beside ``path``."""
-    from tunelab.errors import WorkloadError
-    from tunelab.workload import get_workload
-
-    workload = results.spec.get("workload", {})
-    name = workload.get("name") if isinstance(workload, dict) else None
-    if not name or not any(s.n for s in results.summaries):
-        return []
-    try:
-        cls = get_workload(str(name))
-    except WorkloadError:
-        return []
-    return cls.report_plots(
-        results.runs, path.parent, objective=results.objective,
-        best=best_result.best.point if best_result is not None else None,
-        baseline=results.baseline,
-    )

@@ -21,8 +21,7 @@ from tunelab.execute.launchers.base import Outcome, RunRequest
 
 if TYPE_CHECKING:
     from tunelab.noise import NoiseWatch
-    from tunelab.search import RunPruner
-    from tunelab.search._pruning import PruneTrial
+    from tunelab.search import PruneTrial, RunPruner
     from tunelab.store import RunRecord
 
 __all__ = ["RunWatch", "WatchedRun"]

@@ -1,0 +1,184 @@
+"""``tunelab compare``, ``best``, ``report``, ``script``, ``combine``, ``replay`` and ``export``:
+what a study found, in every form."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunelab.cli.common import (
+    BaselineStudyOpt,
+    DirArg,
+    FormatOpt,
+    OutputFormat,
+    compare_studies,
+    emit,
+    exit_if_failed,
+    status_counts,
+    write_text,
+)
+from tunelab.errors import TunelabError
+from tunelab.report.output import message
+
+__all__ = ["best", "combine", "compare", "export", "replay", "report", "script"]
+
+
+def compare(
+    directories: Annotated[list[Path], typer.Argument(
+        help="A study directory (every point against its baseline), or two: DIR_A DIR_B "
+             "(B judged against A on the points both measured).", show_default=False)],
+    baseline_study: BaselineStudyOpt = None,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """Compare points: speedup, confidence interval, p-value and verdict.
+
+    With one directory, every point against the study's baseline; with two (or
+    --baseline-study), the second study against the first, point by point.
+    """
+    from tunelab.report.results import load_results
+    from tunelab.report.views import compare_view, cross_compare_view, with_storage
+
+    if len(directories) > 2 or (baseline_study is not None and len(directories) != 1):
+        raise TunelabError("compare takes one study directory, or two (DIR_A DIR_B), or one "
+                           "with --baseline-study DIR_A")
+    if baseline_study is not None:
+        directories = [baseline_study, *directories]
+    if len(directories) == 1:
+        results = load_results(directories[0])
+        emit(with_storage(compare_view(results), results.runs), fmt)
+        exit_if_failed(status_counts(results), f"study {results.name!r}")
+        return
+    a, b = (load_results(d) for d in directories)
+    emit(cross_compare_view(compare_studies(a, b), directory_a=str(directories[0]),
+                             directory_b=str(directories[1])), fmt)
+    counts = status_counts(a)
+    for status_name, n in status_counts(b).items():
+        counts[status_name] = counts.get(status_name, 0) + n
+    exit_if_failed(counts, f"studies {a.name!r} and {b.name!r} together")
+
+
+def best(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
+    """The best point, and how sure we are that it beats the runner-up."""
+    from tunelab.report.results import load_results
+    from tunelab.report.views import best_view
+    from tunelab.stats import StatsError
+
+    results = load_results(directory)
+    try:
+        winner, problem = results.best_result(), ""
+    except StatsError as exc:
+        winner, problem = None, str(exc)
+    emit(best_view(results, winner, problem), fmt)
+    exit_if_failed(status_counts(results), f"study {results.name!r}")
+
+
+def report(
+    directory: DirArg,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="HTML file "
+                                                "(default: DIR/report.html).")] = None,
+    baseline_study: BaselineStudyOpt = None,
+) -> None:
+    """Write the plots (PNG) and a self-contained HTML report; print the report's path."""
+    from tunelab.report.results import load_results
+    from tunelab.report.writer import write_report
+
+    results = load_results(directory)
+    cross = None
+    if baseline_study is not None:
+        cross = compare_studies(load_results(baseline_study), results)
+    try:
+        path = write_report(results, output or directory / "report.html", cross=cross)
+    except OSError as exc:
+        raise TunelabError(f"cannot write {exc.filename or output or directory}: "
+                           f"{exc.strerror or exc}; write the report elsewhere with --output "
+                           "FILE") from None
+    sys.stdout.write(f"{path}\n")
+    exit_if_failed(status_counts(results), f"study {results.name!r}")
+
+
+def script(
+    directory: DirArg,
+    scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="pbs or slurm.")],
+    walltime: Annotated[str | None, typer.Option(help="e.g. 10m, 2h (default: 3x the "
+                                                 "measured median, at least 10 min).")] = None,
+    mem: Annotated[str | None, typer.Option(help="Memory request, e.g. 190GB.")] = None,
+    project: Annotated[str | None, typer.Option(help="Project/account to charge.")] = None,
+    queue: Annotated[str | None, typer.Option(help="Queue or partition.")] = None,
+    job_name: Annotated[str | None, typer.Option(help="Job name.")] = None,
+    module: Annotated[list[str] | None, typer.Option(help="`module load` this (repeatable).")]
+    = None,
+    directive: Annotated[list[str] | None, typer.Option(help="Extra scheduler directive "
+                                                        "(repeatable).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the script "
+                                                "here instead of printing it.")] = None,
+) -> None:
+    """Render a batch job script (PBS or Slurm) for the study's best configuration."""
+    from tunelab.report.batch import best_job_script
+    from tunelab.spec import parse_duration
+
+    try:
+        walltime_s = parse_duration(walltime) if walltime is not None else None
+    except ValueError as exc:
+        raise TunelabError(f"--walltime {exc}") from None
+    text = best_job_script(directory, scheduler=scheduler, walltime_s=walltime_s, mem=mem,
+                           project=project, queue=queue, job_name=job_name,
+                           modules=module, directives=directive)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_text(output, text)
+        message(f"job script written to {output}")
+
+
+def combine(
+    directory: DirArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Study file to write.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write the follow-up study: env sets that were better than the baseline, combined."""
+    from tunelab.report.combine import combine_better_options
+    from tunelab.report.results import load_results
+
+    if output.exists() and not force:
+        raise TunelabError(f"{output} exists; pass --force to overwrite it")
+    combination = combine_better_options(load_results(directory))
+    write_text(output, combination.study_yaml)
+    message(f"better than the baseline: {', '.join(combination.winners)}")
+    for name, verdict in combination.left_out:
+        message(f"left out: {name} ({verdict})")
+    message(f"wrote {output}; run it with: tunelab run {output}")
+
+
+def replay(
+    directory: DirArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Replay study file to write.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a replay study: the finished study as a workload answering with its recorded runs."""
+    from tunelab.replay import write_replay_study
+
+    if output.exists() and not force:
+        raise TunelabError(f"{output} exists; pass --force to overwrite it")
+    write_replay_study(directory, output)
+    message(f"wrote {output}; run any strategy on it offline: tunelab run {output}")
+
+
+def export(
+    directory: DirArg,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or json.")] = "csv",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output file "
+                                                "(default: DIR/runs.<format>; - for standard "
+                                                "output).")] = None,
+) -> None:
+    """Export every run with its parameters and figures of merit."""
+    from tunelab.report.export import export_runs
+
+    formats = ("csv", "parquet", "json")
+    if fmt not in formats:
+        raise TunelabError(f"unknown export format {fmt!r}; valid: {', '.join(formats)}")
+    target = output or directory / f"runs.{fmt}"
+    n = export_runs(directory, fmt, None if str(target) == "-" else target)
+    message(f"{n} runs written to {'standard output' if str(target) == '-' else target}")

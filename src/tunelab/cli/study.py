@@ -1,0 +1,194 @@
+"""``tunelab run``, ``status`` and ``space``: a study run, followed, and looked at before."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunelab.cli.common import (
+    DirArg,
+    FormatOpt,
+    Interrupted,
+    OutputFormat,
+    StudyArg,
+    default_dir,
+    emit,
+    exit_if_failed,
+    failed_runs,
+    ignore_further_signals,
+    load,
+    plan_text,
+    raise_keyboard_interrupt,
+)
+from tunelab.errors import TunelabError
+from tunelab.report.output import message
+
+__all__ = ["run", "space", "status"]
+
+
+def run(
+    study_file: StudyArg,
+    directory: Annotated[Path | None, typer.Option("--dir", help="Study directory "
+                                                   "(default: runs/<study name>).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands only: runs "
+                                          "nothing, writes nothing.")] = False,
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Override the study's "
+                                                "repeats.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Batch launchers: submit the jobs "
+                                         "and exit; 'tunelab status DIR' collects them.")]
+    = False,
+    wait_quiet: Annotated[bool, typer.Option("--wait-quiet", help="Before each run, wait "
+                                             "until other processes leave the machine "
+                                             "quiet (at most 10 minutes).")] = False,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """Run a study (resumes where a previous run of it stopped; re-attaches to its jobs).
+
+    Progress goes to standard error: a bar on a terminal, one line per finished run
+    otherwise. The ranked results go to standard output.
+    """
+    from tunelab.execute.runner import run_study
+    from tunelab.execute.study import describe_commands, prepare_study
+    from tunelab.report.progress import study_progress
+    from tunelab.spec import load_study
+
+    spec = load_study(study_file)
+    study = prepare_study(spec, repeats=repeats, dry_run=dry_run)
+    study_dir = directory or default_dir(spec.name)
+    if dry_run:
+        for line in describe_commands(study, study_dir):
+            sys.stdout.write(line + "\n")
+        for fact in study.workload.facts():
+            message(f"{study.workload.name}: {fact}")
+        message(f"{plan_text(study)} (dry run: nothing was run)")
+        return
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    with study_progress(quiet=quiet) as progress:
+        try:
+            outcome = run_study(study, study_dir, on_start=progress.start,
+                                on_event=progress.update, detach=detach,
+                                wait_quiet=wait_quiet)
+        except KeyboardInterrupt:
+            ignore_further_signals()
+            progress.stop()
+            cancelled = " its batch jobs were cancelled;" if study.launcher.batch else ""
+            raise Interrupted(f"tunelab: interrupted;{cancelled} finished runs are stored in "
+                               f"{study_dir}. Run the same command again to resume.") from None
+    if outcome.queued_jobs:
+        message(f"{study.spec.name}: {outcome.queued_jobs} job(s) in the queue, "
+                f"{outcome.ran} runs collected now. 'tunelab status {study_dir}' collects "
+                "finished runs; 'tunelab run' again submits the rest and waits.")
+        return
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
+    if outcome.stopped is not None:
+        message(f"{study.spec.name}: stopped early: {outcome.stopped}")
+    message(f"{study.spec.name}: {outcome.ran} runs now, {outcome.previously_done} done "
+            f"before, {outcome.planned} planned ({counts}). Results: {study_dir}")
+    _print_ranking(study_dir, fmt)
+    exit_if_failed(outcome.counts, f"study {study.spec.name!r}")
+
+
+def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
+    from tunelab.report.results import load_results
+    from tunelab.report.views import compare_view
+    from tunelab.stats import StatsError
+
+    try:
+        results = load_results(study_dir)
+    except StatsError as exc:  # e.g. no run produced the objective: the failures say why
+        message(f"tunelab: no ranking: {exc}")
+        return
+    if results.comparisons or results.summaries:
+        emit(compare_view(results), fmt)
+
+
+def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
+    """Show how far a study is and its latest failures (exit 1 when runs failed); collect
+    what its batch jobs finished."""
+    from tunelab.report.listings import FailureLine, StatusData, status_view
+    from tunelab.space import Point
+    from tunelab.store import open_store
+
+    jobs_line = _collect_jobs(directory)
+    with open_store(directory) as store:
+        data = StatusData(
+            name=store.get_meta("study_name") or directory.name,
+            directory=str(directory),
+            planned=int(store.get_meta("planned_runs") or 0),
+            counts=store.status_counts(),
+            failures=tuple(FailureLine(dict(Point.from_key(key)), rep, st, reason)
+                           for key, rep, st, reason in store.failures(limit=10)),
+            jobs=jobs_line or "",
+        )
+    emit(status_view(data), fmt)
+    if failed_runs(data.counts):
+        raise typer.Exit(1)
+
+
+def _collect_jobs(directory: Path) -> str | None:
+    """Collect the finished runs of a study's open batch jobs (when no ``tunelab run``
+    holds the study); a line on its jobs, or None when it has none."""
+    import json
+
+    from tunelab.errors import StoreError
+    from tunelab.execute.runner import collect_study
+    from tunelab.execute.study import prepare_study
+    from tunelab.spec import StudySpec
+    from tunelab.store import open_store
+
+    with open_store(directory) as store:
+        open_jobs = store.open_jobs()
+        raw = json.loads(store.get_meta("spec") or "{}")
+        study_file = store.get_meta("study_file") or ""
+    if not open_jobs:
+        return None
+    spec = StudySpec.from_mapping(raw, source=study_file or str(directory),
+                                  path=Path(study_file) if study_file else None)
+    try:
+        outcome, phases = collect_study(prepare_study(spec), directory)
+    except StoreError:  # a tunelab run controls the study: it collects
+        return f"jobs: {len(open_jobs)} open (a running 'tunelab run' collects them)"
+    detail = ", ".join(f"{n} {p}" for p, n in sorted(phases.items())) or "none left"
+    return f"jobs: {outcome.queued_jobs} active ({detail}); {outcome.ran} runs collected now"
+
+
+def space(
+    study_file: StudyArg,
+    show: Annotated[int, typer.Option("--show", help="How many points to list.")] = 10,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """Count the valid points of a study's space and what each constraint excluded."""
+    from tunelab.errors import SpaceError
+    from tunelab.execute.study import prepare_study
+    from tunelab.report.listings import SpaceView, space_view
+    from tunelab.space import SpaceSummary
+
+    if show < 0:
+        raise TunelabError(f"--show must be >= 0, got {show}")
+    study = prepare_study(load(study_file), dry_run=True)
+    summary: SpaceSummary | None = None
+    try:
+        summary, points = study.space.summarize()
+    except SpaceError:  # too large to enumerate: a sampling search (grid was refused above)
+        points = study.points
+    why = {c.label: c.why or "" for c in study.space.constraints}
+    origin = {c.label: c.origin for c in study.space.constraints}
+    exclusions = tuple(
+        (label, n, origin.get(label, "study"), why.get(label, ""))
+        for label, n in sorted((summary.excluded if summary else {}).items(),
+                               key=lambda kv: -kv[1]))
+    data = SpaceView(
+        study=study.spec.name, names=tuple(study.space.names), total=study.space.size,
+        valid=summary.valid if summary else None, exclusions=exclusions,
+        points=tuple(dict(p) for p in points[:show]), plan=plan_text(study),
+        plan_doc={"points": None if study.adaptive else len(study.points),
+                  "repeats": study.spec.repeats, "runs": study.planned_runs,
+                  "strategy": study.spec.strategy, "adaptive": study.adaptive},
+        facts=tuple(f"{study.workload.name}: {fact}" for fact in study.workload.facts()),
+    )
+    emit(space_view(data), fmt)

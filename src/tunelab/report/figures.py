@@ -1,0 +1,60 @@
+"""Plotting helpers every figure of the report shares: matplotlib's Agg backend, imported on
+first use, and the worker-count axes and per-layout series of the scaling and storage plots."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
+
+__all__ = ["by_layout", "layout_label", "plain_numbers", "pyplot", "worker_axis"]
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (no display needed), imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plain_numbers() -> Any:
+    """A tick formatter that prints plain numbers (``8``, not ``2^3`` or ``8.0``)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: f"{v:g}")
+
+
+def worker_axis(ax: Any) -> None:
+    """Log-2 worker axis labelled 1, 2, 4, …"""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(plain_numbers())
+
+
+def layout_label(series: str, nodes: int) -> str:
+    """The legend text of one layout: ``2 nodes``, or ``files: 2 nodes`` in a series."""
+    text = f"{nodes} node{'s' if nodes > 1 else ''}"
+    return f"{series}: {text}" if series else text
+
+
+class Layout(Protocol):
+    """A measured point of a scaling or storage plot: its series, nodes and workers."""
+
+    @property
+    def series(self) -> str: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+
+
+P = TypeVar("P", bound=Layout)
+
+
+def by_layout(points: Sequence[P]) -> dict[tuple[str, int], list[P]]:
+    """Points by (series, nodes), each line sorted by workers: one plotted line each."""
+    groups: dict[tuple[str, int], list[P]] = {}
+    for p in points:
+        groups.setdefault((p.series, p.nodes), []).append(p)
+    return {k: sorted(v, key=lambda p: p.workers) for k, v in sorted(groups.items())}

@@ -1,0 +1,151 @@
+"""What the listing commands show (``status``, ``space``, ``workloads``), as data: one function
+per command builds a :class:`View` (see :mod:`tunelab.report.views` for the result commands).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tunelab.report.formats import point_label
+from tunelab.report.output import SCHEMA_VERSION, Cell, Column, Lines, TextTable, View
+
+__all__ = ["FailureLine", "SpaceView", "StatusData", "space_view", "status_view",
+           "workloads_view"]
+
+
+# ---------------------------------------------------------------------------------------
+# status
+
+
+@dataclass(frozen=True)
+class FailureLine:
+    """A run that was not ok: its point, repeat, status and reason."""
+
+    params: dict[str, Any]
+    repeat: int
+    status: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StatusData:
+    """How far a study is: planned and stored runs, counts per status, latest failures."""
+
+    name: str
+    directory: str
+    planned: int
+    counts: dict[str, int]
+    failures: tuple[FailureLine, ...]
+    jobs: str = ""
+    """A line on the study's open batch jobs (empty without any)."""
+
+    @property
+    def done(self) -> int:
+        """Runs stored, whatever their status."""
+        return sum(self.counts.values())
+
+
+def status_view(data: StatusData) -> View:
+    """``study 'x' in DIR: 4/6 runs done (…)`` and the latest failures."""
+    detail = ", ".join(f"{n} {s}" for s, n in sorted(data.counts.items())) or "no runs yet"
+    headline = (f"study {data.name!r} in {data.directory}: {data.done}/{data.planned} runs "
+                f"done ({detail})")
+    blocks: list[TextTable | Lines] = [Lines((headline, data.jobs) if data.jobs else (headline,))]
+    if data.failures:
+        blocks.append(TextTable(
+            f"latest runs that were not ok ({len(data.failures)})",
+            (Column("status", "status"), Column("point", "point", wrap=True),
+             Column("repeat", "repeat", "right", drop=1), Column("reason", "reason", wrap=True)),
+            tuple({"status": (f.status, "red"), "point": point_label(f.params),
+                   "repeat": str(f.repeat), "reason": f.reason} for f in data.failures)))
+    failures = [{"point": f.params, "label": point_label(f.params), "repeat": f.repeat,
+                 "status": f.status, "reason": f.reason} for f in data.failures]
+    document = {"schema": "tunelab.status", "version": SCHEMA_VERSION, "study": data.name,
+                "directory": data.directory, "planned": data.planned, "done": data.done,
+                "counts": dict(sorted(data.counts.items())), "jobs": data.jobs or None,
+                "failures": failures}
+    records = tuple({k: v for k, v in f.items() if k != "point"} for f in failures)
+    return View(tuple(blocks), document, records)
+
+
+# ---------------------------------------------------------------------------------------
+# space
+
+
+@dataclass(frozen=True)
+class SpaceView:
+    """What ``tunelab space`` found, as plain data."""
+
+    study: str
+    names: tuple[str, ...]
+    total: int
+    valid: int | None
+    """None when the space is too large to enumerate (a sampling search draws from it)."""
+    exclusions: tuple[tuple[str, int, str, str], ...]
+    """(constraint, points excluded, source, why) per constraint, most first."""
+    points: tuple[Mapping[str, Any], ...]
+    """The first points shown (``shown`` of ``valid``)."""
+    plan: str
+    plan_doc: Mapping[str, Any]
+    facts: tuple[str, ...] = ()
+    """Workload facts worth showing (e.g. the k-point count and where it came from)."""
+
+
+def space_view(data: SpaceView) -> View:
+    """The valid points of a study's space and what each constraint excluded."""
+    names = ", ".join(data.names) or "no parameters"
+    counted = (f"{data.valid} valid points of {data.total} combinations ({names})"
+               if data.valid is not None else
+               f"{data.total:,} combinations ({names}): too many to enumerate, so the valid "
+               "ones are not counted; the search samples them")
+    blocks: list[TextTable | Lines] = [Lines((counted, *data.facts))]
+    if data.exclusions:
+        blocks.append(TextTable(
+            "excluded by constraint",
+            (Column("count", "excluded", "right"), Column("constraint", "constraint"),
+             Column("source", "from", drop=2), Column("why", "why", wrap=True, drop=1)),
+            tuple({"count": str(n), "constraint": label, "source": source, "why": why}
+                  for label, n, source, why in data.exclusions)))
+    if data.points:
+        more = (data.valid or 0) - len(data.points)
+        notes = (f"… and {more} more (--show N to list them)",) if more > 0 else ()
+        blocks.append(TextTable(
+            f"valid points (first {len(data.points)})" if more > 0 else "valid points",
+            tuple(Column(n, n, "right") for n in data.names),
+            tuple({n: str(p.get(n, "")) for n in data.names} for p in data.points), notes))
+    blocks.append(Lines((f"will run {data.plan}",)))
+    document = {
+        "schema": "tunelab.space", "version": SCHEMA_VERSION, "study": data.study,
+        "parameters": list(data.names), "total": data.total, "valid": data.valid,
+        "excluded": [{"constraint": c, "count": n, "source": s, "why": w or None}
+                     for c, n, s, w in data.exclusions],
+        "points": [dict(p) for p in data.points], "shown": len(data.points),
+        "plan": dict(data.plan_doc), "facts": list(data.facts),
+    }
+    return View(tuple(blocks), document, tuple(dict(p) for p in data.points))
+
+
+# ---------------------------------------------------------------------------------------
+# workloads
+
+
+def workloads_view(entries: Mapping[str, Any]) -> View:
+    """Installed workloads: name, whether they load, and what each is for (or why not)."""
+    rows: list[dict[str, Cell]] = []
+    docs = []
+    for name, entry in entries.items():
+        if isinstance(entry, str):
+            rows.append({"name": name, "status": ("unavailable", "red"), "about": entry})
+            docs.append({"name": name, "available": False, "description": None,
+                         "reason": entry})
+        else:
+            rows.append({"name": name, "status": "ok", "about": entry.description})
+            docs.append({"name": name, "available": True, "description": entry.description,
+                         "reason": None})
+    table = TextTable("installed workloads",
+                      (Column("name", "name"), Column("status", "status", drop=1),
+                       Column("about", "description", wrap=True)), tuple(rows))
+    document = {"schema": "tunelab.workloads", "version": SCHEMA_VERSION, "workloads": docs}
+    return View((table,), document, tuple(docs))
