@@ -45,16 +45,30 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from tunelab.errors import TunelabError
+from tunelab.stats.labels import failures_text, verdict_label
+from tunelab.stats.results import DEFAULT_RESAMPLES as DEFAULT_RESAMPLES
+from tunelab.stats.results import DIRECTIONS as DIRECTIONS
+from tunelab.stats.results import (
+    MAX_REPEATS_HINT,
+    MIN_PAIRS,
+    BestResult,
+    Comparison,
+    NoiseLevel,
+    PairedInterval,
+    PointComparison,
+    PointSummary,
+    StatsError,
+    Verdict,
+    check_direction,
+    verdict_for,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,173 +94,12 @@ __all__ = [
     "verdict_label",
 ]
 
-DIRECTIONS = ("minimize", "maximize")
-DEFAULT_RESAMPLES = 9999
-"""Bootstrap resamples per comparison (scipy's default; vectorised, a few ms for n ≤ 100)."""
-
-MIN_PAIRS = 3
-"""Fewest complete rounds for the paired interval to decide a verdict."""
-
-MAX_REPEATS_HINT = 10_000
-"""Largest number of repeats :func:`repeats_needed` reports (beyond it: None)."""
-
 DISTURBED_COLUMN = "noise.disturbed"
 """Runs-table column flagging runs taken while the machine was busier than at the start."""
 
 _BCA_MAX_N = 2000
 _FAILED_NO_VALUE = "missing"
 """Status key under which ``ok`` runs without a value of the figure of merit are counted."""
-
-
-class StatsError(TunelabError):
-    """Statistics that cannot be computed from the runs given (no runs, unknown FOM, …)."""
-
-
-class Verdict(StrEnum):
-    """Outcome of comparing B against A (see :func:`compare`)."""
-
-    BETTER = "better"
-    WORSE = "worse"
-    INDISTINGUISHABLE = "indistinguishable"
-    INSUFFICIENT = "insufficient data"
-
-
-@dataclass(frozen=True)
-class PointSummary:
-    """Descriptive statistics of one point's successful runs.
-
-    ``failed`` maps each non-ok status (``failed``, ``timeout``, ``invalid``, and
-    ``missing`` for ok runs without a finite value of the figure of merit) to its count.
-    With ``n == 0`` the statistics are NaN; ``std`` is the sample standard deviation
-    (``ddof=1``), NaN for ``n == 1``.
-    """
-
-    point: str
-    params: dict[str, Any]
-    n: int
-    mean: float
-    median: float
-    std: float
-    min: float
-    max: float
-    failed: dict[str, int] = field(default_factory=dict)
-    disturbed: int = 0
-    """Successful runs taken while the machine was busier than at the study's start."""
-
-    @property
-    def n_failed(self) -> int:
-        """Runs of this point that did not yield a value."""
-        return sum(self.failed.values())
-
-    @property
-    def n_total(self) -> int:
-        """All runs of this point, successful or not."""
-        return self.n + self.n_failed
-
-
-@dataclass(frozen=True)
-class PairedInterval:
-    """B against A within rounds: the geometric mean of the per-round ratios (> 1: B
-    better), its Student t interval over ``n_pairs`` rounds and the paired t-test p-value.
-    ``complete`` is True when every run of the side with fewer runs had a partner."""
-
-    speedup: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    n_pairs: int
-    complete: bool
-    sd_log: float = math.nan
-    """Standard deviation of the per-round log ratio (the paired noise)."""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """B compared with A. ``speedup > 1`` means B is better (see module docstring).
-
-    ``ci_low``/``ci_high`` bound the speedup at the requested confidence; they and
-    ``p_value`` are NaN when a side has fewer than two values. ``paired`` is the paired
-    interval when the runs carry rounds; ``method`` says which interval decided the verdict
-    (``paired`` or ``unpaired``) and ``p_test`` is that test's p-value; ``p_adjusted`` is
-    it after the Benjamini–Hochberg adjustment over the study's comparisons (equal to
-    ``p_test`` for a lone comparison). ``repeats_needed`` is the power hint: repeats per
-    point for a 5 % change to be seen in 80 % of studies at this comparison's noise.
-    """
-
-    speedup: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    verdict: Verdict
-    n_a: int
-    n_b: int
-    confidence: float = 0.95
-    noise_threshold: float = 0.02
-    paired: PairedInterval | None = None
-    method: str = "unpaired"
-    p_test: float = math.nan
-    p_adjusted: float = math.nan
-    repeats_needed: int | None = None
-
-    @property
-    def verdict_unadjusted(self) -> Verdict:
-        """The verdict the deciding interval gives before the multiple-comparison step."""
-        if self.verdict is Verdict.INSUFFICIENT:
-            return self.verdict
-        if self.method == "paired" and self.paired is not None:
-            p = self.paired
-            return _verdict(p.ci_low, p.ci_high, p.speedup, self.noise_threshold)
-        return _verdict(self.ci_low, self.ci_high, self.speedup, self.noise_threshold)
-
-
-@dataclass(frozen=True)
-class NoiseLevel:
-    """The run-to-run noise of a study: pooled within-point standard deviation of the log
-    figure of merit (``sd_log`` ≈ relative sd), its degrees of freedom, and the repeats per
-    point a ``change`` (5 %) needs to be seen in 80 % of studies (None: more than
-    :data:`MAX_REPEATS_HINT`, or no estimate)."""
-
-    sd_log: float
-    df: int
-    change: float
-    repeats_needed: int | None
-
-
-@dataclass(frozen=True)
-class PointComparison:
-    """One point compared with the study's baseline (A = baseline, B = this point)."""
-
-    rank: int
-    summary: PointSummary
-    comparison: Comparison
-    is_baseline: bool = False
-
-    @property
-    def point(self) -> str:
-        """The point's canonical JSON key."""
-        return self.summary.point
-
-
-@dataclass(frozen=True)
-class BestResult:
-    """The best point by mean, the runner-up, and how sure we are of the order.
-
-    ``comparison`` is the runner-up (A) against the best (B), so its speedup is ``>= 1``.
-    ``p_beats_runner_up`` is the fraction of bootstrap resamples in which the best's mean
-    is better than the runner-up's (ties count half): near 1 for a clear winner, near 0.5
-    for a coin toss. The share is optimistic (winner's curse: the best was picked because
-    its observed mean was best): two points drawn from one distribution with 5 runs each
-    gave a median of 0.77 and >= 0.95 in 17 % of 200 trials, so trust ``comparison.verdict``
-    for a decision. It, ``runner_up`` and ``comparison`` are None with a single point;
-    ``p_beats_runner_up`` is also None when a side has fewer than two values.
-    """
-
-    fom: str
-    direction: str
-    best: PointSummary
-    runner_up: PointSummary | None
-    comparison: Comparison | None
-    p_beats_runner_up: float | None
 
 
 # --------------------------------------------------------------------------------------
@@ -256,13 +109,6 @@ class BestResult:
 def fom_column(fom: str) -> str:
     """Column of the runs table holding figure of merit ``fom`` (``wall_s`` -> ``fom.wall_s``)."""
     return fom if fom.startswith("fom.") else f"fom.{fom}"
-
-
-def _check_direction(direction: str) -> None:
-    if direction not in DIRECTIONS:
-        raise StatsError(
-            f"objective direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}"
-        )
 
 
 def _check_runs(runs: pd.DataFrame, fom: str) -> str:
@@ -455,7 +301,7 @@ def paired_interval(
     log scale) first."""
     from scipy import stats
 
-    _check_direction(direction)
+    check_direction(direction)
     a, b = np.asarray(a_values, dtype=float), np.asarray(b_values, dtype=float)
     ra, rb = np.asarray(a_rounds, dtype=np.int64), np.asarray(b_rounds, dtype=np.int64)
     if a.shape != ra.shape or b.shape != rb.shape:
@@ -525,7 +371,7 @@ def _compare(
     seed: int,
     rounds: tuple[Sequence[int] | np.ndarray, Sequence[int] | np.ndarray] | None = None,
 ) -> tuple[Comparison, np.ndarray | None]:
-    _check_direction(direction)
+    check_direction(direction)
     if not 0 < confidence < 1:
         raise StatsError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     if n_resamples < 1:
@@ -586,22 +432,11 @@ def _compare(
         method, d_low, d_high, effect = "paired", paired.ci_low, paired.ci_high, paired.speedup
         p_test = paired.p_value
         needed = repeats_needed(paired.sd_log, confidence=confidence, paired=True)
-    verdict = _verdict(d_low, d_high, effect, noise_threshold)
+    verdict = verdict_for(d_low, d_high, effect, noise_threshold)
     return Comparison(
         speedup, low, high, p, verdict, int(a.size), int(b.size), confidence, noise_threshold,
         paired, method, p_test, p_test, needed,
     ), distribution
-
-
-def _verdict(low: float, high: float, effect: float, noise_threshold: float) -> Verdict:
-    if (
-        math.isnan(low)
-        or math.isnan(high)
-        or low <= 1.0 <= high
-        or abs(effect - 1.0) < noise_threshold
-    ):
-        return Verdict.INDISTINGUISHABLE
-    return Verdict.BETTER if effect > 1.0 else Verdict.WORSE
 
 
 def compare(
@@ -695,7 +530,7 @@ def compare_to_baseline(
     :func:`adjust_for_multiple_comparisons`). Raises :class:`StatsError` when the baseline
     is not in the runs or has no successful run.
     """
-    _check_direction(direction)
+    check_direction(direction)
     column = _check_runs(runs, fom)
     groups = _groups(runs, column)
     summaries = [_summary(p, g) for p, g in groups.items()]
@@ -705,7 +540,7 @@ def compare_to_baseline(
     if base.n == 0:
         raise StatsError(
             f"baseline point {baseline_key} has no successful run with a value of "
-            f"{column.removeprefix('fom.')} ({_failures_text(base.failed)})"
+            f"{column.removeprefix('fom.')} ({failures_text(base.failed)})"
         )
     a = groups[baseline_key]
     ranked = sorted(summaries, key=lambda s: _sort_key(s, direction))
@@ -755,7 +590,7 @@ def best(
     points with fewer considered.
     Raises :class:`StatsError` when there are no runs or no successful run with a value.
     """
-    _check_direction(direction)
+    check_direction(direction)
     if len(runs) == 0:
         raise StatsError("no runs to choose the best point from")
     column = _check_runs(runs, fom)
@@ -771,7 +606,7 @@ def best(
             for status, count in s.failed.items():
                 totals[status] = totals.get(status, 0) + count
         raise StatsError(
-            f"no successful run with a value of {name}: {len(runs)} runs ({_failures_text(totals)})"
+            f"no successful run with a value of {name}: {len(runs)} runs ({failures_text(totals)})"
         )
     winner = candidates[0]
     if len(candidates) == 1:
@@ -792,30 +627,6 @@ def best(
 
 # --------------------------------------------------------------------------------------
 # display helpers
-
-_TIME_LIKE = re.compile(r"(^|[._])(wall|time|seconds|latency|duration)|_(s|ms|us|ns|sec)$")
-_RATE_LIKE = re.compile(r"throughput|bandwidth|per_s(ec)?$|_per_second|(^|_)rate$|flops|/s$|bps$")
-
-
-def verdict_label(verdict: Verdict | str, fom: str, direction: str) -> str:
-    """The word a reader expects: ``faster``/``slower`` for a time minimised or a rate
-    maximised (``wall_s``, ``bandwidth_gib_s``), ``better``/``worse`` otherwise."""
-    verdict = Verdict(verdict)
-    if verdict not in (Verdict.BETTER, Verdict.WORSE):
-        return verdict.value
-    name = fom.removeprefix("fom.").lower()
-    timed = (direction == "minimize" and _TIME_LIKE.search(name) is not None) or (
-        direction == "maximize" and _RATE_LIKE.search(name) is not None
-    )
-    if not timed:
-        return verdict.value
-    return "faster" if verdict is Verdict.BETTER else "slower"
-
-
-def _failures_text(failed: dict[str, int]) -> str:
-    if not failed:
-        return "no runs"
-    return ", ".join(f"{count} {status}" for status, count in sorted(failed.items()))
 
 
 def _canonical_key(key: str, known: dict[str, PointSummary]) -> str:
