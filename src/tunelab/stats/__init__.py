@@ -48,15 +48,16 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tunelab.stats.labels import failures_text, verdict_label
+from tunelab.stats.power import noise_level, repeats_needed
 from tunelab.stats.results import DEFAULT_RESAMPLES as DEFAULT_RESAMPLES
 from tunelab.stats.results import DIRECTIONS as DIRECTIONS
+from tunelab.stats.results import MAX_REPEATS_HINT as MAX_REPEATS_HINT
 from tunelab.stats.results import (
-    MAX_REPEATS_HINT,
     MIN_PAIRS,
     BestResult,
     Comparison,
@@ -68,6 +69,16 @@ from tunelab.stats.results import (
     Verdict,
     check_direction,
     verdict_for,
+)
+from tunelab.stats.summaries import DISTURBED_COLUMN as DISTURBED_COLUMN
+from tunelab.stats.summaries import (
+    check_runs,
+    fom_column,
+    point_groups,
+    point_params,
+    point_summary,
+    sort_key,
+    summarize,
 )
 
 if TYPE_CHECKING:
@@ -94,128 +105,11 @@ __all__ = [
     "verdict_label",
 ]
 
-DISTURBED_COLUMN = "noise.disturbed"
-"""Runs-table column flagging runs taken while the machine was busier than at the start."""
-
 _BCA_MAX_N = 2000
-_FAILED_NO_VALUE = "missing"
-"""Status key under which ``ok`` runs without a value of the figure of merit are counted."""
-
-
-# --------------------------------------------------------------------------------------
-# helpers
-
-
-def fom_column(fom: str) -> str:
-    """Column of the runs table holding figure of merit ``fom`` (``wall_s`` -> ``fom.wall_s``)."""
-    return fom if fom.startswith("fom.") else f"fom.{fom}"
-
-
-def _check_runs(runs: pd.DataFrame, fom: str) -> str:
-    column = fom_column(fom)
-    missing = [c for c in ("point", "status") if c not in runs.columns]
-    if missing:
-        raise StatsError(f"runs table lacks column(s) {', '.join(missing)}")
-    if column not in runs.columns:
-        have = sorted(c.removeprefix("fom.") for c in runs.columns if c.startswith("fom."))
-        raise StatsError(
-            f"no figure of merit {column.removeprefix('fom.')!r} in the runs; "
-            f"available: {', '.join(have) or 'none'}"
-        )
-    return column
-
-
-def _params(point: str) -> dict[str, Any]:
-    try:
-        params = json.loads(point)
-    except (TypeError, ValueError) as exc:
-        raise StatsError(f"point key is not JSON: {point!r}") from exc
-    if not isinstance(params, dict):
-        raise StatsError(f"point key is not a JSON object: {point!r}")
-    return params
-
-
-def _summary(point: str, group: _Group) -> PointSummary:
-    values, failed = group.values, group.failed
-    n = int(values.size)
-    if n == 0:
-        nan = math.nan
-        return PointSummary(point, _params(point), 0, nan, nan, nan, nan, nan, failed)
-    return PointSummary(
-        point=point,
-        params=_params(point),
-        n=n,
-        mean=float(np.mean(values)),
-        median=float(np.median(values)),
-        std=float(np.std(values, ddof=1)) if n > 1 else math.nan,
-        min=float(np.min(values)),
-        max=float(np.max(values)),
-        failed=failed,
-        disturbed=group.disturbed,
-    )
-
-
-def _sort_key(summary: PointSummary, direction: str) -> tuple[int, float, str]:
-    """Best first; points without values last; ties broken by the point key."""
-    if summary.n == 0:
-        return (1, 0.0, summary.point)
-    mean = summary.mean if direction == "minimize" else -summary.mean
-    return (0, mean, summary.point)
 
 
 # --------------------------------------------------------------------------------------
 # public functions
-
-
-class _Group(NamedTuple):
-    """One point's runs: ok values (finite), their rounds (repeat index, or None when the
-    table has no ``repeat`` column), not-ok counts by status, disturbed ok runs."""
-
-    values: np.ndarray
-    rounds: np.ndarray | None
-    failed: dict[str, int]
-    disturbed: int
-
-
-def _groups(runs: pd.DataFrame, column: str) -> dict[str, _Group]:
-    """Per point key, in order of first run: its :class:`_Group`."""
-    out: dict[str, _Group] = {}
-    points = runs["point"].astype(str).to_numpy()
-    statuses = runs["status"].astype(str).to_numpy()
-    values = runs[column].to_numpy(dtype=float)
-    repeats = runs["repeat"].to_numpy() if "repeat" in runs.columns else None
-    flags = (runs[DISTURBED_COLUMN].fillna(0).to_numpy(dtype=float) > 0
-             if DISTURBED_COLUMN in runs.columns else np.zeros(len(runs), dtype=bool))
-    order: dict[str, list[int]] = {}
-    for i, point in enumerate(points):
-        order.setdefault(point, []).append(i)
-    for point, index in order.items():
-        idx = np.asarray(index)
-        ok = statuses[idx] == "ok"
-        ok_values = values[idx][ok]
-        failed: dict[str, int] = {}
-        for status in statuses[idx][~ok]:
-            failed[status] = failed.get(status, 0) + 1
-        finite = np.isfinite(ok_values)
-        n_missing = int((~finite).sum())
-        if n_missing:
-            failed[_FAILED_NO_VALUE] = n_missing
-        rounds = None
-        if repeats is not None:
-            rounds = np.asarray(repeats[idx][ok][finite], dtype=np.int64)
-        disturbed = int(flags[idx][ok][finite].sum())
-        out[point] = _Group(ok_values[finite], rounds, dict(sorted(failed.items())), disturbed)
-    return out
-
-
-def summarize(runs: pd.DataFrame, fom: str) -> list[PointSummary]:
-    """Summarise every point of ``runs`` for figure of merit ``fom``, in order of first run.
-
-    Points whose runs all failed are included with ``n == 0`` and their failure counts.
-    Raises :class:`StatsError` when the table lacks the figure of merit.
-    """
-    column = _check_runs(runs, fom)
-    return [_summary(p, g) for p, g in _groups(runs, column).items()]
 
 
 def _ratio_statistic(direction: str) -> Callable[..., Any]:
@@ -332,33 +226,6 @@ def paired_interval(
         p = float(2 * stats.t.sf(abs(mean) / se, n - 1))
     complete = n == min(ua.size, ub.size)
     return PairedInterval(math.exp(mean), low, high, p, n, complete, sd)
-
-
-def repeats_needed(sd_log: float, change: float = 0.05, *, power: float = 0.8,
-                   confidence: float = 0.95, paired: bool = False) -> int | None:
-    """Repeats per point for a true ``change`` (0.05 = 5 %) to give a verdict with
-    probability ``power``, for run-to-run noise ``sd_log`` (sd of the log figure of merit, ≈
-    relative sd; for ``paired``: of the per-round log ratio). Two-sided t test at
-    ``confidence``, noncentral t power. None when more than :data:`MAX_REPEATS_HINT`, or
-    ``sd_log`` is not a finite number."""
-    from scipy import stats
-
-    if not (math.isfinite(sd_log) and sd_log >= 0) or change <= 0:
-        return None
-    if sd_log == 0:
-        return 2
-    delta = math.log1p(change)
-    k = 1.0 if paired else 2.0
-    z = stats.norm.ppf(0.5 + confidence / 2) + stats.norm.ppf(power)
-    n = max(2, math.ceil(k * (z * sd_log / delta) ** 2) - 1)
-    while n <= MAX_REPEATS_HINT:
-        df = n - 1 if paired else 2 * n - 2
-        shift = delta / (sd_log * math.sqrt(k / n))
-        crit = stats.t.ppf(0.5 + confidence / 2, df)
-        if stats.nct.sf(crit, df, shift) + stats.nct.cdf(-crit, df, shift) >= power:
-            return n
-        n += 1 if n < 100 else max(1, n // 50)
-    return None
 
 
 def _compare(
@@ -491,24 +358,6 @@ def adjust_for_multiple_comparisons(
     return out
 
 
-def noise_level(runs: pd.DataFrame, fom: str, change: float = 0.05,
-                confidence: float = 0.95) -> NoiseLevel | None:
-    """The study's run-to-run noise and its power hint (see :class:`NoiseLevel`); None
-    when no point has two successful positive values."""
-    column = _check_runs(runs, fom)
-    ss, df = 0.0, 0
-    for group in _groups(runs, column).values():
-        v = group.values[group.values > 0]
-        if v.size >= 2:
-            logs = np.log(v)
-            ss += float(((logs - logs.mean()) ** 2).sum())
-            df += v.size - 1
-    if df == 0:
-        return None
-    sd = math.sqrt(ss / df)
-    return NoiseLevel(sd, df, change, repeats_needed(sd, change, confidence=confidence))
-
-
 def compare_to_baseline(
     runs: pd.DataFrame,
     fom: str,
@@ -531,9 +380,9 @@ def compare_to_baseline(
     is not in the runs or has no successful run.
     """
     check_direction(direction)
-    column = _check_runs(runs, fom)
-    groups = _groups(runs, column)
-    summaries = [_summary(p, g) for p, g in groups.items()]
+    column = check_runs(runs, fom)
+    groups = point_groups(runs, column)
+    summaries = [point_summary(p, g) for p, g in groups.items()]
     by_key = {s.point: s for s in summaries}
     baseline_key = _canonical_key(baseline_key, by_key)
     base = by_key[baseline_key]
@@ -543,7 +392,7 @@ def compare_to_baseline(
             f"{column.removeprefix('fom.')} ({failures_text(base.failed)})"
         )
     a = groups[baseline_key]
-    ranked = sorted(summaries, key=lambda s: _sort_key(s, direction))
+    ranked = sorted(summaries, key=lambda s: sort_key(s, direction))
     comparisons: list[Comparison] = []
     for summary in ranked:
         b = groups[summary.point]
@@ -593,11 +442,11 @@ def best(
     check_direction(direction)
     if len(runs) == 0:
         raise StatsError("no runs to choose the best point from")
-    column = _check_runs(runs, fom)
+    column = check_runs(runs, fom)
     name = column.removeprefix("fom.")
-    groups = _groups(runs, column)
-    summaries = [_summary(p, g) for p, g in groups.items()]
-    ranked = sorted((s for s in summaries if s.n > 0), key=lambda s: _sort_key(s, direction))
+    groups = point_groups(runs, column)
+    summaries = [point_summary(p, g) for p, g in groups.items()]
+    ranked = sorted((s for s in summaries if s.n > 0), key=lambda s: sort_key(s, direction))
     # A single lucky run must not crown a point: prefer points measured at least min_n times.
     candidates = [s for s in ranked if s.n >= min_n] or ranked
     if not candidates:
@@ -638,7 +487,7 @@ def _canonical_key(key: str, known: dict[str, PointSummary]) -> str:
     except (TypeError, ValueError):
         wanted = None
     for candidate in known:
-        if wanted is not None and _params(candidate) == wanted:
+        if wanted is not None and point_params(candidate) == wanted:
             return candidate
     sample = ", ".join(list(known)[:3]) + (", …" if len(known) > 3 else "")
     raise StatsError(f"baseline point {key} is not among the runs' points ({sample or 'none'})")
