@@ -13,36 +13,31 @@ reshuffled every epoch). Rank 0 writes into ``DIR``:
 The last line on stdout is one JSON object of figures of merit (the engine's contract).
 Progress and logs go to stderr. ``--batch-size`` is per worker: the global batch is
 ``batch_size * world_size``.
+
+The set-up (configuration, data, model, optimiser, precision, compile) is in
+:mod:`tunelab.leopard.trainsetup`; this module runs the loop, checkpoints and writes results.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import csv
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tunelab.leopard import distributed as D
-from tunelab.leopard.data import (
-    ChromosomeSet,
-    WindowBatch,
-    build_inputs,
-    load_chromosomes,
-    load_manifest,
-)
+from tunelab.leopard.data import build_inputs
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.prefetch import prefetch
-from tunelab.leopard.windows import WindowArrays, eval_starts, load_windows
+from tunelab.leopard.trainsetup import TrainConfig, WindowSource, prepare_training
 
 if TYPE_CHECKING:
     import torch
@@ -53,118 +48,6 @@ FOM_KEYS = ("val_pr_auc", "val_loss", "val_dice", "val_iou", "test_pr_auc", "tes
             "test_dice", "test_iou", "test_positive_fraction", "train_time_s",
             "windows_per_s", "windows_per_s_per_worker", "epochs", "best_epoch",
             "world_size", "lr_effective", "global_batch")
-
-
-@dataclass
-class TrainConfig:
-    """Everything a training run depends on."""
-
-    data: Path
-    out: Path
-    window: int | None = None  # None: from the .npz files, else 10240
-    in_channels: int = 5
-    base_filters: int = 15
-    depth: int = 5
-    kernel_size: int = 7
-    batch_size: int = 64
-    lr: float = 1e-3
-    lr_scaling: str = "none"
-    warmup_epochs: float = 0.0
-    epochs: int = 10
-    steps_per_epoch: int | None = None
-    patience: int = 5
-    augment_scale: float = 0.1
-    bn_momentum: float = 0.01  # PyTorch convention; Keras' 0.99
-    max_eval_windows: int | None = 256
-    seed: int = 0
-    sync_bn: bool = False
-    device: str = "auto"
-    amp: bool | None = None  # None: on CUDA only; True on a CPU: bf16 autocast
-    compile: bool = False
-    layout: str = "auto"  # CPU convolutions: "1d", "2d" (channels-last) or "auto" (measured)
-    threads: int | None = None
-    resume: bool = False
-    progress: bool | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------- data sources
-
-
-class _Source:
-    """Windows by id: a genome (ids are global starts) or fixed arrays (ids are indices)."""
-
-    def __init__(self, cs: ChromosomeSet | None, arrays: WindowArrays | None, window: int,
-                 name: str) -> None:
-        self.cs, self.arrays, self.window, self.name = cs, arrays, window, name
-
-    def n_distinct(self) -> int:
-        if self.arrays is not None:
-            return len(self.arrays)
-        assert self.cs is not None
-        return self.cs.n_positions(self.window)
-
-    def bases(self) -> int:
-        if self.arrays is not None:
-            return len(self.arrays) * self.window
-        assert self.cs is not None
-        return self.cs.total_length
-
-    def plan(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        if self.arrays is not None:
-            k = math.ceil(n / len(self.arrays))
-            return np.concatenate([rng.permutation(len(self.arrays)) for _ in range(k)])[:n]
-        assert self.cs is not None
-        return self.cs.sample_starts(n, self.window, rng)
-
-    def eval_ids(self, max_eval: int | None, seed: int) -> np.ndarray:
-        if self.arrays is not None:
-            return np.arange(len(self.arrays))
-        assert self.cs is not None
-        return eval_starts(self.cs, self.window, max_eval, seed)
-
-    def get(self, ids: np.ndarray) -> WindowBatch:
-        if self.arrays is not None:
-            return self.arrays.take(ids)
-        assert self.cs is not None
-        return self.cs.gather(ids, self.window)
-
-
-def _open_sources(cfg: TrainConfig, multiple: int) -> tuple[dict[str, _Source], int]:
-    data = Path(cfg.data)
-    need_avg = cfg.in_channels == 6
-    if data.is_dir() and (data / "train.npz").is_file():
-        sources = {}
-        window = None
-        for split in ("train", "val", "test"):
-            arr = load_windows(data / f"{split}.npz")
-            if window is None:
-                window = arr.window
-            elif arr.window != window:
-                raise LeopardError(f"{arr.source}: window length {arr.window} differs from "
-                                   f"train.npz's {window}")
-            if need_avg and arr.batch.dnase_avg is None:
-                raise LeopardError(f"{arr.source}: 6 input channels need 'dnase_avg' windows")
-            sources[split] = _Source(None, arr, arr.window, arr.source)
-        assert window is not None
-        if cfg.window is not None and cfg.window != window:
-            raise LeopardError(f"{data}: windows are {window} bp long, --window asks "
-                               f"{cfg.window}")
-        if window % multiple:
-            raise LeopardError(f"{data}: window length {window} is not divisible by "
-                               f"{multiple}")
-        return sources, window
-    window = cfg.window if cfg.window is not None else 10240
-    if window <= 0 or window % multiple:
-        raise LeopardError(f"window length {window} is not divisible by {multiple}")
-    m = load_manifest(data)
-    sources = {s: _Source(load_chromosomes(m, m.chromosomes(s), need_avg=need_avg), None,
-                          window, f"{m.path} ({s})") for s in ("train", "val", "test")}
-    for s, src in sources.items():
-        if src.n_distinct() == 0:
-            raise LeopardError(f"{m.path}: no {s} chromosome is as long as the window "
-                               f"({window} bp)")
-    return sources, window
 
 
 # ------------------------------------------------------------------------- checkpoints
@@ -200,23 +83,6 @@ def _save(obj: dict[str, Any], path: Path) -> None:
 # ------------------------------------------------------------------------- helpers
 
 
-def _setup_threads(cfg: TrainConfig, ctx: D.DistContext) -> None:
-    import torch
-
-    if ctx.device.type != "cpu":
-        return
-    if cfg.threads:
-        n = cfg.threads
-    elif os.environ.get("OMP_NUM_THREADS"):
-        n = int(os.environ["OMP_NUM_THREADS"])
-    else:
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        n = max(1, (os.cpu_count() or 1) // local_world)
-    torch.set_num_threads(n)
-    with contextlib.suppress(RuntimeError):  # already set, or parallel work started
-        torch.set_num_interop_threads(1)
-
-
 def _masked_bce_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
                                                                          torch.Tensor]:
     """Sum of BCE over labelled bases (label >= 0) and their count."""
@@ -229,20 +95,6 @@ def _masked_bce_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
     return loss, mask.sum()
 
 
-class _Log:
-    def __init__(self, ctx: D.DistContext, progress: bool | None) -> None:
-        from rich.console import Console
-
-        self.console = Console(stderr=True, soft_wrap=True)
-        self.main = ctx.is_main
-        self.progress = ctx.is_main and (self.console.is_terminal if progress is None
-                                         else progress)
-
-    def __call__(self, msg: str) -> None:
-        if self.main:
-            self.console.print(msg, highlight=False)
-
-
 # ------------------------------------------------------------------------- main
 
 
@@ -251,71 +103,16 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     import torch
 
     from tunelab.leopard.metrics import MetricState
-    from tunelab.leopard.model import Architecture, LeopardUNet, count_parameters
-    from tunelab.leopard.runtime import choose_training_layout, has_cxx_compiler
 
     wall0 = time.perf_counter()
     ctx = D.init(cfg.device)
     try:
-        _setup_threads(cfg, ctx)
-        log = _Log(ctx, cfg.progress)
-        arch = Architecture(in_channels=cfg.in_channels, base_filters=cfg.base_filters,
-                            depth=cfg.depth, kernel_size=cfg.kernel_size)
-        if cfg.batch_size < 1 or cfg.epochs < 1 or cfg.lr <= 0:
-            raise LeopardError("batch size and epochs must be >= 1 and lr > 0")
-        sources, window = _open_sources(cfg, arch.multiple)
-        gb = cfg.batch_size * ctx.world
-        train_src = sources["train"]
-        if gb > train_src.n_distinct():
-            raise LeopardError(
-                f"{train_src.name}: batch size {cfg.batch_size} x {ctx.world} worker(s) = {gb} "
-                f"is larger than the {train_src.n_distinct()} training windows")
-        steps = cfg.steps_per_epoch or max(1, train_src.bases() // (window * gb))
-        cuda = ctx.device.type == "cuda"
-        amp = cuda if cfg.amp is None else cfg.amp
-        amp_dtype = (torch.float16 if cuda and not torch.cuda.is_bf16_supported()
-                     else torch.bfloat16)
-        if amp and not cuda:
-            from tunelab.leopard.runtime import bf16_capable, cpu_flags
-
-            if not bf16_capable(cpu_flags()):
-                log("warning: --amp on a CPU without native bf16 (no avx512_bf16/amx_bf16): "
-                    "bf16 is emulated there and much slower than fp32")
-        if cuda:
-            torch.backends.cudnn.benchmark = True
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        torch.manual_seed(cfg.seed)
-        model: torch.nn.Module = LeopardUNet(arch)
-        counts = count_parameters(model)
-        for mod in model.modules():
-            if isinstance(mod, torch.nn.BatchNorm1d):
-                mod.momentum = cfg.bn_momentum
-        if cfg.sync_bn:
-            model = D.convert_sync_batchnorm(model, ctx)
-        model.to(ctx.device)
-        chosen_layout = "1d"
-        if isinstance(model, LeopardUNet):
-            layout, why = choose_training_layout(model, cfg.layout, cfg.batch_size, window,
-                                                 amp_dtype if amp and not cuda else None,
-                                                 compiled=cfg.compile and has_cxx_compiler())
-            model.channels_last_training = layout == "2d"
-            chosen_layout = layout
-            log(f"training layout {layout}: {why}")
-        net: torch.nn.Module = model
-        if ctx.distributed:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            net = DDP(model, device_ids=[ctx.device.index] if cuda else None)
-        if cfg.compile:
-            net = _compiled(net, log)
-        lr_target = D.scaled_lr(cfg.lr, ctx.world, cfg.lr_scaling)
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-7)
-        scaler = torch.amp.GradScaler("cuda", enabled=amp and cuda and
-                                      amp_dtype == torch.float16)
-        out = Path(cfg.out)
-        if ctx.is_main:
-            out.mkdir(parents=True, exist_ok=True)
+        st = prepare_training(cfg, ctx)
+        log, arch, sources, window = st.log, st.arch, st.sources, st.window
+        gb, steps, cuda, amp, amp_dtype = st.global_batch, st.steps, st.cuda, st.amp, st.amp_dtype
+        model, net, opt, scaler = st.model, st.net, st.opt, st.scaler
+        train_src, lr_target, out = sources["train"], st.lr_target, st.out
+        counts, chosen_layout = st.counts, st.layout
 
         start_epoch, history = 0, []
         best: dict[str, Any] = {"val_loss": math.inf, "epoch": -1, "state": None}
@@ -467,7 +264,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         D.finish(ctx)
 
 
-def _batches(src: _Source, plan: np.ndarray, scales: np.ndarray | None, steps: int, gb: int,
+def _batches(src: WindowSource, plan: np.ndarray, scales: np.ndarray | None, steps: int, gb: int,
              ctx: D.DistContext, in_channels: int) -> Iterator[tuple[np.ndarray, np.ndarray,
                                                                      np.ndarray]]:
     """``(ids, inputs, labels)`` of this worker's share of every step (run by the loader
@@ -478,22 +275,6 @@ def _batches(src: _Source, plan: np.ndarray, scales: np.ndarray | None, steps: i
         sc = None if scales is None else scales[sl][ctx.rank::ctx.world]
         b = src.get(ids)
         yield ids, build_inputs(b, in_channels, sc), b.label
-
-
-def _compiled(net: torch.nn.Module, log: _Log) -> torch.nn.Module:
-    """``torch.compile(net)``, falling back to eager (logged) where Inductor cannot work."""
-    import torch
-
-    from tunelab.leopard.runtime import has_cxx_compiler
-
-    if not has_cxx_compiler():
-        log("warning: --compile needs a C++ compiler; training eagerly")
-        return net
-    import torch._dynamo
-
-    torch._dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
-    log("compiling the model (torch.compile); the first step takes a while")
-    return torch.compile(net)  # type: ignore[return-value]
 
 
 def _plain_state(model: torch.nn.Module) -> dict[str, Any]:
