@@ -1,105 +1,39 @@
-"""The results store: one SQLite database per study directory.
-
-Schema (``tunelab.db``)::
-
-    meta(key PRIMARY KEY, value)             study spec, identity hash, references, plan size
-    points(id, key UNIQUE, params)           canonical point key and its parameters (JSON)
-    runs(id, point_id, repeat, status, …)    one row per finished run, UNIQUE(point_id, repeat)
-    foms(run_id, name, value)                figures of merit of a run
-    sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
-    noise(run_id, load_before, …, disturbed) how busy the machine was around a run (schema 2)
-    jobs(token, launcher, job_id, state, …)  batch jobs and the runs each executes (resume)
+"""Access to one study's results database: :class:`Store`, one transaction per write.
 
 A run is written in one transaction together with its figures of merit, only once it has
 finished: a crash or ``kill -9`` loses at most the run in flight, never a finished one, and
-never leaves half a run behind. The database runs in WAL mode; one ``tunelab run`` at a
-time holds the study directory's lock (see :class:`StudyLock`).
-
-Schema versions (``meta.schema_version``): 1 — the tables above but ``noise``; 2 — adds
-``noise`` (one row per run recorded since; see :mod:`tunelab.noise`) and the run status
-``pruned`` (a training run stopped early by the search's pruner). Opening a version-1
-database for writing creates the table and sets version 2: nothing is rewritten, older runs
-simply have no noise row (their ``noise.*`` columns are NaN in :meth:`Store.runs_frame`; a
-version-1 store opened read-only has no ``noise`` table and reads the same). The status list
-lives in a CHECK constraint, which SQLite cannot alter: the first ``pruned`` run recorded
-into an older database rebuilds its ``runs`` table (one transaction, rows and ids unchanged)
-just before.
-
-Only ``tunelab run`` (and ``status`` collecting batch jobs) opens a store for writing
-(``open_store(dir, create=True)`` or ``write=True``); every other command opens it read-only
-(SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot work, e.g. a WAL database on
-a read-only file system), so a study on a read-only medium can still be read. A write that
-fails (read-only, disk full, I/O error) rolls its transaction back and raises
-:class:`~tunelab.errors.StoreError` naming the database: the store stays as it was, and the
-study resumes once the cause is fixed.
+never leaves half a run behind. A write that fails (read-only, disk full, I/O error) rolls
+its transaction back and raises :class:`~tunelab.errors.StoreError` naming the database: the
+store stays as it was, and the study resumes once the cause is fixed. The tables are those of
+:mod:`tunelab.store.schema`; :func:`tunelab.store.open_store` opens a store.
 """
 
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import json
 import math
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from tunelab.errors import StoreError
+from tunelab.store.frame import read_runs_frame
+from tunelab.store.schema import (
+    NOISE_COLUMNS,
+    STATUSES,
+    rebuild_runs_table,
+    runs_table_lacks_pruned,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DB_NAME", "RunRecord", "Store", "StoredJob", "StudyLock", "open_store"]
-
-DB_NAME = "tunelab.db"
-SCHEMA_VERSION = 2
-STATUSES = ("ok", "failed", "timeout", "invalid", "pruned")
-NOISE_COLUMNS = ("load_before", "load_after", "others_cpu", "steal", "mhz_before", "mhz_after",
-                 "disturbed")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS points (
-    id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, params TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sysinfo (
-    id INTEGER PRIMARY KEY, taken_at TEXT NOT NULL, snapshot TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY,
-    point_id INTEGER NOT NULL REFERENCES points(id),
-    repeat INTEGER NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid', 'pruned')),
-    reason TEXT,
-    rc INTEGER,
-    wall_s REAL NOT NULL,
-    started_at TEXT NOT NULL,
-    ended_at TEXT NOT NULL,
-    host TEXT NOT NULL,
-    command TEXT NOT NULL,
-    env TEXT NOT NULL,
-    run_dir TEXT NOT NULL,
-    sysinfo_id INTEGER REFERENCES sysinfo(id),
-    UNIQUE (point_id, repeat));
-CREATE TABLE IF NOT EXISTS jobs (
-    token TEXT PRIMARY KEY,
-    launcher TEXT NOT NULL,
-    job_id TEXT,
-    state TEXT NOT NULL CHECK (state IN ('submitting', 'active', 'closed')),
-    ended_state TEXT,
-    submitted_at TEXT NOT NULL,
-    runs TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS foms (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
-CREATE TABLE IF NOT EXISTS noise (
-    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
-    load_before REAL, load_after REAL, others_cpu REAL, steal REAL,
-    mhz_before REAL, mhz_after REAL, disturbed INTEGER NOT NULL DEFAULT 0);
-"""
+__all__ = ["RunRecord", "Store", "StoredJob"]
 
 
 @dataclass(frozen=True)
@@ -255,20 +189,12 @@ class Store:
 
     def _allow_pruned(self) -> None:
         """Rebuild a version-1 ``runs`` table whose CHECK does not know ``pruned``."""
-        row = self._conn.execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
-        if row is None or "'pruned'" in row[0]:
+        if not runs_table_lacks_pruned(self._conn):
             return
-        start = _SCHEMA.index("CREATE TABLE IF NOT EXISTS runs (")
-        create = _SCHEMA[start:_SCHEMA.index(";", start)].replace(
-            "CREATE TABLE IF NOT EXISTS runs (", "CREATE TABLE runs_v2 (")
         self._conn.execute("PRAGMA foreign_keys=OFF")
         try:
             with self._writing():
-                self._conn.execute(create)
-                self._conn.execute("INSERT INTO runs_v2 SELECT * FROM runs")
-                self._conn.execute("DROP TABLE runs")
-                self._conn.execute("ALTER TABLE runs_v2 RENAME TO runs")
+                rebuild_runs_table(self._conn)
         finally:
             self._conn.execute("PRAGMA foreign_keys=ON")
 
@@ -388,139 +314,4 @@ class Store:
 
     def runs_frame(self) -> pd.DataFrame:
         """One row per run: run columns, one column per parameter, ``fom.<name>`` columns."""
-        import pandas as pd  # on use: ``tunelab run`` starts its first run sooner without it
-
-        runs = pd.read_sql_query(
-            "SELECT r.id AS run_id, r.point_id, p.key AS point, p.params, r.repeat, r.status, "
-            "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host FROM runs r "
-            "JOIN points p ON p.id = r.point_id ORDER BY r.id",
-            self._conn,
-        )
-        params = pd.DataFrame([json.loads(p) for p in runs.pop("params")], index=runs.index)
-        foms = pd.read_sql_query("SELECT run_id, name, value FROM foms", self._conn)
-        if len(foms):
-            wide = foms.pivot(index="run_id", columns="name", values="value")
-            wide.columns = [f"fom.{c}" for c in wide.columns]
-            wide = wide.reindex(runs["run_id"]).reset_index(drop=True)
-        else:
-            wide = pd.DataFrame(index=runs.index)
-        has_noise = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                                       "AND name = 'noise'").fetchone() is not None
-        query = (f"SELECT run_id, {', '.join(NOISE_COLUMNS)} FROM noise" if has_noise else
-                 f"SELECT NULL AS run_id, {', '.join(f'NULL AS {c}' for c in NOISE_COLUMNS)} "
-                 "WHERE 0")  # an old store opened read-only has no noise table
-        noise = pd.read_sql_query(query, self._conn).set_index("run_id").reindex(
-            runs["run_id"]).reset_index(drop=True)
-        noise.columns = [f"noise.{c}" for c in noise.columns]
-        params = params.drop(columns=[c for c in params.columns if c in runs.columns])
-        return pd.concat([runs, params, wide, noise.astype(float)], axis=1)
-
-
-def open_store(study_dir: str | Path, *, create: bool = False, write: bool = False) -> Store:
-    """Open the store of ``study_dir``: read-only; with ``write`` for writing an existing
-    store; with ``create`` for writing, making the directory and the schema as needed."""
-    study_dir = Path(study_dir)
-    path = study_dir / DB_NAME
-    if not create or write:
-        if not path.is_file():
-            raise StoreError(f"{study_dir}: not a tunelab study directory (no {DB_NAME})")
-        if not write:
-            return Store(_connect_readonly(path), path)
-    try:
-        study_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"cannot create {study_dir}: {exc.strerror or exc}") from None
-    try:
-        conn = sqlite3.connect(path, timeout=30)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(_SCHEMA)
-        with conn:
-            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
-                         "WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
-                         (str(SCHEMA_VERSION),))
-    except sqlite3.Error as exc:
-        raise StoreError(f"{path}: cannot open the results database for writing: {exc}") \
-            from None
-    return Store(conn, path)
-
-
-def _connect_readonly(path: Path) -> sqlite3.Connection:
-    """A read-only connection: ``mode=ro``, or ``immutable=1`` when the directory or the
-    medium cannot be written at all (then SQLite takes no locks and reads the file as is)."""
-    uri = "file:" + quote(str(path.resolve()))
-    problem: sqlite3.Error | None = None
-    for options in ("mode=ro", "mode=ro&immutable=1"):
-        try:
-            conn = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=30)
-        except sqlite3.Error as exc:
-            problem = exc
-            continue
-        try:
-            tables = {row[0] for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not {"meta", "points", "runs", "foms"} <= tables:
-                conn.close()
-                raise StoreError(f"{path}: holds no tunelab results (a database of "
-                                 "something else, or one whose writer never finished)")
-            return conn
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            problem = exc
-            if "not a database" in str(exc) or "malformed" in str(exc):
-                break
-    raise StoreError(f"{path}: cannot read the results database: {problem}")
-
-
-class StudyLock:
-    """An exclusive lock on a study directory, held while one ``tunelab run`` works in it.
-
-    Uses ``flock`` on ``DIR/.tunelab.lock``: the kernel releases it when the process dies,
-    so a ``kill -9`` never leaves a stale lock.
-    """
-
-    def __init__(self, study_dir: Path) -> None:
-        self.path = Path(study_dir) / ".tunelab.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        """Take the lock or raise :class:`StoreError` naming the holder."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as exc:
-            raise StoreError(f"cannot open the lock file {self.path}: "
-                             f"{exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StoreError(
-                f"{self.path.parent}: another tunelab run (pid {holder}) is working in this "
-                "study directory; wait for it or use another --dir"
-            ) from None
-        with suppress(OSError):  # a lock file that cannot hold the pid still locks
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        """Release the lock."""
-        if self._fd is not None:
-            with suppress(OSError):
-                os.ftruncate(self._fd, 0)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        """Hold the lock for the duration of a ``with`` block."""
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
+        return read_runs_frame(self._conn)

@@ -1,0 +1,73 @@
+"""Opening a study's store: read-only for every command, for writing for ``tunelab run``.
+
+Only ``tunelab run`` (and ``status`` collecting batch jobs) opens a store for writing
+(``open_store(dir, create=True)`` or ``write=True``): WAL mode, the schema created or brought
+up to date (:func:`~tunelab.store.schema.create_schema`). Every other command opens it
+read-only (SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot work, e.g. a WAL
+database on a read-only file system), so a study on a read-only medium can still be read.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from urllib.parse import quote
+
+from tunelab.errors import StoreError
+from tunelab.store.database import Store
+from tunelab.store.schema import DB_NAME, REQUIRED_TABLES, create_schema
+
+__all__ = ["open_store"]
+
+
+def open_store(study_dir: str | Path, *, create: bool = False, write: bool = False) -> Store:
+    """Open the store of ``study_dir``: read-only; with ``write`` for writing an existing
+    store; with ``create`` for writing, making the directory and the schema as needed."""
+    study_dir = Path(study_dir)
+    path = study_dir / DB_NAME
+    if not create or write:
+        if not path.is_file():
+            raise StoreError(f"{study_dir}: not a tunelab study directory (no {DB_NAME})")
+        if not write:
+            return Store(_connect_readonly(path), path)
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create {study_dir}: {exc.strerror or exc}") from None
+    try:
+        conn = sqlite3.connect(path, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        create_schema(conn)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open the results database for writing: {exc}") \
+            from None
+    return Store(conn, path)
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection: ``mode=ro``, or ``immutable=1`` when the directory or the
+    medium cannot be written at all (then SQLite takes no locks and reads the file as is)."""
+    uri = "file:" + quote(str(path.resolve()))
+    problem: sqlite3.Error | None = None
+    for options in ("mode=ro", "mode=ro&immutable=1"):
+        try:
+            conn = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=30)
+        except sqlite3.Error as exc:
+            problem = exc
+            continue
+        try:
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables >= REQUIRED_TABLES:
+                conn.close()
+                raise StoreError(f"{path}: holds no tunelab results (a database of "
+                                 "something else, or one whose writer never finished)")
+            return conn
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            problem = exc
+            if "not a database" in str(exc) or "malformed" in str(exc):
+                break
+    raise StoreError(f"{path}: cannot read the results database: {problem}")

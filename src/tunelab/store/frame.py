@@ -1,0 +1,48 @@
+"""The runs table for analysis: :meth:`Store.runs_frame <tunelab.store.Store.runs_frame>`.
+
+One row per run, as :mod:`tunelab.stats` and the reports read it. pandas is imported on use
+only: ``tunelab run`` starts its first run sooner without it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING
+
+from tunelab.store.schema import NOISE_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["read_runs_frame"]
+
+
+def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
+    """One row per run: run columns, one column per parameter, ``fom.<name>`` columns."""
+    import pandas as pd  # on use: ``tunelab run`` starts its first run sooner without it
+
+    runs = pd.read_sql_query(
+        "SELECT r.id AS run_id, r.point_id, p.key AS point, p.params, r.repeat, r.status, "
+        "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host FROM runs r "
+        "JOIN points p ON p.id = r.point_id ORDER BY r.id",
+        conn,
+    )
+    params = pd.DataFrame([json.loads(p) for p in runs.pop("params")], index=runs.index)
+    foms = pd.read_sql_query("SELECT run_id, name, value FROM foms", conn)
+    if len(foms):
+        wide = foms.pivot(index="run_id", columns="name", values="value")
+        wide.columns = [f"fom.{c}" for c in wide.columns]
+        wide = wide.reindex(runs["run_id"]).reset_index(drop=True)
+    else:
+        wide = pd.DataFrame(index=runs.index)
+    has_noise = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                             "AND name = 'noise'").fetchone() is not None
+    query = (f"SELECT run_id, {', '.join(NOISE_COLUMNS)} FROM noise" if has_noise else
+             f"SELECT NULL AS run_id, {', '.join(f'NULL AS {c}' for c in NOISE_COLUMNS)} "
+             "WHERE 0")  # an old store opened read-only has no noise table
+    noise = pd.read_sql_query(query, conn).set_index("run_id").reindex(
+        runs["run_id"]).reset_index(drop=True)
+    noise.columns = [f"noise.{c}" for c in noise.columns]
+    params = params.drop(columns=[c for c in params.columns if c in runs.columns])
+    return pd.concat([runs, params, wide, noise.astype(float)], axis=1)

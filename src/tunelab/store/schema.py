@@ -1,0 +1,124 @@
+"""The results database's schema, its versions and its migrations: the one place to change it.
+
+Schema (``tunelab.db``)::
+
+    meta(key PRIMARY KEY, value)             study spec, identity hash, references, plan size
+    points(id, key UNIQUE, params)           canonical point key and its parameters (JSON)
+    runs(id, point_id, repeat, status, …)    one row per finished run, UNIQUE(point_id, repeat)
+    foms(run_id, name, value)                figures of merit of a run
+    sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
+    noise(run_id, load_before, …, disturbed) how busy the machine was around a run (schema 2)
+    jobs(token, launcher, job_id, state, …)  batch jobs and the runs each executes (resume)
+
+Schema versions (``meta.schema_version``): 1 — the tables above but ``noise``; 2 — adds
+``noise`` (one row per run recorded since; see :mod:`tunelab.noise`) and the run status
+``pruned`` (a training run stopped early by the search's pruner). Opening a version-1
+database for writing creates the table and sets version 2: nothing is rewritten, older runs
+simply have no noise row (their ``noise.*`` columns are NaN in
+:meth:`~tunelab.store.Store.runs_frame`; a version-1 store opened read-only has no ``noise``
+table and reads the same). The status list lives in a CHECK constraint, which SQLite cannot
+alter: the first ``pruned`` run recorded into an older database rebuilds its ``runs`` table
+(one transaction, rows and ids unchanged) just before (:func:`rebuild_runs_table`).
+
+A change to the schema goes here: the table in :data:`SCHEMA` (and in the list above), a new
+:data:`SCHEMA_VERSION` with its line in the history above, and, for databases written by an
+older version, the step that brings them up to date in :func:`create_schema` (which runs on
+every open for writing), or, like the ``pruned`` status, just before the first write that
+needs it. The readers (:meth:`~tunelab.store.Store.runs_frame`) must still read a store of an
+older version opened read-only, which no migration has touched.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = [
+    "DB_NAME",
+    "NOISE_COLUMNS",
+    "REQUIRED_TABLES",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "create_schema",
+    "rebuild_runs_table",
+    "runs_table_lacks_pruned",
+]
+
+DB_NAME = "tunelab.db"
+SCHEMA_VERSION = 2
+STATUSES = ("ok", "failed", "timeout", "invalid", "pruned")
+NOISE_COLUMNS = ("load_before", "load_after", "others_cpu", "steal", "mhz_before", "mhz_after",
+                 "disturbed")
+REQUIRED_TABLES = frozenset({"meta", "points", "runs", "foms"})
+"""The tables every version has: a database without them holds no tunelab results."""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS points (
+    id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, params TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sysinfo (
+    id INTEGER PRIMARY KEY, taken_at TEXT NOT NULL, snapshot TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    point_id INTEGER NOT NULL REFERENCES points(id),
+    repeat INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid', 'pruned')),
+    reason TEXT,
+    rc INTEGER,
+    wall_s REAL NOT NULL,
+    started_at TEXT NOT NULL,
+    ended_at TEXT NOT NULL,
+    host TEXT NOT NULL,
+    command TEXT NOT NULL,
+    env TEXT NOT NULL,
+    run_dir TEXT NOT NULL,
+    sysinfo_id INTEGER REFERENCES sysinfo(id),
+    UNIQUE (point_id, repeat));
+CREATE TABLE IF NOT EXISTS jobs (
+    token TEXT PRIMARY KEY,
+    launcher TEXT NOT NULL,
+    job_id TEXT,
+    state TEXT NOT NULL CHECK (state IN ('submitting', 'active', 'closed')),
+    ended_state TEXT,
+    submitted_at TEXT NOT NULL,
+    runs TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS foms (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
+CREATE TABLE IF NOT EXISTS noise (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    load_before REAL, load_after REAL, others_cpu REAL, steal REAL,
+    mhz_before REAL, mhz_after REAL, disturbed INTEGER NOT NULL DEFAULT 0);
+"""
+"""Every table of the current version; ``IF NOT EXISTS``, so it also adds new tables to an
+older database."""
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables a database lacks and raise its ``schema_version`` to
+    :data:`SCHEMA_VERSION` (never lower it: a newer tunelab may have written it)."""
+    conn.executescript(SCHEMA)
+    with conn:
+        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+                     "WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                     (str(SCHEMA_VERSION),))
+
+
+def runs_table_lacks_pruned(conn: sqlite3.Connection) -> bool:
+    """Whether ``runs`` is a version-1 table whose CHECK does not know ``pruned``."""
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
+    return not (row is None or "'pruned'" in row[0])
+
+
+def rebuild_runs_table(conn: sqlite3.Connection) -> None:
+    """Rebuild ``runs`` with the current CHECK, rows and ids unchanged. Run it inside one
+    transaction, with foreign keys off (``DROP TABLE runs`` would cascade to ``foms``)."""
+    start = SCHEMA.index("CREATE TABLE IF NOT EXISTS runs (")
+    create = SCHEMA[start:SCHEMA.index(";", start)].replace(
+        "CREATE TABLE IF NOT EXISTS runs (", "CREATE TABLE runs_v2 (")
+    conn.execute(create)
+    conn.execute("INSERT INTO runs_v2 SELECT * FROM runs")
+    conn.execute("DROP TABLE runs")
+    conn.execute("ALTER TABLE runs_v2 RENAME TO runs")
