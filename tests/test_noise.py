@@ -103,7 +103,7 @@ def test_a_schema_1_store_is_migrated_in_place(tmp_path: Path):
     conn.executescript(OLD_SCHEMA)
     conn.close()
     with open_store(tmp_path, write=True) as store:
-        assert store.get_meta("schema_version") == "2"
+        assert store.get_meta("schema_version") == "3"
         store.record_run(_record({"x": 1}, 1, 1.1, disturbed=True))
         frame = store.runs_frame()
     assert len(frame) == 2

@@ -27,7 +27,7 @@ from tunelab.store.schema import (
     NOISE_COLUMNS,
     STATUSES,
     rebuild_runs_table,
-    runs_table_lacks_pruned,
+    runs_table_lacks,
 )
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class RunRecord:
     run_dir: str
     foms: Mapping[str, float]
     sysinfo_id: int | None = None
-    noise: Mapping[str, float | None] | None = None
+    noise: Mapping[str, float | str | None] | None = None
     """How busy the machine was around the run (:meth:`tunelab.noise.NoiseSample.as_dict`)."""
 
 
@@ -161,10 +161,13 @@ class Store:
             raise ValueError(f"unknown run status {run.status!r}")
         if not all(math.isfinite(v) for v in run.foms.values()):
             raise ValueError(f"figures of merit must be finite, got {dict(run.foms)}")
-        if run.status == "pruned":
-            self._allow_pruned()
+        if run.status in ("pruned", "lost"):
+            self._allow_status(run.status)
         with self._writing():
             point_id = self._point_id(run.point_key, run.params)
+            self._conn.execute(  # a run lost before is replaced by its new attempt
+                "DELETE FROM runs WHERE point_id = ? AND repeat = ? AND status = 'lost'",
+                (point_id, run.repeat))
             cur = self._conn.execute(
                 "INSERT INTO runs (point_id, repeat, status, reason, rc, wall_s, started_at, "
                 "ended_at, host, command, env, run_dir, sysinfo_id) "
@@ -179,17 +182,18 @@ class Store:
                 [(run_id, k, float(v)) for k, v in run.foms.items()],
             )
             if run.noise is not None:
+                names = [c for c in NOISE_COLUMNS if c in run.noise or c == "disturbed"]
                 self._conn.execute(
-                    f"INSERT INTO noise (run_id, {', '.join(NOISE_COLUMNS)}) "
-                    f"VALUES (?{', ?' * len(NOISE_COLUMNS)})",
-                    (run_id, *(run.noise.get(c) for c in NOISE_COLUMNS[:-1]),
-                     int(bool(run.noise.get("disturbed")))),
+                    f"INSERT INTO noise (run_id, {', '.join(names)}) "
+                    f"VALUES (?{', ?' * len(names)})",
+                    (run_id, *(int(bool(run.noise.get(c))) if c == "disturbed"
+                               else run.noise.get(c) for c in names)),
                 )
         return run_id
 
-    def _allow_pruned(self) -> None:
-        """Rebuild a version-1 ``runs`` table whose CHECK does not know ``pruned``."""
-        if not runs_table_lacks_pruned(self._conn):
+    def _allow_status(self, status: str) -> None:
+        """Rebuild an older ``runs`` table whose CHECK does not know ``status``."""
+        if not runs_table_lacks(self._conn, status):
             return
         self._conn.execute("PRAGMA foreign_keys=OFF")
         try:
@@ -267,11 +271,45 @@ class Store:
     # --- reading ------------------------------------------------------------------------
 
     def completed(self) -> set[tuple[str, int]]:
-        """(point key, repeat) of every finished run, whatever its status."""
+        """(point key, repeat) of every finished run, whatever its status but ``lost``
+        (a lost run is run again when the study resumes)."""
         rows = self._conn.execute(
-            "SELECT p.key, r.repeat FROM runs r JOIN points p ON p.id = r.point_id"
+            "SELECT p.key, r.repeat FROM runs r JOIN points p ON p.id = r.point_id "
+            "WHERE r.status != 'lost'"
         )
         return {(k, int(rep)) for k, rep in rows}
+
+    # --- lost attempts ----------------------------------------------------------------------
+
+    def record_attempt(self, point_key: str, params: Mapping[str, Any], repeat: int, *,
+                       job: str | None, state: str, node: str | None, reason: str,
+                       at: str) -> int:
+        """Store one attempt of a run that the infrastructure lost (node failure,
+        preemption, cancelled from outside, vanished job); returns how many attempts of
+        that run are stored now."""
+        with self._writing():
+            point_id = self._point_id(point_key, params)
+            self._conn.execute(
+                "INSERT INTO attempts (point_id, repeat, job, state, node, reason, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (point_id, repeat, job, state, node, reason, at))
+            row = self._conn.execute(
+                "SELECT COUNT(*) FROM attempts WHERE point_id = ? AND repeat = ?",
+                (point_id, repeat)).fetchone()
+        return int(row[0])
+
+    def lost_attempts(self) -> dict[tuple[str, int], int]:
+        """(point key, repeat) -> how many attempts of that run the infrastructure lost."""
+        if not self._has_table("attempts"):
+            return {}
+        rows = self._conn.execute(
+            "SELECT p.key, a.repeat, COUNT(*) FROM attempts a JOIN points p "
+            "ON p.id = a.point_id GROUP BY p.key, a.repeat")
+        return {(k, int(rep)): int(n) for k, rep, n in rows}
+
+    def _has_table(self, name: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                  "name = ?", (name,)).fetchone() is not None
 
     def run_value(self, point_key: str, repeat: int, fom: str) -> float | None:
         """``fom`` of run ``repeat`` of a point when that run is ok, else None."""

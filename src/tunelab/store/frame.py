@@ -36,13 +36,16 @@ def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
         wide = wide.reindex(runs["run_id"]).reset_index(drop=True)
     else:
         wide = pd.DataFrame(index=runs.index)
-    has_noise = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                             "AND name = 'noise'").fetchone() is not None
-    query = (f"SELECT run_id, {', '.join(NOISE_COLUMNS)} FROM noise" if has_noise else
-             f"SELECT NULL AS run_id, {', '.join(f'NULL AS {c}' for c in NOISE_COLUMNS)} "
-             "WHERE 0")  # an old store opened read-only has no noise table
+    # an old store opened read-only has no noise table, or only some of its columns
+    have = {row[1] for row in conn.execute("PRAGMA table_info(noise)")}
+    columns = ", ".join(c if c in have else f"NULL AS {c}" for c in NOISE_COLUMNS)
+    query = (f"SELECT run_id, {columns} FROM noise" if have else
+             f"SELECT NULL AS run_id, {columns} WHERE 0")
     noise = pd.read_sql_query(query, conn).set_index("run_id").reindex(
         runs["run_id"]).reset_index(drop=True)
+    for name, kind in NOISE_COLUMNS.items():
+        noise[name] = (noise[name].astype(object).where(noise[name].notna(), "")
+                       if kind == "TEXT" else noise[name].astype(float))
     noise.columns = [f"noise.{c}" for c in noise.columns]
     params = params.drop(columns=[c for c in params.columns if c in runs.columns])
-    return pd.concat([runs, params, wide, noise.astype(float)], axis=1)
+    return pd.concat([runs, params, wide, noise], axis=1)

@@ -7,8 +7,11 @@ Schema (``tunelab.db``)::
     runs(id, point_id, repeat, status, …)    one row per finished run, UNIQUE(point_id, repeat)
     foms(run_id, name, value)                figures of merit of a run
     sysinfo(id, taken_at, snapshot)          machine and software snapshot, referenced by runs
-    noise(run_id, load_before, …, disturbed) how busy the machine was around a run (schema 2)
+    noise(run_id, load_before, …, disturbed) how busy the machine was around a run (schema 2;
+                                             more columns in 3: the run's own cores, evidence)
     jobs(token, launcher, job_id, state, …)  batch jobs and the runs each executes (resume)
+    attempts(point_id, repeat, attempt, …)   runs the infrastructure lost: node, scheduler
+                                             state, reason (schema 3)
 
 Schema versions (``meta.schema_version``): 1 — the tables above but ``noise``; 2 — adds
 ``noise`` (one row per run recorded since; see :mod:`tunelab.noise`) and the run status
@@ -18,7 +21,13 @@ simply have no noise row (their ``noise.*`` columns are NaN in
 :meth:`~tunelab.store.Store.runs_frame`; a version-1 store opened read-only has no ``noise``
 table and reads the same). The status list lives in a CHECK constraint, which SQLite cannot
 alter: the first ``pruned`` run recorded into an older database rebuilds its ``runs`` table
-(one transaction, rows and ids unchanged) just before (:func:`rebuild_runs_table`).
+(one transaction, rows and ids unchanged) just before (:func:`rebuild_runs_table`). 3 — the
+run status ``lost`` (the infrastructure ended the run: node failure, preemption, a job
+cancelled from outside, a vanished job; it is re-submitted, and stored as ``lost`` only when
+its retries ran out), the ``attempts`` table (every lost attempt), and ``noise`` columns for
+evidence measured on the run's own cores (see :data:`NOISE_COLUMNS`); opening a version-2
+database for writing adds the table and the missing columns, and the first ``lost`` run
+rebuilds ``runs`` as ``pruned`` does.
 
 A change to the schema goes here: the table in :data:`SCHEMA` (and in the list above), a new
 :data:`SCHEMA_VERSION` with its line in the history above, and, for databases written by an
@@ -41,14 +50,23 @@ __all__ = [
     "STATUSES",
     "create_schema",
     "rebuild_runs_table",
-    "runs_table_lacks_pruned",
+    "runs_table_lacks",
 ]
 
 DB_NAME = "tunelab.db"
-SCHEMA_VERSION = 2
-STATUSES = ("ok", "failed", "timeout", "invalid", "pruned")
-NOISE_COLUMNS = ("load_before", "load_after", "others_cpu", "steal", "mhz_before", "mhz_after",
-                 "disturbed")
+SCHEMA_VERSION = 3
+STATUSES = ("ok", "failed", "timeout", "invalid", "pruned", "lost")
+NOISE_COLUMNS: dict[str, str] = {
+    "load_before": "REAL", "load_after": "REAL", "others_cpu": "REAL", "steal": "REAL",
+    "mhz_before": "REAL", "mhz_after": "REAL",
+    # schema 3: evidence on the run's own cores (tunelab.noise), where the run ran
+    "cpus": "REAL", "others_share": "REAL", "own_share": "REAL", "psi_some": "REAL",
+    "cpu_list": "TEXT", "shared_with": "TEXT", "evidence": "TEXT",
+    "disturbed": "INTEGER NOT NULL DEFAULT 0",
+}
+"""The ``noise`` table's columns (name -> SQL type), ``disturbed`` last. ``REAL`` columns are
+numbers (NaN where unknown in the runs table), ``TEXT`` ones strings. A column added here is
+added to older databases by :func:`create_schema`."""
 REQUIRED_TABLES = frozenset({"meta", "points", "runs", "foms"})
 """The tables every version has: a database without them holds no tunelab results."""
 
@@ -62,7 +80,8 @@ CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
     point_id INTEGER NOT NULL REFERENCES points(id),
     repeat INTEGER NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid', 'pruned')),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'invalid', 'pruned',
+                                           'lost')),
     reason TEXT,
     rc INTEGER,
     wall_s REAL NOT NULL,
@@ -87,9 +106,17 @@ CREATE TABLE IF NOT EXISTS foms (
     name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (run_id, name));
 CREATE TABLE IF NOT EXISTS noise (
     run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
-    load_before REAL, load_after REAL, others_cpu REAL, steal REAL,
-    mhz_before REAL, mhz_after REAL, disturbed INTEGER NOT NULL DEFAULT 0);
-"""
+    {noise});
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY,
+    point_id INTEGER NOT NULL REFERENCES points(id),
+    repeat INTEGER NOT NULL,
+    job TEXT,
+    state TEXT NOT NULL,
+    node TEXT,
+    reason TEXT NOT NULL,
+    at TEXT NOT NULL);
+""".replace("{noise}", ", ".join(f"{name} {kind}" for name, kind in NOISE_COLUMNS.items()))
 """Every table of the current version; ``IF NOT EXISTS``, so it also adds new tables to an
 older database."""
 
@@ -98,18 +125,22 @@ def create_schema(conn: sqlite3.Connection) -> None:
     """Create the tables a database lacks and raise its ``schema_version`` to
     :data:`SCHEMA_VERSION` (never lower it: a newer tunelab may have written it)."""
     conn.executescript(SCHEMA)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(noise)")}
     with conn:
+        for name, kind in NOISE_COLUMNS.items():
+            if name not in have:  # an older database: the column is added, rows keep NULL
+                conn.execute(f"ALTER TABLE noise ADD COLUMN {name} {kind.split()[0]}")
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
                      "WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
                      (str(SCHEMA_VERSION),))
 
 
-def runs_table_lacks_pruned(conn: sqlite3.Connection) -> bool:
-    """Whether ``runs`` is a version-1 table whose CHECK does not know ``pruned``."""
+def runs_table_lacks(conn: sqlite3.Connection, status: str) -> bool:
+    """Whether ``runs`` is an older table whose CHECK does not know ``status``."""
     row = conn.execute(
         "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
-    return not (row is None or "'pruned'" in row[0])
+    return not (row is None or f"'{status}'" in row[0])
 
 
 def rebuild_runs_table(conn: sqlite3.Connection) -> None:
@@ -117,8 +148,8 @@ def rebuild_runs_table(conn: sqlite3.Connection) -> None:
     transaction, with foreign keys off (``DROP TABLE runs`` would cascade to ``foms``)."""
     start = SCHEMA.index("CREATE TABLE IF NOT EXISTS runs (")
     create = SCHEMA[start:SCHEMA.index(";", start)].replace(
-        "CREATE TABLE IF NOT EXISTS runs (", "CREATE TABLE runs_v2 (")
+        "CREATE TABLE IF NOT EXISTS runs (", "CREATE TABLE runs_new (")
     conn.execute(create)
-    conn.execute("INSERT INTO runs_v2 SELECT * FROM runs")
+    conn.execute("INSERT INTO runs_new SELECT * FROM runs")
     conn.execute("DROP TABLE runs")
-    conn.execute("ALTER TABLE runs_v2 RENAME TO runs")
+    conn.execute("ALTER TABLE runs_new RENAME TO runs")

@@ -73,7 +73,7 @@ class Outcome:
     started_at: str | None = None
     ended_at: str | None = None
     reason: str | None = None
-    noise: Mapping[str, float | None] | None = None
+    noise: Mapping[str, float | str | None] | None = None
     """How busy the machine was around the run (:mod:`tunelab.noise`), when watched."""
 
 
