@@ -64,7 +64,7 @@ def test_ring_factor_and_karp_flatt() -> None:
 
 def test_scaling_table_speedup_efficiency_with_intervals() -> None:
     runs = make_runs(TRUE, LAYOUTS)
-    table = {(p.workers, p.nodes): p for p in scaling_table(runs, n_resamples=999)}
+    table = {(p.workers, p.nodes): p for p in scaling_table(runs)}
     base = table[(1, 1)]
     assert base.speedup == pytest.approx(1.0) and base.ideal == 1
     p = table[(8, 1)]
@@ -82,7 +82,7 @@ def test_scaling_table_counts_only_ok_runs_and_splits_series() -> None:
     a = make_runs(TRUE, LAYOUTS[:3], extra={"link": 1}, fail=(2, 1))
     b = make_runs(TRUE.with_(link_bw=1e8), LAYOUTS[:3], extra={"link": 10}, seed=1)
     b["run_id"] += len(a)
-    table = scaling_table(pd.concat([a, b], ignore_index=True), n_resamples=999)
+    table = scaling_table(pd.concat([a, b], ignore_index=True))
     series = {p.series for p in table}
     assert series == {"link=1", "link=10"}
     two = next(p for p in table if p.series == "link=1" and (p.workers, p.nodes) == (2, 1))
@@ -92,7 +92,7 @@ def test_scaling_table_counts_only_ok_runs_and_splits_series() -> None:
 def test_layout_gap_verdicts() -> None:
     slow_link = TRUE.with_(link_bw=0.2e9)  # scale-out clearly slower
     runs = make_runs(slow_link, LAYOUTS, noise=0.005)
-    gaps = {(g.workers, g.nodes): g for g in layout_gaps(runs, n_resamples=999)}
+    gaps = {(g.workers, g.nodes): g for g in layout_gaps(runs)}
     assert set(gaps) == {(2, 2), (4, 2), (4, 4), (8, 2), (8, 4)}
     g = gaps[(8, 2)]
     assert g.ref_nodes == 1
@@ -102,7 +102,7 @@ def test_layout_gap_verdicts() -> None:
     # links as fast as the inside of a node, one core per worker: no difference to show
     same = make_runs(TRUE.with_(link_bw=TRUE.host_bw, shared_cores=0), LAYOUTS, noise=0.01,
                      seed=3)
-    for gap in layout_gaps(same, n_resamples=999):
+    for gap in layout_gaps(same):
         assert gap.verdict == Verdict.INDISTINGUISHABLE
 
 
@@ -161,12 +161,12 @@ def test_plot_data_and_pngs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from tunelab.report.scaling import scaling_plot_data, scaling_plots
 
     runs = make_runs(TRUE, LAYOUTS, noise=0.01)
-    data = scaling_plot_data(runs, n_resamples=199, predict_to=32)
+    data = scaling_plot_data(runs, predict_to=32)
     assert data.model is not None and not data.note
     assert {(k, n) for _, k, n, _ in data.predicted} >= {(1, 32), (2, 32), (4, 32), (4, 4)}
     assert (2, 1) not in {(k, n) for _, k, n, _ in data.predicted}  # 1 worker on 2 nodes
     assert len(data.gaps) == 5
-    paths = scaling_plots(runs, tmp_path, n_resamples=199)
+    paths = scaling_plots(runs, tmp_path)
     assert [p.name for p in paths] == ["scaling-throughput.png", "scaling-efficiency.png",
                                        "scaling-layouts.png"]
     for p in paths:

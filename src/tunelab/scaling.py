@@ -10,8 +10,8 @@ Runs that differ in other parameters form separate *series*.
 Definitions (N workers, baseline = the series' smallest worker count N0, usually 1):
 
 * **speedup** S(N) = X(N) / X(N0) for a throughput X (maximised), t(N0) / t(N) for a time;
-  its 95 % interval is :func:`tunelab.stats.compare`'s (bootstrap ∪ Welch, see
-  docs/statistics.md). **Efficiency** E = S / (N / N0). **Karp–Flatt** serial fraction
+  its 95 % interval is :func:`tunelab.stats.compare`'s (Welch t of the log ratio of
+  means, see docs/statistics.md). **Efficiency** E = S / (N / N0). **Karp–Flatt** serial fraction
   e = (1/S − 1/p) / (1 − 1/p) with p = N / N0 (undefined for p = 1).
 * **Scale-up vs scale-out** at equal N: each layout with more nodes compared with the layout
   with the fewest (ratio of means, > 1: more nodes is faster), with a verdict.
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tunelab.stats import DEFAULT_RESAMPLES, StatsError, Verdict, compare, fom_column
+from tunelab.stats import StatsError, Verdict, compare, fom_column
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -194,8 +194,6 @@ def scaling_table(
     nodes: str = "nodes",
     noise_threshold: float = 0.02,
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
 ) -> list[ScalingPoint]:
     """Speedup, efficiency and Karp–Flatt of every (series, workers, nodes) point against
     the series' baseline: its smallest worker count on the fewest nodes. Sorted by series,
@@ -210,7 +208,7 @@ def scaling_table(
         for (n, k), rows in group.groupby(["_workers", "_nodes"], sort=True):
             values = rows["_value"].to_numpy()
             c = compare(base, values, direction, noise_threshold=noise_threshold,
-                        confidence=confidence, n_resamples=n_resamples, seed=seed)
+                        confidence=confidence)
             p = int(n) / base_n
             lo, hi = _mean_interval(values, confidence)
             out.append(ScalingPoint(
@@ -235,8 +233,6 @@ def layout_gaps(
     nodes: str = "nodes",
     noise_threshold: float = 0.02,
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
 ) -> list[LayoutGap]:
     """Every layout with more nodes against the one with the fewest, at equal workers."""
     ok = _ok(runs, fom, workers, nodes)
@@ -249,7 +245,7 @@ def layout_gaps(
         for k in layouts[1:]:
             values = group[group["_nodes"] == k]["_value"].to_numpy()
             c = compare(ref, values, direction, noise_threshold=noise_threshold,
-                        confidence=confidence, n_resamples=n_resamples, seed=seed)
+                        confidence=confidence)
             out.append(LayoutGap(str(series), int(n), layouts[0], k, c.speedup, c.ci_low,
                                  c.ci_high, c.verdict, c.n_a, c.n_b))
     return out

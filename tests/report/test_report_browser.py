@@ -58,7 +58,7 @@ def wide_report(runs_factory, tmp_path: Path) -> Path:
                          "x" * 60: (1.3, 4, ["failed"])}, seed=1)
     results = results_from_frame(runs, Objective("wall_s", "minimize"),
                                  json.dumps({"env": "baseline", "np": 2}, sort_keys=True),
-                                 name="phone", n_resamples=300)
+                                 name="phone")
     return write_report(results, tmp_path / "report.html")
 
 

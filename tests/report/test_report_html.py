@@ -20,7 +20,7 @@ def _report(
 ) -> tuple[str, list]:
     from tunelab.report import speedup_bar_chart
 
-    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=500)
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
     image = speedup_bar_chart(comparisons, tmp_path / "speedup.png", objective=objective)
     path = write_html_report(
         tmp_path / "report.html",
@@ -29,7 +29,7 @@ def _report(
         sysinfo={"cpu": "Test CPU", "packages": {"numpy": "2.4"}},
         summaries=summarize(runs, "wall_s"),
         comparisons=comparisons,
-        best=best(runs, "wall_s", "minimize", n_resamples=500),
+        best=best(runs, "wall_s", "minimize"),
         images=[image],
         runs=runs,
         objective=objective,

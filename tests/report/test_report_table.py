@@ -19,7 +19,7 @@ from tunelab.workload import Objective
 def test_rows_follow_the_ranking_and_format_the_comparison(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
-    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=1000)
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
     rows = table_rows(comparisons, objective)
     assert [r.label for r in rows][:1] == ["env=am np=2"]
     assert rows[-1].label == "env=broken np=2" and rows[-1].n == "0"
@@ -48,7 +48,7 @@ def test_rows_from_summaries_rank_by_direction(runs: pd.DataFrame) -> None:
 def test_terminal_table_renders_every_point_and_value(
     runs: pd.DataFrame, objective: Objective, baseline: str, injected: str
 ) -> None:
-    results = results_from_frame(runs, objective, baseline, n_resamples=1000)
+    results = results_from_frame(runs, objective, baseline)
     out = io.StringIO()
     emit(compare_view(results), "text", stream=out, terminal=True, width=200)
     text = out.getvalue()
@@ -66,7 +66,7 @@ def test_terminal_table_renders_every_point_and_value(
 def test_json_and_csv_carry_the_paired_interval_and_adjusted_p(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
-    results = results_from_frame(runs, objective, baseline, n_resamples=1000)
+    results = results_from_frame(runs, objective, baseline)
     out = io.StringIO()
     emit(compare_view(results), "json", stream=out)
     doc = json.loads(out.getvalue())
@@ -87,7 +87,7 @@ def test_json_and_csv_carry_the_paired_interval_and_adjusted_p(
 
 
 def test_best_panel_states_the_winner_and_confidence(runs: pd.DataFrame) -> None:
-    result = best(runs, "wall_s", "minimize", n_resamples=1000)
+    result = best(runs, "wall_s", "minimize")
     lines = best_lines(result)
     assert lines[0].startswith("Best point: env=am np=2")
     assert "beats the runner-up (faster" in lines[-2]
@@ -96,7 +96,7 @@ def test_best_panel_states_the_winner_and_confidence(runs: pd.DataFrame) -> None
 
 def test_best_lines_do_not_oversell_a_tie(runs_factory: Callable[..., pd.DataFrame]) -> None:
     runs = runs_factory({"a": (10.0, 6, []), "b": (10.0, 6, [])}, seed=4)
-    result = best(runs, "wall_s", "minimize", n_resamples=1000)
+    result = best(runs, "wall_s", "minimize")
     assert result.comparison is not None
     assert result.comparison.verdict.value == "indistinguishable"
     assert any("cannot be told apart" in line for line in best_lines(result))

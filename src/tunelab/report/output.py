@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 FORMATS = ("text", "json", "csv", "markdown")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of every JSON document (its ``schema`` names the command): bump it whenever a field
 changes meaning or disappears (adding a field keeps it)."""
 Format = Literal["text", "json", "csv", "markdown"]

@@ -158,7 +158,8 @@ def speedup_bar_chart(
     height = 1.2 + 0.38 * max(len(bars), 1)
     fig, ax = plt.subplots(figsize=(8, height), layout="constrained")
     try:
-        ax.axvspan(1 - noise, 1 + noise, color="#fff3cd", zorder=0, label=f"±{noise:.0%} noise")
+        ax.axvspan(1 / (1 + noise), 1 + noise, color="#fff3cd", zorder=0,
+                   label=f"±{noise:.0%} noise")
         ax.axvline(1.0, color="black", linewidth=1, zorder=1)
         if bars:
             y = np.arange(len(bars))[::-1]

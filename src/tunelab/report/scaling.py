@@ -48,11 +48,11 @@ class ScalingPlotData(NamedTuple):
 
 
 def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
-                      n_resamples: int = 999, predict_to: int = 32) -> ScalingPlotData:
+                      predict_to: int = 32) -> ScalingPlotData:
     """Speedup table, layout gaps and (for a single series) the fitted model's curve per
     layout from 1 worker to ``predict_to`` (powers of two)."""
-    points = tuple(scaling_table(runs, fom, "maximize", n_resamples=n_resamples))
-    gaps = tuple(layout_gaps(runs, fom, "maximize", n_resamples=n_resamples))
+    points = tuple(scaling_table(runs, fom, "maximize"))
+    gaps = tuple(layout_gaps(runs, fom, "maximize"))
     model: StepModel | None = None
     predicted: list[tuple[str, int, int, float]] = []
     note = ""
@@ -75,12 +75,12 @@ def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
 
 
 def scaling_plots(runs: pd.DataFrame, out_dir: str | Path, *, fom: str = "throughput",
-                  prefix: str = "scaling", n_resamples: int = 999) -> list[Path]:
+                  prefix: str = "scaling") -> list[Path]:
     """Write ``<prefix>-throughput.png``, ``<prefix>-efficiency.png`` and, when a worker
     count was measured in several layouts, ``<prefix>-layouts.png``; their paths. No
     worker-count axis or no successful run: no plot."""
     try:
-        data = scaling_plot_data(runs, fom, n_resamples=n_resamples)
+        data = scaling_plot_data(runs, fom)
     except StatsError:
         return []
     if not data.points:

@@ -68,7 +68,7 @@ from tunelab.stats.results import (
     StatsError,
     Verdict,
 )
-from tunelab.stats.sequential import SequentialPlan, spending_levels
+from tunelab.stats.sequential import SequentialPlan, holm_adjust, spending_levels
 from tunelab.stats.summaries import DISTURBED_COLUMN as DISTURBED_COLUMN
 from tunelab.stats.summaries import fom_column, summarize
 from tunelab.stats.winner import best
@@ -90,6 +90,7 @@ __all__ = [
     "detectable_change",
     "disturbance",
     "fom_column",
+    "holm_adjust",
     "noise_level",
     "paired_interval",
     "repeats_needed",

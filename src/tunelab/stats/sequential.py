@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,7 +43,7 @@ from tunelab.stats.pooled import RoundTable, study_tests
 from tunelab.stats.results import MIN_PAIRS, StatsError
 from tunelab.stats.summaries import Group
 
-__all__ = ["Decision", "SequentialPlan", "decide", "spending_levels"]
+__all__ = ["Decision", "SequentialPlan", "decide", "holm_adjust", "spending_levels"]
 
 _GRID = 401
 
@@ -204,3 +204,17 @@ def _holm(tests: Mapping[str, TestResult], out: dict[str, Decision], alpha: floa
             state.level = level_for(k, share)
             if t.p < state.level:
                 state.rejected, rejected, changed = True, rejected + 1, True
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm's adjusted p-values of one family (NaN ones are left out of it and stay NaN):
+    a hypothesis is rejected at level ``alpha`` by Holm's step-down exactly when its
+    adjusted p is under ``alpha``."""
+    index = sorted((i for i, p in enumerate(p_values) if not math.isnan(p)),
+                   key=lambda i: p_values[i])
+    out = [math.nan] * len(p_values)
+    m, running = len(index), 0.0
+    for step, i in enumerate(index):
+        running = max(running, min(1.0, (m - step) * p_values[i]))
+        out[i] = running
+    return out
