@@ -37,14 +37,18 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands only: runs "
                                           "nothing, writes nothing.")] = False,
     repeats: Annotated[int | None, typer.Option("--repeats", help="Override the study's "
-                                                "repeats.")] = None,
+                                                "repeats (a fixed count, also for a study "
+                                                "with repeats: auto).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Batch launchers: submit the jobs "
                                          "and exit; 'tunelab status DIR' collects them.")]
     = False,
     wait_quiet: Annotated[bool, typer.Option("--wait-quiet", help="Before each run, wait "
-                                             "until other processes leave the machine "
-                                             "quiet (at most 10 minutes).")] = False,
+                                             "until other processes leave its cores quiet "
+                                             "(at most 10 minutes).")] = False,
+    rerun_disturbed: Annotated[int, typer.Option("--rerun-disturbed", min=0, help="Run each "
+                                                 "run the noise watch flagged disturbed "
+                                                 "again, up to N times.")] = 0,
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Run a study (resumes where a previous run of it stopped; re-attaches to its jobs).
@@ -72,7 +76,8 @@ def run(
         try:
             outcome = run_study(study, study_dir, on_start=progress.start,
                                 on_event=progress.update, detach=detach,
-                                wait_quiet=wait_quiet)
+                                wait_quiet=wait_quiet, rerun_disturbed=rerun_disturbed,
+                                on_note=message)
         except KeyboardInterrupt:
             ignore_further_signals()
             progress.stop()

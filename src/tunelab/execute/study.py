@@ -167,8 +167,11 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
             points.extend(batch)
         if baseline is not None and baseline not in points:
             points.insert(0, baseline)
-    if repeats is not None:
-        spec = spec.model_copy(update={"repeats": repeats})
+    if repeats is not None:  # a fixed count from the command line
+        spec = spec.model_copy(update={"repeats": repeats, "auto_repeats": None})
+    if spec.auto_repeats is not None and (adaptive or spec.strategy in RUN_STRATEGIES):
+        raise StudyError(f"{spec.where('repeats')}: repeats: auto needs the points known up "
+                         f"front (search strategy grid); {spec.strategy!r} chooses its own")
     study = Study(spec, workload, space, objective, points, baseline, adaptive, launcher)
     if study.planned_runs > LIMITS.runs:
         raise StudyError(f"{spec.where('repeats')}: the study would make {study.planned_runs:,} "

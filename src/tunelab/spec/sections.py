@@ -74,7 +74,7 @@ class StudyFile(BaseModel):
     derived: dict[str, str] = Field(default_factory=dict)
     constraints: list[str | _Constraint] = Field(default_factory=list)
     env: dict[str, dict[str, Any] | None] | None = None
-    repeats: int = Field(default=3, ge=1, le=LIMITS.repeats)
+    repeats: Any = 3  # a count, "auto" or {min, max}: tunelab.spec.values.parse_repeats
     baseline: dict[str, Any] | None = None
     timeout: Any = 600  # a number or a duration string; parse_duration checks it
     objective: _Objective | None = None

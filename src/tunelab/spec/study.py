@@ -32,6 +32,7 @@ from tunelab.spec.values import (
     parse_duration,
     parse_env,
     parse_parameter,
+    parse_repeats,
 )
 
 __all__ = ["StudySpec", "load_study"]
@@ -52,6 +53,9 @@ class StudySpec(BaseModel):
     constraints: tuple[ConstraintSpec, ...]
     env_sets: dict[str, dict[str, str]] | None
     repeats: int
+    """Rounds of every point (``repeats: auto``: the most it may run, the budget)."""
+    auto_repeats: tuple[int, int] | None = None
+    """``repeats: auto``: (min, max) rounds, more rounds of the undecided points in between."""
     baseline: dict[str, Scalar] | None
     timeout_s: float
     objective_fom: str | None
@@ -175,6 +179,7 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
             raise lines.error(("constraints", i),
                               f"constraint {shorten(source)!r}: {exc}") from None
 
+    repeats, auto_repeats = parse_repeats(raw.repeats, lines)
     try:
         timeout_s = parse_duration(raw.timeout)
     except ValueError as exc:
@@ -215,6 +220,10 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
                 ("baseline",), f"baseline does not give a value for {', '.join(sorted(missing))}"
             )
 
+    if auto_repeats is not None and baseline is None:
+        raise lines.error(("repeats",), "repeats: auto adds rounds until every point's "
+                          "comparison with the baseline is decided: the study needs a "
+                          "'baseline:'")
     return StudySpec(
         name=raw.name or _name_from_file(path, lines),
         path=path,
@@ -225,7 +234,8 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
         derived=derived,
         constraints=tuple(constraints),
         env_sets=env_sets,
-        repeats=raw.repeats,
+        repeats=repeats,
+        auto_repeats=auto_repeats,
         baseline=baseline,
         timeout_s=timeout_s,
         objective_fom=raw.objective.fom if raw.objective else None,

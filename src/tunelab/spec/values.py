@@ -27,7 +27,13 @@ __all__ = [
     "parse_duration",
     "parse_env",
     "parse_parameter",
+    "parse_repeats",
 ]
+
+AUTO_MIN_REPEATS = 3
+"""``repeats: auto`` starts with this many rounds of every point (a paired verdict needs 3)."""
+AUTO_MAX_REPEATS = 10
+"""… and stops adding rounds at this many (the budget), unless ``{max: N}`` says otherwise."""
 
 Scalar = int | float | str | bool
 ENV_AXIS = "env"
@@ -53,6 +59,33 @@ class ConstraintSpec:
     def label(self) -> str:
         """How reports name the constraint."""
         return self.expr.source
+
+
+def parse_repeats(value: Any, lines: StudyLines) -> tuple[int, tuple[int, int] | None]:
+    """The study file's ``repeats``: a count (``5``), ``auto`` or ``{min: 3, max: 20}`` (as
+    many rounds as the comparisons with the baseline need, within those bounds). Returns
+    (the rounds planned at most, (min, max) when automatic else None)."""
+    top = LIMITS.repeats
+    usage = (f"must be a whole number from 1 to {top:,}, 'auto', or {{min: M, max: N}} "
+             f"with {AUTO_MIN_REPEATS} <= M <= N <= {top:,}")
+    if value == "auto":
+        return AUTO_MAX_REPEATS, (AUTO_MIN_REPEATS, AUTO_MAX_REPEATS)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= top:
+            raise lines.error(("repeats",), f"repeats: {usage}; got {value}")
+        return value, None
+    if isinstance(value, dict):
+        unknown = sorted(str(k) for k in value if k not in ("min", "max"))
+        if unknown:
+            raise lines.error(("repeats", unknown[0]),
+                              f"repeats: unknown field {unknown[0]!r}; it takes min and max")
+        low = value.get("min", AUTO_MIN_REPEATS)
+        high = value.get("max", max(AUTO_MAX_REPEATS, low) if isinstance(low, int) else 0)
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high))
+        if ok and AUTO_MIN_REPEATS <= low <= high <= top:
+            return high, (low, high)
+        raise lines.error(("repeats",), f"repeats: {usage}; got {{min: {low!r}, max: {high!r}}}")
+    raise lines.error(("repeats",), f"repeats: {usage}; got {value!r}")
 
 
 def parse_duration(value: float | str) -> float:
