@@ -72,20 +72,21 @@ def parse_repeats(value: Any, lines: StudyLines) -> tuple[int, tuple[int, int] |
         return AUTO_MAX_REPEATS, (AUTO_MIN_REPEATS, AUTO_MAX_REPEATS)
     if isinstance(value, int) and not isinstance(value, bool):
         if not 1 <= value <= top:
-            raise lines.error(("repeats",), f"repeats: {usage}; got {value}")
+            raise lines.error(("repeats",), f"'repeats': {usage}; got {value}")
         return value, None
     if isinstance(value, dict):
         unknown = sorted(str(k) for k in value if k not in ("min", "max"))
         if unknown:
             raise lines.error(("repeats", unknown[0]),
-                              f"repeats: unknown field {unknown[0]!r}; it takes min and max")
+                              f"'repeats': unknown field {unknown[0]!r}; it takes min and max")
         low = value.get("min", AUTO_MIN_REPEATS)
         high = value.get("max", max(AUTO_MAX_REPEATS, low) if isinstance(low, int) else 0)
         ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high))
         if ok and AUTO_MIN_REPEATS <= low <= high <= top:
             return high, (low, high)
-        raise lines.error(("repeats",), f"repeats: {usage}; got {{min: {low!r}, max: {high!r}}}")
-    raise lines.error(("repeats",), f"repeats: {usage}; got {value!r}")
+        raise lines.error(("repeats",),
+                          f"'repeats': {usage}; got {{min: {low!r}, max: {high!r}}}")
+    raise lines.error(("repeats",), f"'repeats': {usage}; got {value!r}")
 
 
 def parse_duration(value: float | str) -> float:

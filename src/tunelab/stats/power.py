@@ -29,11 +29,13 @@ def power_of(shift: float, df: float, level: float) -> float:
         z = float(special.ndtri(1 - level / 2))
         return float(special.ndtr(shift - z) + special.ndtr(-shift - z))
     crit = float(special.stdtrit(df, 1 - level / 2))
-    value = float(1 - special.nctdtr(df, shift, crit) + special.nctdtr(df, shift, -crit))
-    if math.isnan(value):  # far out in the tail: the normal approximation
+    shift = abs(shift)
+    upper = float(1 - special.nctdtr(df, shift, crit))
+    lower = float(special.nctdtr(df, shift, -crit))  # the far tail: NaN when negligible
+    if math.isnan(upper):  # far out in the tail: the normal approximation
         scale = math.sqrt(1 + crit * crit / (2 * df))
-        value = float(special.ndtr((shift - crit) / scale) + special.ndtr((-shift - crit) / scale))
-    return value
+        return float(special.ndtr((shift - crit) / scale) + special.ndtr((-shift - crit) / scale))
+    return upper + (0.0 if math.isnan(lower) else lower)
 
 
 def detectable_change(se_log: float, df: float, level: float, *, power: float = POWER,
