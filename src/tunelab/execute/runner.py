@@ -320,6 +320,7 @@ def _rerun_disturbed(study: Study, store: Store, executor: Executor, times: int,
         if not runs or fail_fast.stop_reason is not None:
             return
         store.discard_runs(runs, _now())
+        executor.done -= {(key, repeat) for key, repeat, _ in runs}
         executor.execute([(points.get(key) or Point.from_key(key), repeat)
                           for key, repeat, _ in runs])
 
