@@ -185,10 +185,6 @@ def run_study(
     study_dir = Path(study_dir)
     launcher = launcher or make_launcher(study.launcher)
     watch = _watch(study, launcher, wait_quiet)
-    if watch is not None and watch.noise is not None and on_note is not None:
-        busy = watch.noise.busy_now()
-        if busy is not None:
-            on_note(f"{study.spec.name}: {busy}")
     study.workload.check()
     check_study_dir(study_dir)
     lock = StudyLock(study_dir)
@@ -196,6 +192,10 @@ def run_study(
             study_processes(study_dir, store) as processes:
         _identity_check(store, study)
         processes.sweep()  # runs a killed controller left running die before anything runs
+        if watch is not None and watch.noise is not None and on_note is not None:
+            busy = watch.noise.busy_now()
+            if busy is not None:
+                on_note(f"{study.spec.name}: {busy}")
         plan = plan_runs(study.points, study.spec.repeats, study.spec.seed, study.baseline)
         store.set_meta({
             "identity": study.spec.identity_hash(),
