@@ -252,12 +252,20 @@ def busy_cores(per_core: int = 2) -> Iterator[None]:
             p.join(5)
 
 
+SPIN = """\
+import sys, time
+t = time.process_time()
+while time.process_time() - t < 0.4:
+    pass
+print("x=" + sys.argv[1])
+"""
+
 STUDY = """\
 name: busy
 workload:
   name: command
   options:
-    argv: [{python}, -c, "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.4: pass\\nprint('x=%d' % {{x}})"]
+    argv: [{python}, {spin}, "{{x}}"]
     foms: {{x: 'x=(?P<value>[0-9]+)'}}
 parameters: {{x: [1, 2]}}
 repeats: 2
@@ -276,8 +284,9 @@ def test_runs_on_cores_another_load_takes_are_flagged_and_said(tmp_path: Path) -
     from tunelab.report.results import load_results
     from tunelab.spec import load_study
 
+    (tmp_path / "spin.py").write_text(SPIN)
     path = tmp_path / "busy.yaml"
-    path.write_text(STUDY.format(python=sys.executable))
+    path.write_text(STUDY.format(python=sys.executable, spin=tmp_path / "spin.py"))
     notes: list[str] = []
     with busy_cores():
         outcome = run_study(prepare_study(load_study(path)), tmp_path / "s",

@@ -1,5 +1,6 @@
 """tunelab.scaling: speedup/efficiency/Karp–Flatt with intervals, layout gaps with verdicts,
-and the step-time model recovering known parameters and predicting held-out points."""
+the step-time model recovering known parameters, and its validity: held-out sizes,
+prediction intervals, refusals beyond what it can predict."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ import pandas as pd
 import pytest
 
 from tunelab.scaling import (
+    MAX_FACTOR,
     StepModel,
     fit_step_model,
+    forecast,
+    holdout,
     karp_flatt,
     layout_gaps,
-    model_check,
     observations,
     ring_factor,
     scaling_table,
+    validate,
 )
 from tunelab.stats import StatsError, Verdict
 
@@ -43,7 +47,7 @@ def make_runs(model: StepModel, layouts: list[tuple[int, int]], repeats: int = 4
                 "point": json.dumps(params, sort_keys=True), "repeat": rep,
                 "status": status, **params,
                 "fom.throughput": math.nan if status != "ok" else 64 * n / t,
-                "fom.step_s": t, "fom.compute_s": model.compute_s,
+                "fom.step_s": t, "fom.compute_s": model.compute(n, k),
                 "fom.grad_bytes": S, "fom.hosts": 1.0, "fom.host_cores": 2.0, "fom.gpu": 0.0,
             })
     return pd.DataFrame(rows)
@@ -119,15 +123,62 @@ def test_fit_recovers_known_parameters() -> None:
 
 
 def test_model_predicts_held_out_and_ratio_within_10_percent() -> None:
-    runs = make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.02, seed=5)
-    check = model_check(observations(runs), hold_out=[8], extrapolate=[(32, 4)])
-    assert {p.workers for p in check.points if p.held_out} == {8, 32}
-    assert check.held_out_error_pct < 5
+    obs = observations(make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.02, seed=5))
+    check = holdout(obs, [8])
+    assert {p.workers for p in check.points if p.held_out} == {8}
+    assert check.mean_error < 0.05 and check.factor == 0.5  # 8 lies inside: interpolation
     ratio = next(r for r in check.ratios if r[:3] == (8, 1, 2))
     assert abs(ratio[4] / ratio[3] - 1) < 0.10
-    p32 = next(p for p in check.points if p.workers == 32)
-    assert math.isnan(p32.measured)
-    assert p32.predicted == pytest.approx(TRUE.throughput(32, 4), rel=0.1)
+    f = forecast(obs, 32, 4)
+    assert f.throughput is not None and f.low is not None and f.high is not None
+    assert f.low <= TRUE.throughput(32, 4) <= f.high and f.factor == 2.0 and not f.cannot
+
+
+def test_validation_holds_out_the_largest_size_and_extrapolates_2x() -> None:
+    obs = observations(make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.02, seed=6))
+    check = validate(obs)
+    assert check.extrapolation is not None and check.extrapolation.held == (16,)
+    assert check.extrapolation.factor == 2.0 and check.extrapolation.max_error < 0.05
+    assert [h.held for h in check.interpolation] == [(2,), (4,), (8,)]
+    far = forecast(obs, 64, 4, validation=check)
+    assert far.throughput == pytest.approx(TRUE.throughput(64, 4), rel=0.1)
+    assert f"no check reached further than {MAX_FACTOR:g}x" in far.note
+
+
+def test_a_knee_beyond_the_fitted_sizes_makes_the_model_refuse_to_extrapolate() -> None:
+    """Step times jump at 16 workers (say, memory bandwidth runs out): fitted on 1–8 the
+    model misses 16 by far more than 15 %, so it predicts nothing beyond 16, and says why;
+    inside the measured sizes it still answers, with an interval."""
+    runs = make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.01, seed=7)
+    knee = runs["workers"] == 16
+    runs.loc[knee, "fom.step_s"] *= 1.6
+    runs.loc[knee, "fom.throughput"] /= 1.6
+    obs = observations(runs)
+    f = forecast(obs, 32, 4)
+    assert f.throughput is None and f.low is None
+    assert f.cannot.startswith("cannot predict 32 workers on 4 node(s)")
+    assert "without the 16-worker points" in f.cannot and "more than 15%" in f.cannot
+    inside = forecast(obs, 8, 2)
+    assert inside.throughput is not None and inside.factor < 1 and not inside.cannot
+
+
+def test_too_few_sizes_to_check_cannot_be_extrapolated() -> None:
+    obs = observations(make_runs(TRUE, [(1, 1), (2, 1), (2, 2)], noise=0.01))
+    f = forecast(obs, 4, 1)
+    assert f.throughput is None and "only 2 worker count(s) measured (1, 2)" in f.cannot
+    assert forecast(obs, 2, 1).throughput is not None
+    assert forecast([], 2, 1).cannot == "cannot predict: no measured point"
+
+
+def test_contention_on_a_shared_host_is_fitted_and_extrapolates() -> None:
+    """Real compute on shared cores: each worker computes 6 % slower per other worker on
+    its host; fitted on 1–8 workers, the model finds it and predicts 16 within 5 %."""
+    true = TRUE.with_(contention=0.06, shared_host=True)
+    obs = observations(make_runs(true, LAYOUTS, noise=0.005, seed=8))
+    model = fit_step_model(obs)
+    assert model.contention == pytest.approx(0.06, rel=0.05)
+    assert model.throughput(16, 4) == pytest.approx(true.throughput(16, 4), rel=0.05)
+    assert TRUE.compute(8, 1) == pytest.approx(0.17)  # no contention: compute is fixed
 
 
 def test_model_cannot_fit_from_nothing() -> None:

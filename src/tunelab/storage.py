@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tunelab.scaling import _axis, _mean_interval, _series_key
+from tunelab.scaling.tables import axis_values as _axis
+from tunelab.scaling.tables import mean_interval as _mean_interval
+from tunelab.scaling.tables import series_key as _series_key
 from tunelab.stats import StatsError, fom_column
 
 if TYPE_CHECKING:

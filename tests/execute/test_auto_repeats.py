@@ -21,18 +21,29 @@ from tunelab.stats import Verdict
 
 # x = 1 is the baseline (10), x = 2 is twice as fast, x = 3 equal to the baseline; the noise
 # of each point (per cent) is its second parameter
+PROG = """\
+import random, sys
+x, cv = int(sys.argv[1]), float(sys.argv[2])
+print("v=%f" % ((5.0 if x == 2 else 10.0) * random.lognormvariate(0, cv / 100)))
+"""
+
 STUDY = """\
 name: auto
 workload:
   name: command
   options:
-    argv: [{python}, -c, "import random, sys\\nx, cv = int(sys.argv[1]), float(sys.argv[2])\\nprint('v=%f' % ((5.0 if x == 2 else 10.0) * random.lognormvariate(0, cv / 100)))", "{{x}}", "{{cv}}"]
+    argv: [{python}, {prog}, "{{x}}", "{{cv}}"]
     foms: {{v: 'v=(?P<value>[0-9.]+)'}}
 parameters: {{x: [1, 2, 3], cv: [{cv}]}}
 repeats: {repeats}
 baseline: {{x: 1, cv: {cv}}}
 objective: {{fom: v, direction: minimize}}
 """
+
+
+def _study(tmp_path: Path, cv: float, repeats: object) -> str:
+    (tmp_path / "prog.py").write_text(PROG)
+    return STUDY.format(python=PY, prog=tmp_path / "prog.py", cv=cv, repeats=repeats)
 
 
 def _rounds(study_dir: Path) -> Counter[int]:
@@ -43,7 +54,7 @@ def _rounds(study_dir: Path) -> Counter[int]:
 @pytest.mark.slow
 def test_repeats_auto_stops_once_every_comparison_is_decided(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text(STUDY.format(python=PY, cv=0.1, repeats="{min: 3, max: 8}"))
+    path.write_text(_study(tmp_path, cv=0.1, repeats="{min: 3, max: 8}"))
     outcome = run_study(prepare_study(load_study(path)), tmp_path / "d")
     assert outcome.planned == 24 and outcome.ran == 9  # three rounds decided everything
     assert _rounds(tmp_path / "d") == {1: 3, 2: 3, 3: 3}
@@ -58,7 +69,7 @@ def test_repeats_auto_stops_once_every_comparison_is_decided(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_repeats_auto_runs_undecided_points_to_the_budget(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text(STUDY.format(python=PY, cv=30, repeats="{min: 3, max: 5}"))
+    path.write_text(_study(tmp_path, cv=30, repeats="{min: 3, max: 5}"))
     run_study(prepare_study(load_study(path)), tmp_path / "d")
     rounds = _rounds(tmp_path / "d")
     assert rounds[1] == 5 and rounds[3] == 5  # 30 % noise: equality cannot be shown in 5
@@ -86,7 +97,7 @@ class FirstRunsDisturbed(NoiseWatch):
 @pytest.mark.slow
 def test_disturbed_runs_are_run_again(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text(STUDY.format(python=PY, cv=1, repeats=2))
+    path.write_text(_study(tmp_path, cv=1, repeats=2))
     study = prepare_study(load_study(path))
     launcher = LocalLauncher(watch=RunWatch("v", noise=FirstRunsDisturbed(2)))
     outcome = run_study(study, tmp_path / "d", launcher=launcher, rerun_disturbed=1)
