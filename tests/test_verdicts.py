@@ -59,14 +59,15 @@ def test_a_study_of_equal_points_calls_none_different_in_95_percent_of_studies()
 
 def test_pooled_noise_finds_a_ten_percent_change_at_two_percent_noise_with_five_rounds() -> None:
     rng = np.random.default_rng(12)
-    studies, found = 100, 0
+    studies, found, pooled = 100, 0, 0
     for _ in range(studies):
         v = 10 * (1 + rng.normal(0, 0.02, (21, 5)))
         v[7] /= 1.10
         c = verdicts(table(v))[7]
         found += c.verdict is Verdict.BETTER  # type: ignore[attr-defined]
-        assert c.test == "paired t, pooled noise" and c.df == 80  # type: ignore[attr-defined]
+        pooled += c.test == "paired t, pooled noise" and c.df == 80  # type: ignore[attr-defined]
     assert found / studies >= 0.9
+    assert pooled / studies >= 0.85  # the rest: own noise larger than the study's (F test)
 
 
 def test_a_noisy_point_is_judged_on_its_own_noise() -> None:
@@ -158,14 +159,32 @@ def test_repeats_auto_stops_a_clear_change_early_and_settles_equal_points() -> N
     assert by_point[json.dumps({"p": 4})] < 10
 
 
-def test_repeats_auto_leaves_too_noisy_comparisons_undecided_at_the_budget() -> None:
-    plan = SequentialPlan(3, 5)
-    v = 10 * np.exp(np.random.default_rng(18).normal(0, 0.2, (4, 5)))
+def test_repeats_auto_stops_hopeless_comparisons_early() -> None:
+    """20 % noise, equal points, a budget of 8 rounds: on their trend most comparisons could
+    not reach a verdict by the budget, so they stop (decided: indistinguishable) early."""
+    plan = SequentialPlan(3, 8)
+    v = 10 * np.exp(np.random.default_rng(18).normal(0, 0.2, (8, 8)))
     runs, used = _auto(v, plan)
-    assert used == 4 * 5
+    assert used < 8 * 8 and runs.groupby("point").size().max() <= 8
     out = verdicts(runs, plan=plan)
-    assert all(c.decided is False for c in out.values())  # type: ignore[attr-defined]
-    assert still_undecided(runs, "wall_s", "minimize", BASE, plan) == []  # budget spent
+    stopped = [c for c in out.values() if c.decided]  # type: ignore[attr-defined]
+    assert len(stopped) >= 5
+    assert all(c.verdict is Verdict.INDISTINGUISHABLE for c in stopped)  # type: ignore[attr-defined]
+
+
+def test_repeats_auto_leaves_a_comparison_undecided_at_the_budget() -> None:
+    """Per-round log ratios with a trend that keeps a verdict within reach but never
+    reaches it: the comparison runs to the budget and stays undecided."""
+    plan = SequentialPlan(3, 5)
+    d = np.array([0.10, 0.02, 0.06, 0.10, -0.05])
+    v = np.vstack([np.full(5, 10.0), 10.0 * np.exp(-d)])
+    for looks in (3, 4):
+        runs = table(v[:, :looks])
+        assert still_undecided(runs, "wall_s", "minimize", BASE, plan) == [json.dumps({"p": 1})]
+    runs = table(v)
+    assert still_undecided(runs, "wall_s", "minimize", BASE, plan) == []  # the budget
+    c = verdicts(runs, plan=plan)[1]
+    assert c.decided is False and c.verdict is Verdict.INDISTINGUISHABLE  # type: ignore[attr-defined]
 
 
 def test_the_minimum_detectable_change_is_seen_in_80_percent_of_studies() -> None:

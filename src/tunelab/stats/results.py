@@ -28,7 +28,7 @@ POWER = 0.8
 """The probability at which :attr:`Comparison.detectable` and :func:`repeats_needed` count
 a change as detectable."""
 
-HETEROGENEITY_LEVEL = 0.01
+HETEROGENEITY_LEVEL = 0.05
 """A comparison whose own noise exceeds the study's pooled noise at this level (F test) is
 judged on its own noise instead (see :mod:`tunelab.stats.pooled`)."""
 

@@ -21,11 +21,14 @@ Turnbull's significance-level approach). Holm's step-down composes with it (Maur
 others for the current and later looks. With one look at ``t = 1`` the nominal level is the
 level itself, so a fixed design is the same procedure with a single look.
 
-A comparison is **decided** when it is rejected, or when its interval at ``1 − 2 (1 −
+A comparison is **decided** when it is rejected; when its interval at ``1 − 2 (1 −
 confidence)`` (a two one-sided tests equivalence check at the study's level) lies inside the
-noise threshold: no change that matters is left to find, and stopping to accept equality
-never raises the false-verdict rate. A comparison still undecided at ``max_rounds`` stays
-undecided (indistinguishable, and said so).
+noise threshold: no change that matters is left to find; or when, on its current trend, the
+budget's last look would reject it with a probability under :data:`FUTILITY` (conditional
+power, the B-value of Lan & Wittes: the stochastic curtailment of group-sequential
+designs): more rounds would very likely end indistinguishable anyway. Stopping to accept
+equality never raises the false-verdict rate. A comparison still undecided at
+``max_rounds`` stays undecided (indistinguishable, and said so).
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ from tunelab.stats.summaries import Group
 __all__ = ["Decision", "SequentialPlan", "decide", "holm_adjust", "spending_levels"]
 
 _GRID = 401
+
+FUTILITY = 0.10
+"""A comparison stops early when the last look would reject it with less than this
+probability on its current trend (conditional power)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,22 @@ def _equivalent(t: TestResult, confidence: float, noise_threshold: float) -> boo
     return -margin < t.estimate - half and t.estimate + half < margin
 
 
+def _futile(t: TestResult, fractions: list[float], share: float) -> bool:
+    """Whether the last look (information 1) would reject on the current trend with
+    probability under :data:`FUTILITY`: with z the test statistic at information fraction
+    f, the B-value z·sqrt(f) grows by z/sqrt(f) per unit of information, with variance
+    1 − f still to come."""
+    f = fractions[-1]
+    if f >= 1 or t.se <= 0 or not math.isfinite(t.se):
+        return False
+    final = spending_levels((*fractions, 1.0), share)[-1]
+    bound = float(special.ndtri(1 - final / 2))
+    z = abs(t.estimate) / t.se
+    mean = z * math.sqrt(f) + z / math.sqrt(f) * (1 - f)
+    power = float(special.ndtr((mean - bound) / math.sqrt(1 - f)))
+    return power < FUTILITY
+
+
 def decide(groups: Mapping[str, Group], baseline: str, direction: str, *,
            confidence: float = 0.95, noise_threshold: float = 0.02,
            plan: SequentialPlan | None = None, adjust: bool = True) -> dict[str, Decision]:
@@ -180,9 +203,11 @@ def decide(groups: Mapping[str, Group], baseline: str, direction: str, *,
             current[k] = t
         _holm(current, out, alpha, m,
               lambda k, a: spending_levels(tuple(out[k].fractions), a)[-1], adjust)
+        share = alpha / max(1, m - sum(1 for d in out.values() if d.rejected))
         for k, t in current.items():
             state = out[k]
-            state.decided = state.rejected or _equivalent(t, confidence, noise_threshold)
+            state.decided = (state.rejected or _equivalent(t, confidence, noise_threshold)
+                             or _futile(t, state.fractions, share if adjust else alpha))
             state.finished = state.decided or t.n >= plan.max_rounds
     return out
 
