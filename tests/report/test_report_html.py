@@ -69,3 +69,16 @@ def test_html_escapes_injected_values(
     html, _ = _report(runs, objective, tmp_path, baseline, injected)
     assert "<script" not in html.lower()
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
+
+
+def test_html_table_names_the_test_behind_its_p_column(
+    runs: pd.DataFrame, objective: Objective, tmp_path: Path, baseline: str, injected: str
+) -> None:
+    html, comparisons = _report(runs, objective, tmp_path, baseline, injected)
+    tests = sorted({pc.comparison.test for pc in comparisons if not pc.is_baseline
+                    and pc.comparison.p_adjusted == pc.comparison.p_adjusted})
+    assert f"<th>p ({' / '.join(tests)}; adjusted: Holm)</th>" in html
+    assert "<th>detectable</th>" in html and "Mann" not in html and "bootstrap" not in html
+    for row in table_rows(comparisons, objective):  # escaped: <0.001 is &lt;0.001
+        cell = row.p_value.replace("<", "&lt;")
+        assert f"<td>{cell}</td>" in html or row.verdict_kind == "baseline"

@@ -84,10 +84,8 @@ def compare_to_baseline(
     decisions = decide(groups, baseline_key, direction, confidence=confidence,
                        noise_threshold=noise_threshold, plan=plan, adjust=adjust)
     m = len(decisions)
-    adjustment = (ADJUST_NONE if not adjust or m < 2
-                  else ADJUST_SEQUENTIAL if plan is not None else ADJUST_HOLM)
-    if plan is not None and m == 1:
-        adjustment = ADJUST_SEQUENTIAL
+    adjustment = (ADJUST_SEQUENTIAL if plan is not None
+                  else ADJUST_HOLM if adjust and m > 1 else ADJUST_NONE)
     ranked = sorted(summaries, key=lambda s: sort_key(s, direction))
     out = []
     for rank, summary in enumerate(ranked, start=1):
