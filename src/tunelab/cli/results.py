@@ -114,6 +114,9 @@ def script(
                                                         "(repeatable).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the script "
                                                 "here instead of printing it.")] = None,
+    site: Annotated[str | None, typer.Option(
+        help="The scheduler's dialect: slurm, slurm-pmi2, slurm-none (Slurm); pbspro, "
+             "openpbs, gadi, torque (PBS); default: the study's, else slurm / pbspro.")] = None,
 ) -> None:
     """Render a batch job script (PBS or Slurm) for the study's best configuration."""
     from tunelab.report.batch import best_job_script
@@ -125,7 +128,7 @@ def script(
         raise TunelabError(f"--walltime {exc}") from None
     text = best_job_script(directory, scheduler=scheduler, walltime_s=walltime_s, mem=mem,
                            project=project, queue=queue, job_name=job_name,
-                           modules=module, directives=directive)
+                           modules=module, directives=directive, site=site)
     if output is None:
         sys.stdout.write(text)
     else:

@@ -22,6 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from tunelab.errors import LaunchError
+from tunelab.execute.launchers.aborts import scheduler_abort
 from tunelab.execute.launchers.base import (
     EXIT_FILE,
     STARTED_FILE,
@@ -69,7 +70,7 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         if run.needs.nodes > 1:
             env["TUNELAB_HEAD_ADDR"] = node_address(mine[0])
         write_json_atomic(run.run_dir / STARTED_FILE,
-                          {"job_id": job_id, "host": host, "started_at": _now(),
+                          {"job_id": job_id, "host": host, "hosts": mine, "started_at": _now(),
                            "pid": os.getpid()})
     watched = watch.start(run) if watch is not None else None
     started = _now()
@@ -82,6 +83,11 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         outcome = Outcome("failed", None, 0.0, reason=str(exc))
     if watched is not None:
         outcome = watched.finish(outcome)
+    if hosts is not None and outcome.status == "failed" and outcome.rc is not None:
+        abort = scheduler_abort(_read_tail(run.run_dir / "stderr.txt"))
+        if abort is not None:  # the launcher's exit code, not the program's
+            outcome = Outcome("lost", outcome.rc, outcome.wall_s,
+                              reason=f"the scheduler ended the run: {abort}")
     reason = outcome.reason
     result = Outcome(outcome.status, outcome.rc, outcome.wall_s, host, started, _now(), reason,
                      outcome.noise)
@@ -92,6 +98,15 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         "started_at": started, "ended_at": result.ended_at, "reason": reason,
         "job_id": job_id})
     return result
+
+
+def _read_tail(path: Path, size: int = 16_384) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
