@@ -103,6 +103,8 @@ class Executor:
         self.active: dict[str, _Active] = {}
         self.again: deque[tuple[Point, int]] = deque()
         """Runs the infrastructure lost, to be submitted again (``launcher.retries``)."""
+        self._judged: set[tuple[str, str, int]] = set()
+        """(job token, point key, repeat) of runs whose loss is stored already."""
         self.done: set[tuple[str, int]] = store.completed()
         self._checked: set[tuple[int, int, int, float]] = set()
         self._poll_failed_since: float | None = None
@@ -348,7 +350,8 @@ class Executor:
         whose job step says the scheduler ended it is a lost attempt)."""
         recorded = 0
         for run in job.runs:
-            if (run.point_key, run.repeat) in self.done:
+            key = (run.point_key, run.repeat)
+            if key in self.done or (job.token, *key) in self._judged:
                 continue
             outcome = self.launcher.collect(run)
             if outcome is None:
@@ -373,7 +376,7 @@ class Executor:
         tail = _tail(job.output_path)
         for run in job.runs:
             key = (run.point_key, run.repeat)
-            if key in self.done:
+            if key in self.done or (job.token, *key) in self._judged:
                 continue
             info = started[key]
             if info is None and not accepted:
@@ -396,6 +399,7 @@ class Executor:
         """Store an attempt the infrastructure lost; submit the run again while retries are
         left, else record it as ``lost``. Returns how many runs were recorded (0 or 1)."""
         point = Point.from_key(run.point_key)
+        self._judged.add((job.token, run.point_key, run.repeat))
         node_text = ",".join(node) if isinstance(node, list) else (str(node) if node else None)
         active = next((a for a in self.active.values() if a.job.token == job.token), None)
         attempts = self.store.record_attempt(

@@ -233,9 +233,10 @@ def read_exit_status(run_dir: Path) -> Outcome | None:
         if status not in ("ok", "failed", "timeout", "lost"):
             raise ValueError(f"unknown status {status!r}")
         rc = data.get("rc")
+        noise = data.get("noise")
         return Outcome(status, int(rc) if rc is not None else None, float(data["wall_s"]),
                        data.get("host"), data.get("started_at"), data.get("ended_at"),
-                       data.get("reason"))
+                       data.get("reason"), noise if isinstance(noise, dict) else None)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
