@@ -81,7 +81,7 @@ def qe_study(write_study, launcher: str, repeats: int = 2) -> Path:
 
 def test_qe_pack_spans_two_nodes_and_resumes_after_kill_9(write_study, slurm_env, tmp_path):
     path = qe_study(write_study, "{type: slurm, mode: pack, cores_per_node: 2, "
-                                 "poll_interval: 0.5s, env: {OMPI_MCA_mpi_yield_when_idle: 1}}")
+                                 "poll_interval: 0.5s, site: virtual}")
     d = tmp_path / "d"
     proc = subprocess.Popen([PY, "-m", "tunelab", "run", str(path), "--dir", str(d), "-q"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
