@@ -11,8 +11,8 @@ directive grammar of each flavour's documentation instead of a real ``qsub``:
 * NCI Gadi — job-wide ``-l ncpus=`` (over one node: whole nodes, a multiple of the node's
   cores), ``-l mem``, ``-l jobfs``, ``-l storage``, ``-l software``, ``-l wd``; no
   ``select``/``place``/``nodes``.
-* Torque — ``-l nodes=N:ppn=M``, ``-l walltime``, ``-l mem``, ``-n`` (node-exclusive); no
-  ``select``/``place``/``wd``.
+* Torque — ``-l nodes=N:ppn=M``, ``-l walltime``, ``-l mem``, ``-n`` (node-exclusive), ``-A``
+  for the account (its ``-P`` is a proxy user); no ``select``/``place``/``wd``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ def pbs_problems(script: str, flavour: str, *, cores_per_node: int | None = None
                     problems.append(f"-l {name} is not a {flavour} resource")
         elif d == "-n" and flavour != "torque":
             problems.append(f"-n is not a {flavour} option")
+        elif d.startswith("-P ") and flavour == "torque":
+            problems.append("-P is Torque's proxy user, not an account (-A)")
+        elif d.startswith("-A ") and flavour != "torque":
+            problems.append(f"{flavour} names the project with -P, not -A")
     if flavour in ("pbspro", "openpbs"):
         if "select" not in resources:
             problems.append("no select chunk")

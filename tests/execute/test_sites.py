@@ -20,7 +20,7 @@ from tunelab.workload import Needs
 
 
 def _script(tmp_path: Path, nodes: int = 2, per_node: int = 2, **launcher) -> str:
-    cfg = LauncherConfig.model_validate({"cores_per_node": 4, **launcher})
+    cfg = LauncherConfig.model_validate({"cores_per_node": 4, "account": "proj1", **launcher})
     run = RunRequest('{"x": 1}', 0, tmp_path / "r0", ("true",), {}, tmp_path,
                      60.0, Needs(nodes * per_node, nodes, 1))
     return render(make_launcher(cfg).job_script(Job("0123456789ab", (run,), tmp_path)))

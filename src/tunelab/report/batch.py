@@ -80,5 +80,6 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
         directives=tuple(directives or cfg.directives), env=env,
         pbs_resources=cfg.pbs_resources or ("select" if profile.resources == "slurm"
                                             else profile.resources),
-        workdir_mode=profile.workdir, exclusive=cfg.isolation == "exclusive",
+        workdir_mode=profile.workdir, account_flag=profile.account_flag,
+        exclusive=cfg.isolation == "exclusive",
         cores_per_node=cfg.cores_per_node))

@@ -78,6 +78,7 @@ class BatchLauncher(Launcher):
             directives=tuple(cfg.directives), env=cfg.job_env(self.scheduler),
             workdir=str(job.jobs_dir), output=str(job.output_path), no_requeue=True,
             pbs_resources=cfg.resources_for(self.scheduler), workdir_mode=site.workdir,
+            account_flag=site.account_flag,
             exclusive=cfg.isolation == "exclusive", cores_per_node=cfg.cores_per_node)
 
     def write(self, job: Job) -> Path:

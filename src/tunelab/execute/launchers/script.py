@@ -56,6 +56,7 @@ class JobScript:
     no_requeue: bool = False
     pbs_resources: Literal["ncpus", "select", "nodes"] = "ncpus"
     workdir_mode: Literal["cd", "wd", "pbs_o_workdir"] = "wd"
+    account_flag: str = "-P"
     exclusive: bool = False
     """Ask for whole nodes (nobody else's jobs on them)."""
     cores_per_node: int | None = None

@@ -17,7 +17,7 @@ it asks for whole nodes (``isolation: exclusive``, the default); how MPI ranks s
 * ``gadi`` — NCI Gadi's PBS Pro: ``ncpus=`` (total cores; whole nodes' cores when
   exclusive); ``-l wd`` (Gadi's own directive); ``mpirun``.
 * ``torque`` — Torque, or Slurm's PBS-compatible wrappers: ``nodes=N:ppn=…``;
-  ``cd "$PBS_O_WORKDIR"``; ``-n`` (node-exclusive); ``mpirun``.
+  ``cd "$PBS_O_WORKDIR"``; ``-n`` (node-exclusive); ``-A`` for the account; ``mpirun``.
 * ``virtual`` — tunelab's virtual cluster (``scripts/virtual-cluster.sh``): as ``slurm``,
   and waiting MPI ranks yield their core, because its nodes share this machine's cores. That
   tuning lives here only, never in a production site's scripts.
@@ -45,6 +45,8 @@ class Site:
     workdir: Workdir
     mpi: Literal["pmix", "pmi2", "none"] = "pmix"
     starter: Literal["srun", "mpirun"] = "srun"
+    account_flag: str = "-P"
+    """PBS's option naming the project or account (PBS Pro's ``-P``; Torque's ``-A``)."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Exported in every job of the site (tuning that only this site needs)."""
     about: str = ""
@@ -58,7 +60,7 @@ SITES: dict[str, Site] = {s.name: s for s in (
     Site("pbspro", "pbs", "select", "pbs_o_workdir", starter="mpirun", about="PBS Pro"),
     Site("openpbs", "pbs", "select", "pbs_o_workdir", starter="mpirun", about="OpenPBS"),
     Site("gadi", "pbs", "ncpus", "wd", starter="mpirun", about="NCI Gadi (PBS Pro)"),
-    Site("torque", "pbs", "nodes", "pbs_o_workdir", starter="mpirun",
+    Site("torque", "pbs", "nodes", "pbs_o_workdir", starter="mpirun", account_flag="-A",
          about="Torque, or Slurm's PBS-compatible wrappers"),
     Site("virtual", "slurm", "slurm", "cd", env={"OMPI_MCA_mpi_yield_when_idle": "1"},
          about="tunelab's virtual cluster: its nodes share this machine's cores"),
