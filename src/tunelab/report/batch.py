@@ -13,18 +13,39 @@ import math
 import shlex
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunelab.errors import StoreError
 
-__all__ = ["best_job_script"]
+__all__ = ["JobScriptFiles", "best_job_script"]
+
+
+@dataclass(frozen=True)
+class JobScriptFiles:
+    """A job script and the files it expects beside it (path relative to the script's
+    directory -> content): the inputs the workload staged for the point."""
+
+    text: str
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def write(self, script: Path) -> list[Path]:
+        """Write the script to ``script`` and the files beside it; the paths written."""
+        written = []
+        for name, data in {script.name: self.text.encode(), **self.files}.items():
+            target = script.parent / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            written.append(target)
+        return written
 
 
 def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float | None = None,
                     mem: str | None = None, project: str | None = None,
                     queue: str | None = None, job_name: str | None = None,
                     modules: Sequence[str] | None = None,
-                    directives: Sequence[str] | None = None, site: str | None = None) -> str:
+                    directives: Sequence[str] | None = None,
+                    site: str | None = None) -> JobScriptFiles:
     """The job script (``pbs`` or ``slurm``) that runs the best point of ``study_dir``, in
     the dialect of ``site`` (default: the study's site when it speaks ``scheduler``, else
     the scheduler's default site)."""
@@ -69,8 +90,10 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
         ctx = study.context(point, Path(tmp), study_dir, placement=placement,
                             cores=cfg.cores_per_node)
         cmd = study.workload.command(ctx)
+        files = {str(f.relative_to(tmp)): f.read_bytes()
+                 for f in sorted(Path(tmp).rglob("*")) if f.is_file()}
     env = {**profile.env, **{k: str(v) for k, v in cfg.env.items()}, **ctx.env, **cmd.env}
-    return render(JobScript(
+    return JobScriptFiles(render(JobScript(
         scheduler=scheduler, name=job_name or f"tunelab-{study.workload.name}",
         walltime_s=walltime_s or cfg.walltime_s or suggest_walltime(winner.median),
         body=(shlex.join(portable_argv(cmd.argv)),), nodes=needs.nodes,
@@ -82,4 +105,4 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
                                             else profile.resources),
         workdir_mode=profile.workdir, account_flag=profile.account_flag,
         exclusive=cfg.isolation == "exclusive",
-        cores_per_node=cfg.cores_per_node))
+        cores_per_node=cfg.cores_per_node)), files)

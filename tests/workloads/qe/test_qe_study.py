@@ -30,6 +30,13 @@ def test_si_study_runs_reports_and_writes_a_job_script(tmp_path):
     assert lines[0] == "#!/bin/bash" and "#PBS -P jx00" in lines
     launch = [ln for ln in lines if "pw.x" in ln]
     assert len(launch) == 1 and launch[0].startswith("mpirun -np ") and "-inp si.in" in launch[0]
+    assert "the script expects beside it: pseudo/Si.pz-vbc.UPF, si.in" in script.stderr
+    written = tunelab("script", d, "--scheduler", "slurm", "-o", tmp_path / "job" / "qe.sh")
+    assert written.returncode == 0, written.stderr
+    staged = (tmp_path / "job" / "si.in").read_text()
+    assert "./pseudo/" in staged and str(tmp_path) not in staged  # travels to another machine
+    assert list((tmp_path / "job" / "pseudo").glob("*.UPF"))
+    assert "-inp si.in" in (tmp_path / "job" / "qe.sh").read_text()
     best = tunelab("best", d)
     assert best.returncode == 0
     np_best = launch[0].split()[2]

@@ -329,12 +329,15 @@ class QEWorkload(Workload):
         """``mpirun -np N … pw.x -npool P -ndiag D [-ntg T] -inp pw.in`` in ``ctx.run_dir``,
         on a private copy of the input, its pseudopotentials and outdir (which starts from
         the prepared data and seed files, when the study has any: not in a dry run; in a job
-        script for another machine: the input by its own name, next to the script)."""
+        script for another machine: the input by its own name and ``pseudo/``, staged beside
+        the script with relative paths)."""
         values = ctx.values
         needs = self.needs(values)
         setup = self.setup
         if ctx.placement.where == "script":
-            input_name, pw = self.input_path.name, self.opts.pw
+            input_name = stage_input(setup.input, ctx.run_dir, setup.pseudos.files,
+                                     self.input_path.name, relative=True).name
+            pw = self.opts.pw
         else:
             if not self.dry_run and (setup.steps or setup.seeds):
                 launch = Launch(self.opts.pw, self.opts.mpirun, self.opts.mpi_args)
