@@ -108,3 +108,27 @@ def test_every_slurm_sites_script_passes_sbatch_test_only(slurm_env, tmp_path, s
     res = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.slow
+def test_a_job_that_cannot_load_its_modules_says_so_in_one_line(write_study, slurm_env, tmp_path):
+    path = write_study("""
+        name: modules
+        workload:
+          name: command
+          options: {argv: ["true"]}
+        parameters: {x: [1, 2]}
+        repeats: 1
+        launcher: {type: slurm, site: virtual, modules: [qe/7.2], retries: 0,
+                   poll_interval: 0.5s}
+        """)
+    d = tmp_path / "d"
+    res = tunelab("run", path, "--dir", d, "-q")
+    assert res.returncode == 1
+    from tests.execute.test_slurm_launcher import runs
+
+    done = runs(d)
+    assert len(done) == 2 and all(r["status"] == "lost" for r in done)
+    assert all("'module' is not available in this job's shell" in r["reason"] and "qe/7.2"
+               in r["reason"] for r in done)
+    assert "2 lost" in res.stderr
