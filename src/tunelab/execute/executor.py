@@ -63,6 +63,8 @@ _CANCEL_WAIT_S = 30.0
 #: How long the scheduler may not answer polls before the controller gives up (its jobs
 #: stay stored: running it again re-attaches).
 _POLL_PATIENCE_S = 300.0
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -105,6 +107,9 @@ class Executor:
         """Runs the infrastructure lost, to be submitted again (``launcher.retries``)."""
         self._judged: set[tuple[str, str, int]] = set()
         """(job token, point key, repeat) of runs whose loss is stored already."""
+        self._losses: dict[tuple[str, int], int] = {}
+        """Attempts of each run lost since this controller started (a resume starts the
+        count again: ``launcher.retries`` more chances)."""
         self.done: set[tuple[str, int]] = store.completed()
         self._checked: set[tuple[int, int, int, float]] = set()
         self._poll_failed_since: float | None = None
@@ -405,8 +410,9 @@ class Executor:
         attempts = self.store.record_attempt(
             run.point_key, dict(point), run.repeat, job=active.job_id if active else job.name,
             state=state, node=node_text, reason=reason, at=_now())
-        retries = self.launcher.config.retries
-        if attempts <= retries:
+        key = (run.point_key, run.repeat)
+        self._losses[key] = self._losses.get(key, 0) + 1
+        if self._losses[key] <= self.launcher.config.retries:
             self.again.append((point, run.repeat))
             return 0
         self._record_request(run, Outcome(
