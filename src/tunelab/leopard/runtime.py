@@ -183,10 +183,18 @@ def _rate(fn: Callable[[torch.Tensor], Any], x: torch.Tensor, reps: int) -> floa
     """Windows per second of ``fn`` on ``x``: the best of ``reps`` timed calls."""
     best = float("inf")
     for _ in range(reps):
+        _sync(x)
         t = time.perf_counter()
         fn(x)
+        _sync(x)
         best = min(best, time.perf_counter() - t)
     return x.shape[0] / best
+
+
+def _sync(x: torch.Tensor) -> None:
+    """Wait for the device's queued work (a GPU runs asynchronously)."""
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
 
 
 def _probe(fns: Mapping[str, Callable[[torch.Tensor], Any]], x: torch.Tensor,
@@ -332,14 +340,22 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
     return Engine(net, runtime, batch, fn)
 
 
+def plain_batchnorm(model: torch.nn.Module) -> bool:
+    """Whether every BatchNorm of ``model`` is a plain one (not synchronised across workers):
+    what the 2-D form and captured steps need."""
+    return all(type(m) is torch.nn.BatchNorm1d and m.track_running_stats
+               for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase))
+
+
 def choose_training_layout(model: LeopardUNet, layout: str, batch: int, window: int,
                            amp_dtype: torch.dtype | None = None,
-                           compiled: bool = False) -> tuple[str, str]:
+                           compiled: bool = False,
+                           rates_out: dict[str, float] | None = None) -> tuple[str, str]:
     """``("1d" | "2d", why)``: which form of the convolutions trains ``model``.
 
     ``"2d"`` is the channels-last 2-D form of the same computation
     (:attr:`LeopardUNet.channels_last_training`; the same outputs and gradients up to
-    rounding); it exists on CPUs with plain BatchNorm only. ``"auto"`` times forward +
+    rounding); it needs plain BatchNorm. On a CPU ``"auto"`` times forward +
     backward of both on ``min(batch, 4)`` windows of the job's length (under bf16 autocast
     when ``amp_dtype`` is given), alternating, and takes the faster; ``model`` is untouched.
     When the step will be ``compiled``, ``"auto"`` takes the 2-D form without a probe: an
@@ -347,17 +363,18 @@ def choose_training_layout(model: LeopardUNet, layout: str, batch: int, window: 
     work, the 2-D form's cost in eager mode), and compiling both to time them costs minutes.
     Compiled, the 2-D form trained 1.43x the 1-D one in bf16 and 1.33x in fp32 on a 2-core
     AVX-512 EPYC (``benchmarks/leopard_vs_keras.py --compile``); ``"1d"`` still forces it.
+    A probe's median training windows/s per form go into ``rates_out``.
     """
     if layout not in LAYOUTS:
         raise LeopardError(f"layout: unknown value {layout!r}; choose one of "
                            f"{', '.join(LAYOUTS)}")
     dev = next(model.parameters()).device
-    plain = all(type(m) is torch.nn.BatchNorm1d and m.track_running_stats
-                for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase))
-    if dev.type != "cpu" or not plain:
-        return "1d", "the 2-D form is for CPUs with plain BatchNorm"
+    if not plain_batchnorm(model):
+        return "1d", "the 2-D form needs plain BatchNorm"
     if layout != "auto":
         return layout, "asked"
+    if dev.type != "cpu":
+        return "1d", "on a GPU the training step's probe measures both forms"
     if compiled:
         return "2d", ("compiled: Inductor fuses the 2-D form's BatchNorm, which leaves it "
                       "the faster convolutions")
@@ -376,6 +393,9 @@ def choose_training_layout(model: LeopardUNet, layout: str, batch: int, window: 
             probe.zero_grad(set_to_none=True)
         return run
 
-    ratio = _speedup(_probe({"2d": step(True), "1d": step(False)}, x, grad=True), "2d", "1d")
+    rates = _probe({"2d": step(True), "1d": step(False)}, x, grad=True)
+    if rates_out is not None:
+        rates_out.update(_medians(rates))
+    ratio = _speedup(rates, "2d", "1d")
     chosen = "2d" if ratio >= 1.0 else "1d"
     return chosen, f"the 2-D form ran a training step {ratio:.2f}x the 1-D one"

@@ -2,10 +2,13 @@
 
 :func:`prepare_training` turns a :class:`TrainConfig` into everything the training loop of
 :mod:`tunelab.leopard.train` starts from (a :class:`TrainingSetup`): the CPU threads, the
-windows (:class:`WindowSource`: a genome or pre-extracted ``.npz`` arrays), the step count and
+windows (:class:`WindowSource`: a genome or pre-extracted ``.npz`` arrays; on CUDA also held
+on the device or in pinned memory, :mod:`tunelab.leopard.devicedata`), the step count and
 global batch, mixed precision (autocast dtype, gradient scaler), the model (BatchNorm
-momentum, synchronised BatchNorm, the measured or asked CPU layout), DDP, ``torch.compile``,
-Adam and the scaled learning rate, and the output directory. torch is imported lazily.
+momentum, synchronised BatchNorm, the measured or asked layout), the step (eager or a CUDA
+graph, :mod:`tunelab.leopard.trainstep`), DDP, ``torch.compile`` (when asked, or when the job
+repays it), Adam (fused on CUDA) and the scaled learning rate, and the output directory. What
+was chosen and why is one ``runtime:`` line. torch is imported lazily.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from tunelab.leopard.windows import WindowArrays, eval_starts, load_windows
 if TYPE_CHECKING:
     import torch
 
+    from tunelab.leopard.devicedata import DeviceWindows
     from tunelab.leopard.model import Architecture
+    from tunelab.leopard.trainstep import Forward, TrainStep
 
 __all__ = ["TrainConfig", "TrainLog", "TrainingSetup", "WindowSource", "prepare_training"]
 
@@ -62,8 +67,10 @@ class TrainConfig:
     sync_bn: bool = False
     device: str = "auto"
     amp: bool | None = None  # None: on CUDA only; True on a CPU: bf16 autocast
-    compile: bool = False
-    layout: str = "auto"  # CPU convolutions: "1d", "2d" (channels-last) or "auto" (measured)
+    compile: bool | None = None  # None: when the job repays it (from a measured step rate)
+    layout: str = "auto"  # convolutions: "1d", "2d" (channels-last) or "auto" (measured)
+    graphs: str = "auto"  # CUDA graphs of the training step: "auto" (measured), "on", "off"
+    val_windows: int | None = None  # validation windows drawn at random, not a tiling
     threads: int | None = None
     resume: bool = False
     progress: bool | None = None
@@ -99,10 +106,18 @@ class WindowSource:
         assert self.cs is not None
         return self.cs.sample_starts(n, self.window, rng)
 
-    def eval_ids(self, max_eval: int | None, seed: int) -> np.ndarray:
+    def eval_ids(self, max_eval: int | None, seed: int, drawn: int | None = None) -> np.ndarray:
+        """Evaluation windows: every array, or a tiling of the genome (a seeded subset of
+        ``max_eval``); with ``drawn``, that many windows drawn as training windows are (a
+        seeded set, the same every epoch)."""
+        rng = np.random.default_rng(seed + 7919)
         if self.arrays is not None:
+            if drawn:
+                return np.sort(rng.integers(0, len(self.arrays), drawn))
             return np.arange(len(self.arrays))
         assert self.cs is not None
+        if drawn:
+            return np.sort(self.cs.sample_starts(drawn, self.window, rng))
         return eval_starts(self.cs, self.window, max_eval, seed)
 
     def get(self, ids: np.ndarray) -> WindowBatch:
@@ -188,17 +203,56 @@ class TrainLog:
 def _compiled(net: torch.nn.Module, log: TrainLog) -> torch.nn.Module:
     """``torch.compile(net)``, falling back to eager (logged) where Inductor cannot work."""
     import torch
-
-    from tunelab.leopard.runtime import has_cxx_compiler
-
-    if not has_cxx_compiler():
-        log("warning: --compile needs a C++ compiler; training eagerly")
-        return net
     import torch._dynamo
 
     torch._dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
     log("compiling the model (torch.compile); the first step takes a while")
     return torch.compile(net)  # type: ignore[return-value]
+
+
+def _decide_compile(asked: bool | None, rate: float | None, windows: int,
+                    device_type: str) -> tuple[bool, str]:
+    """``(compile, why)``: ``asked`` (True/False), else (None) whether the job's estimated
+    eager time at ``rate`` windows/s (measured; None: not measured) repays compiling."""
+    from tunelab.leopard.runtime import COMPILE_GUESS_S, COMPILE_PAYBACK, has_cxx_compiler
+
+    if asked is False:
+        return False, "not compiled (asked)"
+    if device_type == "cpu" and not has_cxx_compiler():
+        return False, "not compiled: torch.compile needs a C++ compiler on a CPU"
+    if asked:
+        return True, "torch.compile (asked)"
+    if not rate:
+        return False, "not compiled: no measured step rate to judge it by (pass --compile)"
+    est = windows / rate
+    if est < COMPILE_PAYBACK * COMPILE_GUESS_S:
+        return False, (f"not compiled: the job (~{est:.0f} s) is too short to repay "
+                       f"torch.compile (~{COMPILE_GUESS_S:.0f} s)")
+    return True, f"torch.compile: the job (~{est:.0f} s) repays it"
+
+
+def _device_feeds(sources: dict[str, WindowSource], device: torch.device,
+                  in_channels: int) -> tuple[dict[str, DeviceWindows], str]:
+    """Each split's arrays on the GPU while they fit, else in pinned host memory."""
+    import torch
+
+    from tunelab.leopard.devicedata import (
+        FIT_FRACTION,
+        DeviceWindows,
+        bytes_needed,
+        choose_placement,
+    )
+
+    room = FIT_FRACTION * torch.cuda.mem_get_info(device)[0]
+    feeds, said = {}, []
+    for split, src in sources.items():
+        need = bytes_needed(src, in_channels)
+        where = choose_placement(device.type, need, room)
+        if where.where == "device":
+            room -= need
+        feeds[split] = DeviceWindows(src, device, where, in_channels)
+        said.append(f"{split} {where.why}")
+    return feeds, "data: " + "; ".join(said)
 
 
 # ------------------------------------------------------------------------- set-up
@@ -220,11 +274,15 @@ class TrainingSetup:
     model: torch.nn.Module  # the plain model: its weights, train()/eval(), evaluation
     net: torch.nn.Module  # what a training step calls: the model, wrapped by DDP, compiled
     counts: dict[str, int]  # parameter counts
-    layout: str  # the CPU convolution layout chosen for training
+    layout: str  # the convolution layout chosen for training
     lr_target: float  # the learning rate after warm-up, scaled for the world size
     opt: torch.optim.Adam
     scaler: torch.amp.GradScaler
     out: Path
+    step: TrainStep  # one optimisation step: eager or a captured CUDA graph
+    forward: Forward  # the evaluation forward pass, likewise
+    feeds: dict[str, DeviceWindows] | None  # CUDA: batches made on the device
+    runtime: str  # what was chosen and why, one line
 
 
 def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
@@ -232,7 +290,13 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
     import torch
 
     from tunelab.leopard.model import Architecture, LeopardUNet, count_parameters
-    from tunelab.leopard.runtime import choose_training_layout, has_cxx_compiler
+    from tunelab.leopard.runtime import (
+        LAYOUTS,
+        choose_training_layout,
+        has_cxx_compiler,
+        plain_batchnorm,
+    )
+    from tunelab.leopard.trainstep import Forward, TrainStep, choose_step_mode, make_adam
 
     _setup_threads(cfg, ctx)
     log = TrainLog(ctx, cfg.progress)
@@ -240,6 +304,8 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
                         depth=cfg.depth, kernel_size=cfg.kernel_size)
     if cfg.batch_size < 1 or cfg.epochs < 1 or cfg.lr <= 0:
         raise LeopardError("batch size and epochs must be >= 1 and lr > 0")
+    if cfg.val_windows is not None and cfg.val_windows < 1:
+        raise LeopardError(f"validation windows must be >= 1, got {cfg.val_windows}")
     sources, window = _open_sources(cfg, arch.multiple)
     gb = cfg.batch_size * ctx.world
     train_src = sources["train"]
@@ -252,6 +318,8 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
     amp = cuda if cfg.amp is None else cfg.amp
     amp_dtype = (torch.float16 if cuda and not torch.cuda.is_bf16_supported()
                  else torch.bfloat16)
+    notes = [f"{ctx.device}: " + (f"{'bf16' if amp_dtype == torch.bfloat16 else 'fp16'} "
+                                  "autocast" if amp else "fp32")]
     if amp and not cuda:
         from tunelab.leopard.runtime import bf16_capable, cpu_flags
 
@@ -271,29 +339,68 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
     if cfg.sync_bn:
         model = D.convert_sync_batchnorm(model, ctx)
     model.to(ctx.device)
-    chosen_layout = "1d"
-    if isinstance(model, LeopardUNet):
+    assert isinstance(model, LeopardUNet)
+    plain = plain_batchnorm(model)
+    scaler_on = amp and cuda and amp_dtype == torch.float16
+    windows_total = cfg.epochs * steps * cfg.batch_size
+    rates: dict[str, float] = {}
+    if cfg.layout not in LAYOUTS:
+        raise LeopardError(f"layout: unknown value {cfg.layout!r}; choose one of "
+                           f"{', '.join(LAYOUTS)}")
+    if cuda:  # the layout and the step's form, measured together on the device
+        layouts = (["1d", "2d"] if cfg.layout == "auto" and plain
+                   else [cfg.layout if plain and cfg.layout != "auto" else "1d"])
+        layout, graph, why, rates = choose_step_mode(
+            model, layouts, cfg.graphs, batch=cfg.batch_size, window=window,
+            in_channels=cfg.in_channels, ctx=ctx, amp=amp, amp_dtype=amp_dtype,
+            scaler_enabled=scaler_on, plain_bn=plain)
+        notes.append(f"layout and step {why}")
+    else:
         layout, why = choose_training_layout(model, cfg.layout, cfg.batch_size, window,
-                                             amp_dtype if amp and not cuda else None,
-                                             compiled=cfg.compile and has_cxx_compiler())
-        model.channels_last_training = layout == "2d"
-        chosen_layout = layout
-        log(f"training layout {layout}: {why}")
+                                             amp_dtype if amp else None,
+                                             compiled=bool(cfg.compile) and has_cxx_compiler(),
+                                             rates_out=rates)
+        _, graph, step_why, _ = choose_step_mode(
+            model, [layout], cfg.graphs, batch=cfg.batch_size, window=window,
+            in_channels=cfg.in_channels, ctx=ctx, amp=amp, amp_dtype=amp_dtype,
+            scaler_enabled=scaler_on, plain_bn=plain)
+        notes.append(f"layout {layout}: {why}; step {step_why}")
+    compiled, compile_why = _decide_compile(cfg.compile, max(rates.values(), default=None),
+                                            windows_total, ctx.device.type)
+    if compiled and not cuda and cfg.layout == "auto" and plain and layout != "2d":
+        layout, _ = choose_training_layout(model, "auto", cfg.batch_size, window,
+                                           compiled=True)
+        notes.append("layout 2d: compiled")
+    model.channels_last_training = layout == "2d"
+    notes.append(compile_why)
+    log(f"training layout {layout}: {why}")
     net: torch.nn.Module = model
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         net = DDP(model, device_ids=[ctx.device.index] if cuda else None)
-    if cfg.compile:
+    if compiled:
         net = _compiled(net, log)
     lr_target = D.scaled_lr(cfg.lr, ctx.world, cfg.lr_scaling)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-7)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp and cuda and
-                                  amp_dtype == torch.float16)
+    opt = make_adam(model.parameters(), cfg.lr, ctx.device, graph)
+    if cuda:
+        notes.append("Adam fused" + (", capturable" if graph else ""))
+    scaler = torch.amp.GradScaler("cuda", enabled=scaler_on)
+    feeds = None
+    if cuda:
+        feeds, said = _device_feeds(sources, ctx.device, cfg.in_channels)
+        notes.append(said)
+    else:
+        notes.append("data: numpy batches built by a loader thread")
+    step = TrainStep(model, net, opt, scaler, ctx, amp, amp_dtype, graph)
+    forward = Forward(model, amp, amp_dtype, graph)
+    runtime = "; ".join(notes)
+    log(f"runtime: {runtime}")
     out = Path(cfg.out)
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
     return TrainingSetup(log=log, arch=arch, sources=sources, window=window, global_batch=gb,
                          steps=steps, cuda=cuda, amp=amp, amp_dtype=amp_dtype, model=model,
-                         net=net, counts=counts, layout=chosen_layout, lr_target=lr_target,
-                         opt=opt, scaler=scaler, out=out)
+                         net=net, counts=counts, layout=layout, lr_target=lr_target,
+                         opt=opt, scaler=scaler, out=out, step=step, forward=forward,
+                         feeds=feeds, runtime=runtime)
