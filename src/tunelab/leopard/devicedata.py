@@ -35,7 +35,7 @@ from tunelab.leopard.prefetch import prefetch
 if TYPE_CHECKING:
     import torch
 
-    from tunelab.leopard.trainsetup import WindowSource
+    from tunelab.leopard.windows import WindowSource
 
 __all__ = ["FIT_FRACTION", "DeviceWindows", "Placement", "bytes_needed", "choose_placement"]
 

@@ -14,23 +14,15 @@ was chosen and why is one ``runtime:`` line. torch is imported lazily.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tunelab.leopard import distributed as D
-from tunelab.leopard.data import (
-    ChromosomeSet,
-    WindowBatch,
-    load_chromosomes,
-    load_manifest,
-)
+from tunelab.leopard.data import load_chromosomes, load_manifest
 from tunelab.leopard.errors import LeopardError
-from tunelab.leopard.windows import WindowArrays, eval_starts, load_windows
+from tunelab.leopard.windows import WindowSource, load_windows
 
 if TYPE_CHECKING:
     import torch
@@ -78,53 +70,6 @@ class TrainConfig:
 
 
 # ------------------------------------------------------------------------- data sources
-
-
-class WindowSource:
-    """Windows by id: a genome (ids are global starts) or fixed arrays (ids are indices)."""
-
-    def __init__(self, cs: ChromosomeSet | None, arrays: WindowArrays | None, window: int,
-                 name: str) -> None:
-        self.cs, self.arrays, self.window, self.name = cs, arrays, window, name
-
-    def n_distinct(self) -> int:
-        if self.arrays is not None:
-            return len(self.arrays)
-        assert self.cs is not None
-        return self.cs.n_positions(self.window)
-
-    def bases(self) -> int:
-        if self.arrays is not None:
-            return len(self.arrays) * self.window
-        assert self.cs is not None
-        return self.cs.total_length
-
-    def plan(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        if self.arrays is not None:
-            k = math.ceil(n / len(self.arrays))
-            return np.concatenate([rng.permutation(len(self.arrays)) for _ in range(k)])[:n]
-        assert self.cs is not None
-        return self.cs.sample_starts(n, self.window, rng)
-
-    def eval_ids(self, max_eval: int | None, seed: int, drawn: int | None = None) -> np.ndarray:
-        """Evaluation windows: every array, or a tiling of the genome (a seeded subset of
-        ``max_eval``); with ``drawn``, that many windows drawn as training windows are (a
-        seeded set, the same every epoch)."""
-        rng = np.random.default_rng(seed + 7919)
-        if self.arrays is not None:
-            if drawn:
-                return np.sort(rng.integers(0, len(self.arrays), drawn))
-            return np.arange(len(self.arrays))
-        assert self.cs is not None
-        if drawn:
-            return np.sort(self.cs.sample_starts(drawn, self.window, rng))
-        return eval_starts(self.cs, self.window, max_eval, seed)
-
-    def get(self, ids: np.ndarray) -> WindowBatch:
-        if self.arrays is not None:
-            return self.arrays.take(ids)
-        assert self.cs is not None
-        return self.cs.gather(ids, self.window)
 
 
 def _open_sources(cfg: TrainConfig, multiple: int) -> tuple[dict[str, WindowSource], int]:
