@@ -36,6 +36,8 @@ __all__ = [
     "WindowBatch",
     "build_inputs",
     "check_bigwig_chrom",
+    "check_bigwig_size",
+    "check_bigwig_values",
     "fasta_sizes",
     "load_chromosomes",
     "load_manifest",
@@ -184,6 +186,12 @@ def read_bigwig(bw: Any, path: Path, chrom: str, length: int) -> np.ndarray:
 def check_bigwig_chrom(bw: Any, path: Path, chrom: str, length: int) -> bool:
     """Check that ``chrom`` is in the bigWig with the FASTA's length and holds no stored
     NaN/infinity; return whether it has any entry at all."""
+    check_bigwig_size(bw, path, chrom, length)
+    return check_bigwig_values(bw, path, chrom, 0, length)
+
+
+def check_bigwig_size(bw: Any, path: Path, chrom: str, length: int) -> None:
+    """Check that ``chrom`` is in the bigWig with the FASTA's length."""
     sizes = bw.chroms()
     if chrom not in sizes:
         have = ", ".join(list(sizes)[:8])
@@ -196,12 +204,17 @@ def check_bigwig_chrom(bw: Any, path: Path, chrom: str, length: int) -> bool:
             f"{path}: chromosome {chrom!r} has length {sizes[chrom]} here but {length} in "
             "the FASTA"
         )
-    # One pass over the chromosome: the sum is None where nothing is stored, NaN or infinite
+
+
+def check_bigwig_values(bw: Any, path: Path, chrom: str, start: int, end: int) -> bool:
+    """Check that ``[start, end)`` of ``chrom`` holds no stored NaN/infinity; return whether
+    it has any entry at all."""
+    # One pass over the region: the sum is None where nothing is stored, NaN or infinite
     # where a stored value is; only an undefined sum needs the coverage to tell which.
-    total = bw.stats(chrom, type="sum", exact=True)[0]
+    total = bw.stats(chrom, start, end, type="sum", exact=True)[0]
     if total is not None and np.isfinite(total):
         return True
-    if total is None and not bw.stats(chrom, type="coverage", exact=True)[0]:
+    if total is None and not bw.stats(chrom, start, end, type="coverage", exact=True)[0]:
         return False
     raise LeopardError(f"{path}: NaN or infinite value in the signal on {chrom!r}")
 

@@ -13,7 +13,9 @@ bf16 is emulated and was measured 40x *slower*). So:
   a quick measurement on the job's windows (cut to 16,384 bp) shows it at least 10 % faster;
 * **kernels** (``compile=auto``): ``torch.compile`` (Inductor, weights frozen) only when the
   job is long enough to repay its compile time, a C++ compiler exists, compilation succeeds
-  and a measurement shows it faster; otherwise eager, with the reason noted.
+  and a measurement shows it faster; otherwise eager, with the reason noted. On CUDA the
+  forward pass (eager or compiled) is also captured in a CUDA graph (a few hundred launches
+  become one; a capture costs milliseconds) and kept when a measurement shows it faster.
 
 :func:`prepare` returns an :class:`Engine`: the BatchNorm-folded network
 (:mod:`tunelab.leopard.inference`) with those choices applied, and :attr:`Engine.runtime`,
@@ -130,6 +132,7 @@ class Runtime:
     threads: int
     compiled: bool
     cpu_bf16: bool
+    graphed: bool = False
     probe_windows_per_s: dict[str, float] = field(default_factory=dict)
     probe_length: int = 0
     notes: list[str] = field(default_factory=list)
@@ -140,7 +143,8 @@ class Runtime:
 
     def summary(self) -> str:
         """One line: ``precision bf16 (CPU has avx512_bf16), 2 threads, eager``."""
-        kern = "torch.compile" if self.compiled else "eager"
+        kern = ("torch.compile" if self.compiled else "eager") + (
+            " in a CUDA graph" if self.graphed else "")
         probe = ", ".join(f"{k} {v:.1f} w/s" for k, v in self.probe_windows_per_s.items())
         text = f"{self.device}: precision {self.precision}, {self.threads} threads, {kern}"
         if probe:
@@ -154,8 +158,8 @@ class Engine:
     """A trained network ready to predict: ``engine(x)`` -> probabilities ``(N, L)`` float32
     for input ``(N, C, L)`` or channels-last ``(N, C, 1, L)``.
 
-    With a compiled network every call gets exactly ``batch`` windows (a shorter batch is
-    padded), so Inductor never recompiles for a new shape.
+    With a compiled or captured network every call gets exactly ``batch`` windows (a
+    shorter batch is padded), so Inductor never recompiles and the graph always fits.
     """
 
     def __init__(self, net: InferenceUNet, runtime: Runtime, batch: int,
@@ -170,7 +174,7 @@ class Engine:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
-        if self.runtime.compiled and n != self.batch:
+        if (self.runtime.compiled or self.runtime.graphed) and n != self.batch:
             pad = torch.zeros((self.batch - n, *x.shape[1:]), dtype=x.dtype, device=x.device)
             if x.dim() == 4:
                 pad = pad.contiguous(memory_format=torch.channels_last)
@@ -260,6 +264,40 @@ def _compile(net: InferenceUNet, x: torch.Tensor,
     return fn
 
 
+class _Graphed:
+    """``fn`` captured in a CUDA graph for inputs shaped like ``example``: a call copies its
+    input into the static buffer and replays (the output is overwritten by the next call)."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor],
+                 example: torch.Tensor) -> None:
+        self.static = example.clone()
+        side = torch.cuda.Stream(example.device)
+        side.wait_stream(torch.cuda.current_stream(example.device))
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(2):  # cuDNN picks its algorithms before the capture
+                fn(self.static)
+        torch.cuda.current_stream(example.device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(self.graph):
+            self.out = fn(self.static)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.static.copy_(x)
+        self.graph.replay()
+        return self.out
+
+
+def _capture(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+             notes: list[str]) -> _Graphed | None:
+    """``fn`` captured in a CUDA graph on ``x``'s shape, or None + a note."""
+    try:
+        return _Graphed(fn, x)
+    except Exception as exc:  # a capture can fail in many ways (an op that syncs, ...)
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        notes.append(f"CUDA graph capture failed ({first}); not captured")
+        return None
+
+
 def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
             precision: str = "auto", compile: str = "auto", threads: int | None = None,
             window: int = 10240, batch: int = 32,
@@ -337,6 +375,17 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
                 notes.append(f"eager: compiled ran {ratio:.2f}x eager")
                 fn = None
         runtime.compiled = fn is not None
+    if dev.type == "cuda":
+        full = to_nwc_input(torch.rand(batch, net.in_channels, window)).to(dev)
+        base = fn if fn is not None else net
+        graphed = _capture(base, full, notes)
+        if graphed is not None:
+            ratio = _speedup(_probe({"graph": graphed, "base": base}, full), "graph", "base")
+            if ratio >= 1.0:
+                fn, runtime.graphed = graphed, True
+                notes.append(f"CUDA graph: it ran {ratio:.2f}x the uncaptured forward pass")
+            else:
+                notes.append(f"no CUDA graph: it ran {ratio:.2f}x the uncaptured pass")
     return Engine(net, runtime, batch, fn)
 
 
