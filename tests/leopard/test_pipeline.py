@@ -66,7 +66,8 @@ def test_bigwig_bytes_do_not_depend_on_the_writer_threads(tmp_path: Path) -> Non
     bw.close()
 
 
-def test_reader_processes_read_what_this_process_reads(synth: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["thread", "processes"])
+def test_readers_read_what_this_process_reads(synth: Path, workers: int) -> None:
     m = load_manifest(synth)
     tracks = Tracks(m.fasta, m.dnase, m.dnase_avg)
     regions = [Region("chr2", 0, 16_000), Region("chr3", 100, 5_100, "tag"),
@@ -75,7 +76,7 @@ def test_reader_processes_read_what_this_process_reads(synth: Path) -> None:
               for r in read_regions(tracks, regions)]
     before = threading.active_count()
     parallel = []
-    for r in read_regions(tracks, regions, workers=2, longest=16_000):
+    for r in read_regions(tracks, regions, workers=workers, longest=16_000):
         parallel.append((r.region, tuple(a.copy() for a in r.arrays if a is not None)))
         r.release()
     assert [r for r, _ in parallel] == regions  # in order, tags kept

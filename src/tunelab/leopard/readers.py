@@ -38,6 +38,7 @@ from tunelab.leopard.data import (
     sequence_codes,
 )
 from tunelab.leopard.errors import LeopardError
+from tunelab.leopard.prefetch import prefetch
 
 __all__ = ["Loaded", "Region", "Tracks", "read_regions"]
 
@@ -112,18 +113,25 @@ class _Files:
 
 def read_regions(tracks: Tracks, regions: Iterable[Region], workers: int = 0,
                  longest: int = 0) -> Generator[Loaded, None, None]:
-    """The regions' arrays, in order: read here (``workers=0``) or by ``workers`` processes
-    into shared memory, at most ``workers + 2`` regions ahead of the consumer; ``longest`` is
-    an upper bound on a region's length (it sizes the slots)."""
-    if workers <= 0:
-        files = _Files(tracks)
-        try:
-            for r in regions:
-                yield Loaded(r, files.read(r))
-        finally:
-            files.close()
+    """The regions' arrays, in order: read here (``workers=0``), by one thread (``1``: one
+    reader needs no process of its own, and starting one cost a second or more on a busy
+    machine) or by ``workers`` processes into shared memory, at most ``workers + 2`` regions
+    ahead of the consumer; ``longest`` is an upper bound on a region's length (it sizes the
+    slots)."""
+    if workers <= 1:
+        here = _in_turn(tracks, regions)
+        yield from here if workers <= 0 else prefetch(here, depth=2, name="leopard-reader")
         return
     yield from _parallel(tracks, iter(regions), workers, longest)
+
+
+def _in_turn(tracks: Tracks, regions: Iterable[Region]) -> Iterator[Loaded]:
+    files = _Files(tracks)
+    try:
+        for r in regions:
+            yield Loaded(r, files.read(r))
+    finally:
+        files.close()
 
 
 # ------------------------------------------------------------------------ worker processes
