@@ -24,7 +24,7 @@ from tunelab.leopard.predict import (
     predict_chromosome,
     predict_genome,
 )
-from tunelab.leopard.readers import Region, Tracks, read_regions
+from tunelab.leopard.readers import Region, Tracks, read_regions, region_reader
 
 
 def _checkpoint(path: Path, channels: int = 5) -> LeopardUNet:
@@ -163,3 +163,21 @@ def test_pipeline_workers_share_the_free_cores() -> None:
     assert pipeline_workers("cpu", 2, 2, 2, 1) == (2, 1, True)
     with pytest.raises(LeopardError, match="readers and writers must be >= 0"):
         pipeline_workers("cpu", 2, 2, -1, None)
+
+
+def test_training_data_loaded_by_reader_processes_equals_the_serial_load(
+        synth: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chromosomes cut into regions (chunk boundaries inside chromosomes), read by two
+    processes, the average track as it is: the same arrays as reading here."""
+    from tunelab.leopard import data
+
+    monkeypatch.setattr(data, "LOAD_CHUNK", 5_000)
+    m = load_manifest(synth)
+    chroms = ["chr2", "chr1", "chr3"]
+    serial = load_chromosomes(m, chroms, need_avg=True)
+    reader = region_reader(Tracks(m.fasta, m.dnase, m.dnase_avg, difference=False), 2)
+    parallel = load_chromosomes(m, chroms, need_avg=True, reader=reader)
+    for name in ("lengths", "offsets", "seq", "dnase", "dnase_avg", "label"):
+        a, b = getattr(serial, name), getattr(parallel, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert not _shm_files()

@@ -91,3 +91,15 @@ def test_bf16_autocast_training_on_a_cpu(windows: Path, tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "amp" / "metrics.json").read_text())
     assert doc["training_layout"] == "2d"
     assert (tmp_path / "amp" / "best.pt").is_file()
+
+
+def test_a_time_limit_ends_training_with_results(windows: Path, tmp_path: Path) -> None:
+    """Past the limit no further step runs; the epoch is still evaluated and every result
+    written (a limit passed before the first step: an epoch of no steps)."""
+    foms = train(_cfg(windows, tmp_path / "o", epochs=3, time_limit=1e-6, device="cpu"))
+    doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert foms["epochs"] == 1 and [r["steps"] for r in doc["history"]] == [0]
+    assert np.isfinite(foms["val_loss"]) and (tmp_path / "o" / "best.pt").is_file()
+    full = train(_cfg(windows, tmp_path / "f", epochs=1, device="cpu"))
+    hist = json.loads((tmp_path / "f" / "metrics.json").read_text())["history"]
+    assert full["epochs"] == 1 and hist[0]["steps"] == 2 and hist[0]["step_windows_per_s"] > 0

@@ -99,6 +99,9 @@ def train(
     val_windows: Annotated[int | None, typer.Option(
         help="validation windows drawn at random each epoch (seeded, the same set every "
              "epoch; default: a tiling capped by --max-eval-windows)")] = None,
+    time_limit: Annotated[float | None, typer.Option(
+        help="seconds: stop training after the step that passes them, then evaluate and "
+             "write results as usual")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads per process")] = None,
     resume: Annotated[bool, typer.Option(help="resume from OUT/last.pt")] = False,
     progress: Annotated[bool | None, typer.Option(help="progress bars (default: tty)")] = None,
@@ -115,7 +118,8 @@ def train(
                       augment_scale=augment_scale, bn_momentum=bn_momentum,
                       max_eval_windows=max_eval_windows or None, seed=seed, sync_bn=sync_bn,
                       device=device, amp=amp, compile=compile, layout=layout, graphs=graphs,
-                      val_windows=val_windows, threads=threads, resume=resume,
+                      val_windows=val_windows, time_limit=time_limit, threads=threads,
+                      resume=resume,
                       progress=progress)
     foms = run_train(cfg)
     if int(os.environ.get("RANK", "0")) == 0:

@@ -40,7 +40,7 @@ from tunelab.leopard.data import (
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.prefetch import prefetch
 
-__all__ = ["Loaded", "Region", "Tracks", "read_regions"]
+__all__ = ["Loaded", "Region", "Tracks", "read_regions", "region_reader"]
 
 #: sequence codes, DNase, DNase minus the average (6-channel models) of one region
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray | None]
@@ -49,11 +49,13 @@ Arrays = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 @dataclass(frozen=True)
 class Tracks:
     """The files a region is read from: the FASTA, the DNase bigWig and, for 6 channels, the
-    average DNase bigWig."""
+    average DNase bigWig — read as DNase minus the average (``difference``, what prediction
+    feeds the network) or as it is (what training data holds)."""
 
     fasta: Path
     dnase: Path
     dnase_avg: Path | None = None
+    difference: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,9 @@ class _Files:
             else:
                 signals.append(np.zeros(r.end - r.start, np.float32))
         dn = signals[0]
-        return seq, dn, (dn - signals[1]) if len(signals) > 1 else None
+        if len(signals) == 1:
+            return seq, dn, None
+        return seq, dn, dn - signals[1] if self.tracks.difference else signals[1]
 
     def close(self) -> None:
         for bw, _ in self.bws:
@@ -231,3 +235,18 @@ def _parallel(tracks: Tracks, regions: Iterator[Region], workers: int,
             with contextlib.suppress(BufferError):  # a view the caller still holds
                 m.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def region_reader(tracks: Tracks, workers: int) -> Callable[
+        [list[tuple[str, int, int]]],
+        Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None, Callable[[], None]]]]:
+    """A :data:`tunelab.leopard.data.RegionReader` over :func:`read_regions` (``workers``
+    processes), for :func:`tunelab.leopard.data.load_chromosomes`."""
+    def read(spans: list[tuple[str, int, int]]) -> Iterator[
+            tuple[np.ndarray, np.ndarray, np.ndarray | None, Callable[[], None]]]:
+        longest = max((b - a for _, a, b in spans), default=1)
+        for item in read_regions(tracks, [Region(*s) for s in spans], workers, longest):
+            seq, dn, third = item.arrays
+            yield seq, dn, third, item.release
+
+    return read

@@ -142,6 +142,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
 
         n_local_windows, step_time = 0, 0.0
         lr_now: float | None = None
+        deadline = wall0 + cfg.time_limit if cfg.time_limit else None
+        out_of_time = False
         for epoch in range(start_epoch, cfg.epochs):
             if stopped:
                 break
@@ -163,7 +165,11 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             batches = (feeds["train"].batches(plan, scales, steps, gb, ctx.rank, ctx.world)
                        if feeds is not None else _host_batches(train_src, plan, scales, steps,
                                                                gb, ctx, cfg.in_channels))
+            done = 0
             for s, (x, y) in enumerate(batches):
+                if deadline is not None and time.perf_counter() > deadline:
+                    out_of_time = True  # (the host's clock: no sync)
+                    break
                 rate = D.lr_at(epoch * steps + s, steps, cfg.warmup_epochs, cfg.lr, lr_target)
                 if rate != lr_now:  # (a tensor rate is written on the device: no sync)
                     set_lr(opt, rate)
@@ -171,11 +177,14 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                 lsum, cnt = step(x, y)  # device tensors: nothing is read back in an epoch
                 loss_sum += torch.stack([lsum.double(), cnt.double()])
                 n_local_windows += len(x)
+                done = s + 1
                 if prog is not None:
                     prog.update(task, advance=1)
+            del batches  # (a loader left early stops here)
             if cuda:
                 torch.cuda.synchronize()
-            step_time += time.perf_counter() - t_steps
+            epoch_steps_s = time.perf_counter() - t_steps
+            step_time += epoch_steps_s
             if prog is not None:
                 prog.stop()
             D.all_reduce_sum(loss_sum, ctx)
@@ -186,8 +195,9 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                    "val_loss": val["loss"], "val_pr_auc": val["pr_auc"], "val_dice": val["dice"],
                    "val_iou": val["iou"], "lr": float(opt.param_groups[0]["lr"]),
                    "epoch_s": ep_time,
-                   "windows_per_s": steps * gb / max(ep_time, 1e-9),
-                   "train_time_s": train_time}
+                   "windows_per_s": done * gb / max(ep_time, 1e-9),
+                   "step_windows_per_s": done * gb / max(epoch_steps_s, 1e-9),
+                   "steps": done, "train_time_s": train_time}
             history.append(row)
             improved = val["loss"] < best["val_loss"]
             if improved:
@@ -214,6 +224,10 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                           out / "best.pt")
             if wait >= cfg.patience:
                 log(f"early stop: val_loss has not improved for {cfg.patience} epochs")
+                break
+            if out_of_time:
+                log(f"time limit ({cfg.time_limit:g} s) reached after {done} of {steps} steps "
+                    f"of epoch {epoch + 1}")
                 break
         if best["state"] is not None:
             model.load_state_dict(best["state"])
@@ -299,11 +313,11 @@ def _write_results(out: Path, cfg: TrainConfig, arch: dict[str, Any], counts: di
     (out / "metrics.json").write_text(json.dumps(doc, indent=2) + "\n")
     with (out / "history.csv").open("w", newline="") as fh:
         cols = ["epoch", "train_loss", "val_loss", "val_pr_auc", "val_dice", "val_iou", "lr",
-                "epoch_s", "windows_per_s", "train_time_s"]
+                "epoch_s", "windows_per_s", "train_time_s", "steps", "step_windows_per_s"]
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
-        for row in history:
-            w.writerow({k: row[k] for k in cols})
+        for row in history:  # (rows of a run resumed from an older checkpoint lack the last)
+            w.writerow({k: row.get(k, "") for k in cols})
 
 
 def print_foms(foms: dict[str, float]) -> None:

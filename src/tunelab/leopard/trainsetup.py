@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunelab.leopard import distributed as D
-from tunelab.leopard.data import load_chromosomes, load_manifest
+from tunelab.leopard.data import (
+    Manifest,
+    RegionReader,
+    fasta_sizes,
+    load_chromosomes,
+    load_manifest,
+    open_fasta,
+)
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.windows import WindowSource, load_windows
 
@@ -32,6 +39,10 @@ if TYPE_CHECKING:
     from tunelab.leopard.trainstep import Forward, TrainStep
 
 __all__ = ["TrainConfig", "TrainLog", "TrainingSetup", "WindowSource", "prepare_training"]
+
+#: genomes at least this large are loaded by reader processes
+PARALLEL_LOAD_BP = 64_000_000
+MAX_LOADERS = 8
 
 
 @dataclass
@@ -63,6 +74,7 @@ class TrainConfig:
     layout: str = "auto"  # convolutions: "1d", "2d" (channels-last) or "auto" (measured)
     graphs: str = "auto"  # CUDA graphs of the training step: "auto" (measured), "on", "off"
     val_windows: int | None = None  # validation windows drawn at random, not a tiling
+    time_limit: float | None = None  # seconds: stop training after the step that passes it
     threads: int | None = None
     resume: bool = False
     progress: bool | None = None
@@ -100,13 +112,31 @@ def _open_sources(cfg: TrainConfig, multiple: int) -> tuple[dict[str, WindowSour
     if window <= 0 or window % multiple:
         raise LeopardError(f"window length {window} is not divisible by {multiple}")
     m = load_manifest(data)
-    sources = {s: WindowSource(load_chromosomes(m, m.chromosomes(s), need_avg=need_avg), None,
-                               window, f"{m.path} ({s})") for s in ("train", "val", "test")}
+    reader = _loader(m, need_avg)
+    sources = {s: WindowSource(load_chromosomes(m, m.chromosomes(s), need_avg=need_avg,
+                                                reader=reader),
+                               None, window, f"{m.path} ({s})") for s in ("train", "val", "test")}
     for s, src in sources.items():
         if src.n_distinct() == 0:
             raise LeopardError(f"{m.path}: no {s} chromosome is as long as the window "
                                f"({window} bp)")
     return sources, window
+
+
+def _loader(m: Manifest, need_avg: bool) -> RegionReader | None:
+    """Reader processes for a genome of at least :data:`PARALLEL_LOAD_BP` (one process read
+    ~28 Mbp/s, so a human genome took minutes); None: read in this process."""
+    from tunelab.leopard.readers import Tracks, region_reader
+
+    workers = min(MAX_LOADERS, len(os.sched_getaffinity(0)) - 1)
+    fa = open_fasta(m.fasta)
+    sizes = fasta_sizes(fa)
+    fa.close()
+    total = sum(sizes.get(c, 0) for s in ("train", "val", "test") for c in m.chromosomes(s))
+    if total < PARALLEL_LOAD_BP or workers < 2:
+        return None
+    tracks = Tracks(m.fasta, m.dnase, m.dnase_avg if need_avg else None, difference=False)
+    return region_reader(tracks, workers)
 
 
 # ------------------------------------------------------------------------- helpers
@@ -251,6 +281,8 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
         raise LeopardError("batch size and epochs must be >= 1 and lr > 0")
     if cfg.val_windows is not None and cfg.val_windows < 1:
         raise LeopardError(f"validation windows must be >= 1, got {cfg.val_windows}")
+    if cfg.time_limit is not None and cfg.time_limit <= 0:
+        raise LeopardError(f"time limit must be > 0 seconds, got {cfg.time_limit}")
     sources, window = _open_sources(cfg, arch.multiple)
     gb = cfg.batch_size * ctx.world
     train_src = sources["train"]
