@@ -97,7 +97,7 @@ def test_short_chromosome_and_bad_edge() -> None:
 def test_predict_cli_writes_bigwig_and_bedgraph(windows: Path, synth: Path,
                                                 tmp_path: Path) -> None:
     train(TrainConfig(data=windows, out=tmp_path / "t", batch_size=4, epochs=1,
-                      steps_per_epoch=1, threads=1, progress=False))
+                      steps_per_epoch=1, threads=1, progress=False, device="cpu"))
     ck = tmp_path / "t" / "best.pt"
     r = subprocess.run([sys.executable, "-m", "tunelab.leopard", "predict",
                         "--checkpoint", str(ck), "--data", str(synth),

@@ -77,6 +77,30 @@ def test_a_captured_step_trains_exactly_as_the_eager_step() -> None:
         assert torch.equal(a, b), k
 
 
+def test_a_failed_capture_leaves_an_eager_step_with_the_same_training() -> None:
+    """An op that cannot be captured: the warm-up is undone and the run goes on eagerly,
+    saying why."""
+    def broken(fn: Callable[[], Outputs]) -> tuple[Outputs, Callable[[], None]]:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    batches = _batches(3)
+    _, want = _run(False, batches)
+    model = _model().train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-7)
+    step = TrainStep(model, model, opt, torch.amp.GradScaler("cuda", enabled=False), CPU,
+                     False, torch.bfloat16, True, capture=broken)
+    got = []
+    for x, y in batches:
+        lsum, cnt = step(x, y)
+        got.append(float(lsum / cnt))
+    assert got == want and not step.graph
+    assert step.fallback is not None and "capture failed (RuntimeError" in step.fallback
+    fwd = Forward(model.eval(), False, torch.bfloat16, True, capture=broken)
+    x = batches[0][0]
+    with torch.no_grad():
+        assert torch.equal(fwd(x), model(x)) and not fwd.graph
+
+
 def test_the_restore_keeps_a_resumed_optimiser_state() -> None:
     """A run resumed with optimiser state already there: the captured step continues from
     it, as the eager one does."""

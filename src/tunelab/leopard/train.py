@@ -181,6 +181,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                 if prog is not None:
                     prog.update(task, advance=1)
             del batches  # (a loader left early stops here)
+            if step.fallback and epoch == start_epoch:
+                log(f"warning: {step.fallback}")
             if cuda:
                 torch.cuda.synchronize()
             epoch_steps_s = time.perf_counter() - t_steps
@@ -258,7 +260,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         if ctx.is_main:
             _write_results(out, cfg, arch.to_dict(), counts, val, test, foms, history,
                            [float(r) for r in rates.cpu().tolist()], steps,
-                           time.perf_counter() - wall0, chosen_layout, st.runtime)
+                           time.perf_counter() - wall0, chosen_layout,
+                           st.runtime + (f"; {step.fallback}" if step.fallback else ""))
         return foms
     finally:
         D.finish(ctx)

@@ -135,6 +135,8 @@ class TrainStep:
         self._static: tuple[torch.Tensor, torch.Tensor] | None = None
         self._out: Outputs = ()
         self._replay: Callable[[], None] | None = None
+        #: why a capture failed and the step went eager (None: it did not)
+        self.fallback: str | None = None
 
     def _body(self, x: torch.Tensor, y: torch.Tensor) -> Outputs:
         import torch
@@ -158,6 +160,8 @@ class TrainStep:
             return self._body(x, y)
         if self._replay is None:
             self._record(x, y)
+            if not self.graph:
+                return self._body(x, y)
         assert self._static is not None and self._replay is not None
         self._static[0].copy_(x, non_blocking=True)
         self._static[1].copy_(y, non_blocking=True)
@@ -179,7 +183,11 @@ class TrainStep:
                 self._body(sx, sy)
         if side is not None:
             torch.cuda.current_stream().wait_stream(side)
-        self._out, self._replay = self._capture(lambda: self._body(sx, sy))
+        try:
+            self._out, self._replay = self._capture(lambda: self._body(sx, sy))
+        except Exception as exc:  # an op that cannot be captured: the step stays eager
+            self.graph = False
+            self.fallback = f"CUDA graph capture failed ({_first_line(exc)}); eager steps"
         now = _state(self.model, self.opt)
         with torch.no_grad():
             for t, old in zip(now[:known], saved, strict=True):
@@ -210,25 +218,38 @@ class Forward:
             return (self.model(x),)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        import torch
-
         if not self.graph:
             return self._body(x)[0]
         if self._static is None or self._static.shape != x.shape:
-            sx = x.clone()
-            side = torch.cuda.Stream() if x.is_cuda else None
-            if side is not None:
-                side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                self._body(sx)
-            if side is not None:
-                torch.cuda.current_stream().wait_stream(side)
-            self._out, self._replay = self._capture(lambda: self._body(sx))
-            self._static = sx
-        assert self._replay is not None
+            try:
+                self._record(x)
+            except Exception:  # an op that cannot be captured: evaluate eagerly
+                self.graph = False
+                return self._body(x)[0]
+        assert self._replay is not None and self._static is not None
         self._static.copy_(x, non_blocking=True)
         self._replay()
         return self._out[0]
+
+    def _record(self, x: torch.Tensor) -> None:
+        """Warm up (cuDNN's choices) and capture the forward pass on ``x``'s shape."""
+        import torch
+
+        sx = x.clone()
+        side = torch.cuda.Stream() if x.is_cuda else None
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            self._body(sx)
+        if side is not None:
+            torch.cuda.current_stream().wait_stream(side)
+        self._out, self._replay = self._capture(lambda: self._body(sx))
+        self._static = sx
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _sync(device: torch.device) -> None:
@@ -273,24 +294,37 @@ def choose_step_mode(model: torch.nn.Module, layouts: list[str], graphs: str, *,
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = torch.rand(batch, in_channels, window, generator=gen).to(dev)
     y = (torch.rand(batch, window, generator=gen) < 0.05).to(torch.int8).to(dev)
+    failed = []
     for lay, graph in candidates:
         probe = copy.deepcopy(model).train()
         probe.channels_last_training = lay == "2d"  # type: ignore[assignment]
         opt = make_adam(probe.parameters(), 1e-3, dev, graph)
         scaler = torch.amp.GradScaler("cuda", enabled=False)
         step = TrainStep(probe, probe, opt, scaler, ctx, amp, amp_dtype, graph)
-        for _ in range(WARMUP_STEPS):
-            step(x, y)
-        _sync(dev)
-        t = time.perf_counter()
-        for _ in range(PROBE_STEPS):
-            step(x, y)
-        _sync(dev)
-        rates[_name(lay, graph)] = PROBE_STEPS * batch / (time.perf_counter() - t)
-        del step, opt, probe
-    best = max(candidates, key=lambda c: rates[_name(*c)])
+        try:
+            for _ in range(WARMUP_STEPS):
+                step(x, y)
+            _sync(dev)
+            t = time.perf_counter()
+            for _ in range(PROBE_STEPS):
+                step(x, y)
+            _sync(dev)
+            elapsed = time.perf_counter() - t
+            if graph and not step.graph:
+                raise RuntimeError(step.fallback)
+        except Exception as exc:  # a form that fails here is not chosen
+            failed.append(f"{_name(lay, graph)} failed ({_first_line(exc)})")
+            continue
+        finally:
+            del step, opt, probe  # (the graph's memory goes before the next candidate)
+        rates[_name(lay, graph)] = PROBE_STEPS * batch / elapsed
+    ok = [c for c in candidates if _name(*c) in rates]
+    if not ok:
+        raise LeopardError("no training step ran on the device: " + "; ".join(failed))
+    best = max(ok, key=lambda c: rates[_name(*c)])
     shown = ", ".join(f"{k} {v:,.0f}" for k, v in rates.items())
-    return best[0], best[1], f"{_name(*best)}: the fastest measured (windows/s: {shown})", rates
+    why = f"{_name(*best)}: the fastest measured (windows/s: {shown})"
+    return best[0], best[1], "; ".join([why, *failed]), rates
 
 
 def _name(layout: str, graph: bool) -> str:
