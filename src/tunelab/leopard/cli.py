@@ -132,7 +132,9 @@ def predict(
     data: Annotated[Path, typer.Option(help="leopard.json (or its directory)")],
     out: Annotated[Path, typer.Option(help="output track: .bw/.bigwig or .bedGraph")],
     chroms: Annotated[str | None, typer.Option(help="comma-separated (default: test)")] = None,
-    batch_size: Annotated[int, typer.Option(help="windows per forward pass")] = 32,
+    batch_size: Annotated[int | None, typer.Option(help="windows per forward pass "
+                                                   "(default: 32 on a CPU, 256 on a GPU)")]
+    = None,
     edge: Annotated[int | None, typer.Option(help="bp dropped at window edges "
                                              "(default window/8)")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",

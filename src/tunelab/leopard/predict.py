@@ -201,9 +201,9 @@ class _SectionPredictor:
                   ) if self.cuda else None
         if events is not None:
             events[0].record()
-        starts = torch.from_numpy(sec.starts).to(dev)
-        keep_lo = torch.from_numpy(sec.keep_lo).to(dev)[:, None]
-        keep_hi = torch.from_numpy(sec.keep_hi).to(dev)[:, None]
+        starts, keep_lo, keep_hi = (self._small(a) for a in (sec.starts, sec.keep_lo,
+                                                              sec.keep_hi))
+        keep_lo, keep_hi = keep_lo[:, None], keep_hi[:, None]
         size = sec.hi - sec.lo
         total = torch.zeros(size, dtype=torch.float32, device=dev)
         count = torch.zeros(size, dtype=torch.float32, device=dev)
@@ -223,6 +223,14 @@ class _SectionPredictor:
         else:
             self.device_s += time.perf_counter() - t0
         return out
+
+    def _small(self, a: np.ndarray) -> torch.Tensor:
+        """A small host array on the device; on CUDA through pinned memory, without the
+        stream synchronisation a copy from pageable memory makes."""
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        return t.pin_memory().to(self.device, non_blocking=True) if self.cuda else t
 
     def download(self, values: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """``values`` on the host: on CUDA copied into pinned memory without waiting (the
@@ -334,8 +342,12 @@ def pipeline_workers(device_type: str, cores: int, engine_threads: int,
     return r, w, free > 0 or w > 0
 
 
+#: windows per forward pass when not asked: a GPU wants fuller batches than a CPU
+BATCH = {"cuda": 256, "cpu": 32}
+
+
 def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
-                   chroms: list[str] | None = None, batch_size: int = 32,
+                   chroms: list[str] | None = None, batch_size: int | None = None,
                    edge: int | None = None, device: str = "auto", *,
                    window: int | None = None, stride: int | None = None,
                    precision: str = "auto", compile: str = "auto",
@@ -348,8 +360,9 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
     (the context the network learnt with; ample for its ~1.2 kb receptive field), ``stride``
     to ``window - 2 * edge``. A bigWig gets ``zoom_levels`` summary levels (0 by default:
     computing them when the file is closed cost about as much as predicting, here).
-    ``readers`` (processes) and ``writers`` (threads) default to the cores the engine leaves
-    free (:func:`pipeline_workers`), ``section_bp`` to :data:`SECTION_BP` of the device.
+    ``batch_size`` defaults to :data:`BATCH` of the device, ``readers`` (processes) and
+    ``writers`` (threads) to the cores the engine leaves free (:func:`pipeline_workers`),
+    ``section_bp`` to :data:`SECTION_BP` of the device.
 
     Returns ``bp``, ``seconds`` (the device's work: encoding, forward passes, stitching),
     ``bp_per_s``, ``bp_per_s_end_to_end`` (everything: loading the model, choosing the
@@ -387,16 +400,18 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
         raise LeopardError(f"zoom levels must lie in [0, 10], got {zoom_levels}")
     if window % arch.multiple:
         raise LeopardError(f"window length {window} is not divisible by {arch.multiple}")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise LeopardError(f"batch size must be at least 1, got {batch_size}")
     if section_bp is not None and section_bp < 1:
         raise LeopardError(f"section length must be at least 1 bp, got {section_bp}")
     tiling = Tiling.make(window, edge, stride)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    batch_size = batch_size or BATCH.get(torch.device(device).type, BATCH["cpu"])
     m = load_manifest(data)
     fa = open_fasta(m.fasta)
     all_sizes = fasta_sizes(fa)
+    fa.close()
     chroms = chroms or m.chromosomes("test")
     for c in chroms:
         if c not in all_sizes:

@@ -178,12 +178,21 @@ def _read_into(region: Region, slot: int) -> tuple[int, bool]:
     return n, diff is not None
 
 
+def _slot_home(need: int) -> str | None:
+    """``/dev/shm`` when it has room for ``need`` bytes with a margin (a container's may be
+    64 MiB, and a full tmpfs kills the writer with SIGBUS), else the temporary folder."""
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and shutil.disk_usage(shm).free > 1.25 * need:
+        return shm
+    return None
+
+
 def _parallel(tracks: Tracks, regions: Iterator[Region], workers: int,
               longest: int) -> Iterator[Loaded]:
     cap = max(64, -(-longest // 64) * 64)
     n_slots = workers + 2
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    folder = tempfile.mkdtemp(prefix="tunelab-leopard-", dir=base)
+    folder = tempfile.mkdtemp(prefix="tunelab-leopard-", dir=_slot_home(cap * _PER_BASE
+                                                                       * n_slots))
     maps = []
     pool = None
     closed = False  # a region released after the end frees nothing
