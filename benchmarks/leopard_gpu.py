@@ -300,7 +300,7 @@ def part_seeds(r: Report, s: Sizes, device: str, small: Path, work: Path,
 def part_recipe(r: Report, s: Sizes, device: str, big: Path, work: Path,
                 flops: dict[int, tuple[float, float]], peak: dict[str, float]) -> dict:
     steps = math.ceil(s.recipe_train / s.recipe_batch)
-    limit = float(max(round(r.left() - 15), 5))
+    limit = float(max(round(r.left() - 30), 5))  # the final evaluation and writing
     foms, doc, wall = _train(r, data=big, out=work / "recipe", window=s.window,
                              batch_size=s.recipe_batch, lr=0.01, epochs=s.recipe_epochs,
                              steps_per_epoch=steps, val_windows=s.recipe_val,
