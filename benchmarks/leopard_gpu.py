@@ -218,6 +218,15 @@ def _rate(flop_s: float) -> str:
             f"{flop_s / 1e9:,.1f} GFLOP/s")
 
 
+def _readers(n: int) -> str:
+    return "reading in turn" if n == 0 else "1 reader thread" if n == 1 else \
+        f"{n} reader processes"
+
+
+def _mbp(bp: float) -> str:
+    return f"{bp / 1e6:,.0f} Mbp" if bp >= 1e7 else f"{bp / 1e6:.2f} Mbp"
+
+
 def _bound(rate_w: float, flops: float, peak_tflops: float) -> str:
     return f"{_rate(rate_w * flops)} = {rate_w * flops / 1e12 / peak_tflops:.3f}"
 
@@ -234,7 +243,7 @@ def part_rates(r: Report, s: Sizes, device: str, small: Path, work: Path,
         r.say(f"  batch {batch:4d}: {steady:10,.0f} windows/s (second epoch's steps; "
               f"{_bound(steady, f_train, peak['bf16'])} of the bf16 GEMM rate, "
               f"{steady * f_train / 1e12 / peak['fp32']:.3f} of fp32); whole run "
-              f"{foms['windows_per_s']:,.0f} windows/s (first step's capture included)")
+              f"{foms['windows_per_s']:,.0f} windows/s (first steps, and a capture, included)")
         r.say(f"    runtime: {doc['runtime']}")
         out[f"b{batch}"] = {"windows_per_s_steady": steady,
                             "windows_per_s_run": foms["windows_per_s"],
@@ -256,11 +265,11 @@ def part_predict(r: Report, s: Sizes, device: str, big: Path, work: Path, ck: Pa
     w = res["windows"] / max(res["seconds"], 1e-9)
     f_fwd = flops[int(res["window"])][0] if int(res["window"]) in flops else \
         window_flops(int(res["window"]))[0]
-    r.say(f"  {res['bp'] / 1e6:,.1f} Mbp: {res['bp_per_s'] / 1e6:,.1f} Mbp/s compute "
+    r.say(f"  {_mbp(res['bp'])}: {res['bp_per_s'] / 1e6:,.2f} Mbp/s compute "
           f"({w:,.0f} windows/s of {int(res['window']):,} bp; {_bound(w, f_fwd, peak['bf16'])}"
-          f" of the bf16 GEMM rate), {res['bp_per_s_end_to_end'] / 1e6:,.1f} Mbp/s end to "
+          f" of the bf16 GEMM rate), {res['bp_per_s_end_to_end'] / 1e6:,.2f} Mbp/s end to "
           f"end ({res['wall_s']:.1f} s: loading, runtime choice, reading, predicting, "
-          f"writing); {res['readers']} reader processes, {res['writers']} writer threads, "
+          f"writing); {_readers(res['readers'])}, {res['writers']} writer threads, "
           f"{res['sections']} sections; output {out_bw.stat().st_size / 2**20:,.0f} MiB")
     r.say(f"    runtime: {res['runtime']}")
     return {k: v for k, v in res.items()}
@@ -403,7 +412,7 @@ def main() -> None:
         t = time.perf_counter()
         big = write_synthetic(work / "big", cfg, workers=max(1, cores - 1))
         mbp = s.chroms * s.chrom_len / 1e6
-        r.say(f"  {mbp:,.0f} Mbp ({s.chroms} x {s.chrom_len / 1e6:g} Mbp) in "
+        r.say(f"  {_mbp(mbp * 1e6)} ({s.chroms} x {s.chrom_len / 1e6:g} Mbp) in "
               f"{time.perf_counter() - t:.1f} s")
         r.command(f"this script: write_synthetic({work / 'big'}, SyntheticConfig(n_chroms="
                   f"{s.chroms}, chrom_length={s.chrom_len}, val_chroms={held}, test_chroms="
@@ -428,7 +437,7 @@ def main() -> None:
         torch.save({"arch": m.arch.to_dict(), "window": s.window, "model": m.state_dict()},
                    ck)
     chroms = [f"chr{i + 1}" for i in range(s.chroms)]
-    r.part("prediction", f"4. genome-wide prediction of {d['big_mbp']:,.0f} Mbp",
+    r.part("prediction", f"4. genome-wide prediction of {_mbp(d['big_mbp'] * 1e6)}",
            lambda: part_predict(r, s, device, big, work, ck, chroms, flops, peak))
     r.part("pr_auc", f"5. validation PR-AUC, CPU path vs GPU path, {s.seeds} seeds",
            lambda: part_seeds(r, s, device, small, work, peak, cpu_peak, flops))

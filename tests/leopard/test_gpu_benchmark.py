@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "leopard_gpu.py"
 PARTS = ("gemm", "flops", "data", "training", "prediction", "pr_auc", "recipe")
 
 
+@pytest.mark.slow  # 16 s on a quiet 2-core machine, 150 s on a busy one
 def test_the_gpu_benchmark_runs_tiny_on_a_cpu(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--budget",
                         "400", "--json", str(tmp_path / "figures.json")],
