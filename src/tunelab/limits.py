@@ -72,6 +72,10 @@ class Limits:
     output_parse_bytes: int = _limit(
         16 << 20, "bytes of a run's stdout, and of its stderr, read for parsing (the first "
                   "and the last half when the output is larger)")
+    regex_size: int = _limit(
+        100_000, "size of a study's figure-of-merit regexes together, each counted repeat "
+                 "expanded ((ab){1000} counts 2,000): the regex engine compiles a repeat by "
+                 "copying it")
     regex_timeout_s: float = _limit(
         2.0, "CPU seconds all figure-of-merit regexes of one run may spend searching its "
              "output")
