@@ -69,6 +69,9 @@ class Limits:
         4_096, "bits of an integer an expression computes (about 1,233 decimal digits)")
     string_chars: int = _limit(
         10_000, "characters of a string, or items of a tuple, an expression computes")
+    duration_s: int = _limit(
+        365 * 86400, "seconds of a duration: a study's timeout and max_wall, a launcher's "
+                     "walltime, a preparation step's timeout")
     output_parse_bytes: int = _limit(
         16 << 20, "bytes of a run's stdout, and of its stderr, read for parsing (the first "
                   "and the last half when the output is larger)")

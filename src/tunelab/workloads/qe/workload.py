@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from tunelab.errors import WorkloadError
+from tunelab.limits import LIMITS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,7 +72,8 @@ class PrepareStepOptions(WorkloadOptions):
     per_point: bool = Field(
         False, description="run the step once per point with the point's parallelisation "
         "(for restart files written per MPI rank) instead of once per study")
-    timeout: float = Field(3600.0, gt=0, description="seconds before the step is killed")
+    timeout: float = Field(3600.0, gt=0, le=LIMITS.duration_s,
+                           description="seconds before the step is killed")
 
 
 class QEOptions(WorkloadOptions):
