@@ -75,6 +75,10 @@ class Limits:
     output_parse_bytes: int = _limit(
         16 << 20, "bytes of a run's stdout, and of its stderr, read for parsing (the first "
                   "and the last half when the output is larger)")
+    fom_magnitude: float = _limit(
+        1e50, "magnitude of a figure of merit (and, unless it is 0, the inverse of the "
+              "smallest one): the statistics square and divide them, so a run whose figure "
+              "is outside fails; print it in other units")
     regex_size: int = _limit(
         100_000, "size of a study's figure-of-merit regexes together, each counted repeat "
                  "expanded ((ab){1000} counts 2,000): the regex engine compiles a repeat by "
