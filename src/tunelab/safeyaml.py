@@ -155,6 +155,10 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
         data = loader.construct_document(node)
     except _Refused as exc:
         raise _located(source, exc.mark, str(exc)) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow: no mark
+        line = text.count("\n", 0, exc.position) + 1
+        raise StudyError(f"{source}:{line}: malformed YAML: {str(exc).splitlines()[0]}") \
+            from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

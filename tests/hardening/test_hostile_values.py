@@ -286,6 +286,11 @@ def test_a_missing_program_names_file_and_line_at_run(cli):
     (command_study(ECHO, extra="noise_threshold: !!float 'abc'\n"), "!!float"),
     ("o: &o {fom: v, direction: up}\n" + command_study(ECHO, extra="objective:\n  <<: *o\n"),
      "direction: up"),
+    (command_study(ECHO, extra='description: "a\x01b"\n'), "description"),
+    (command_study(ECHO, params="").replace("parameters: {}", "# none\nparameters: {}"),
+     "parameters: {}"),
+    (command_study(ECHO, extra="baseline: {x: null}\n"), "baseline"),
+    (command_study(ECHO, extra="baseline:\n  x: [1, 2]\n"), "x: [1, 2]"),
 ])
 def test_yaml_errors_name_the_line_of_the_fault(cli, text, fragment):
     answer = cli.run({"s.yaml": text}, ["space", "s.yaml"])

@@ -246,8 +246,8 @@ def _parse_rule(expr: str, workload: Workload) -> Any:
 def _with_default_space(spec: StudySpec, workload: Workload) -> StudySpec:
     default = workload.default_space()
     if not default:
-        raise StudyError(f"{spec.where()}: the study names no parameters and workload "
-                         f"{workload.name!r} has no default space")
+        raise StudyError(f"{spec.where('parameters')}: the study names no parameters and "
+                         f"workload {workload.name!r} has no default space")
     raw = {**spec.raw, "parameters": default}
     return StudySpec.from_mapping(raw, source=str(spec.path), path=spec.path)
 

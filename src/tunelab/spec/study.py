@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
 import unicodedata
@@ -205,7 +206,11 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
     if raw.baseline is not None:
         baseline = dict(raw.baseline)
         known = set(names) | ({ENV_AXIS} if env_sets is not None else set())
-        for key in baseline:
+        for key, value in baseline.items():
+            if isinstance(value, float) and not math.isfinite(value) or \
+                    not isinstance(value, int | float | str | bool):
+                raise lines.error(("baseline", key), f"baseline value of {key!r} must be a "
+                                  f"number, string or boolean, got {shorten(repr(value))}")
             if key not in known:
                 raise lines.error(
                     ("baseline", key),
