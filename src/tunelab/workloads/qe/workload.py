@@ -397,7 +397,10 @@ def _per_spin(inp: PwInput, per_spin: int) -> str:
 
 def _check_previous_run(inp: PwInput, steps: tuple[Step, ...], seeds: tuple[Path, ...]
                         ) -> None:
-    """Refuse an input that reads an earlier run's data the study does not provide."""
+    """Refuse an input that reads an earlier run's data the study does not provide: the
+    ``prefix.save`` directory must come from a preparation step of the same prefix or be a
+    seed (the check each run makes once its outdir is filled, made here, so that ``space``
+    and ``--dry-run`` refuse what every run would fail on)."""
     why = inp.reads_previous_run
     if why is None:
         return
@@ -407,9 +410,20 @@ def _check_previous_run(inp: PwInput, steps: tuple[Step, ...], seeds: tuple[Path
             "outdir), and the study provides none: name the run that writes it under the qe "
             "option prepare (e.g. prepare: [{input: scf.in}]) or its files under seed"
         )
-    if steps and not seeds and all(s.input.prefix != inp.prefix for s in steps):
+    save = f"{inp.prefix}.save"
+    if any(s.input.prefix == inp.prefix for s in steps) or \
+            any(seed.name == save and seed.is_dir() for seed in seeds):
+        return
+    if steps and not seeds:
         written = ", ".join(sorted({repr(s.input.prefix) for s in steps}))
         raise WorkloadError(
             f"{inp.path} reads prefix {inp.prefix!r} ({why}), but the preparation steps "
             f"write prefix {written}: give them the same prefix"
         )
+    given = ", ".join(seed.name for seed in seeds)
+    made = (" nor do the preparation steps (prefix "
+            + ", ".join(sorted({repr(s.input.prefix) for s in steps})) + ")") if steps else ""
+    raise WorkloadError(
+        f"{inp.path}: {why} reads the directory {save} from outdir, but the seed files "
+        f"({given}) hold none{made}: add the directory {save} under seed (pw.x would fail "
+        "every run)")
