@@ -42,7 +42,13 @@ from tunelab.workload import (
 )
 from tunelab.workloads.qe.kpoints import is_hybrid_dft
 from tunelab.workloads.qe.parser import parse_pw_output
-from tunelab.workloads.qe.prepare import Launch, Step, copy_outdir, prepared_outdir
+from tunelab.workloads.qe.prepare import (
+    Launch,
+    Step,
+    copy_outdir,
+    prepared_outdir,
+    steps_digest,
+)
 from tunelab.workloads.qe.pseudo_search import Resolved, resolve_pseudos
 from tunelab.workloads.qe.pwcount import cached_count, count_with_pw
 from tunelab.workloads.qe.pwinput import PwInput, read_pw_input, stage_input
@@ -199,6 +205,9 @@ class QEWorkload(Workload):
             options = QEOptions.model_validate(options.model_dump())
         super().__init__(options, study_file)
         self.opts: QEOptions = options
+        self._counted = False
+        """Whether pw.x was asked to count the k-points on the prepared data (see
+        :meth:`command`)."""
 
     # -- the input -------------------------------------------------------------------------
     def _path(self, name: str) -> Path:
@@ -237,13 +246,19 @@ class QEWorkload(Workload):
             if not seed.exists():
                 raise WorkloadError(f"seed {str(seed)!r} (option seed) does not exist")
         _check_previous_run(inp, steps, seeds)
-        return Setup(inp, pseudos, steps, seeds, self._count_kpoints(inp, pseudos),
+        return Setup(inp, pseudos, steps, seeds,
+                     self._count_kpoints(inp, pseudos, _prepared_from(inp, steps, seeds)),
                      energy_tolerance(inp, self.opts.energy_tolerance))
 
-    def _count_kpoints(self, inp: PwInput, pseudos: Resolved) -> NkInfo:
+    def _count_kpoints(self, inp: PwInput, pseudos: Resolved, prepared: str) -> NkInfo:
         if self.opts.nk is not None:
             return NkInfo(self.opts.nk, "the option nk")
         probe_ok = inp.reads_previous_run is None and not pseudos.generated
+        if inp.reads_previous_run is not None and not pseudos.generated:
+            counted = cached_count(inp, self.opts.pw, prepared)  # by a run, after preparing
+            if counted is not None:
+                return NkInfo(counted.count, f"{_per_spin(inp, counted.printed)}counted by "
+                              f"pw.x {counted.version} on the prepared data")
         if probe_ok:
             cached = cached_count(inp, self.opts.pw)
             if cached is None and not self.dry_run:
@@ -253,7 +268,8 @@ class QEWorkload(Workload):
                               f"{cached.version}")
         rules = inp.count_kpoints()
         if rules is not None:
-            why = "pw.x was not run" if probe_ok else "pw.x can count only after the preparation"
+            why = "pw.x was not run" if probe_ok else \
+                "pw.x counts them once the preparation ran, at the first run"
             if probe_ok and not self.dry_run:
                 why = "pw.x did not count them"
             return NkInfo(rules.count, f"{_per_spin(inp, rules.per_spin)}computed with pw.x "
@@ -349,6 +365,11 @@ class QEWorkload(Workload):
                     raise WorkloadError(
                         f"{setup.input.path.name} reads {save} from outdir ({why}), but the "
                         f"preparation steps and seed files left none there")
+                if why is not None and not self._counted and self.opts.nk is None \
+                        and not setup.pseudos.generated:
+                    self._counted = True  # once per study, whatever pw.x answers
+                    count_with_pw(setup.input, setup.pseudos.files, self.opts.pw, outdir=out,
+                                  context=_prepared_from(setup.input, setup.steps, setup.seeds))
             input_name = stage_input(setup.input, ctx.run_dir, setup.pseudos.files).name
             pw = shutil.which(self.opts.pw) or self.opts.pw
         argv = mpi_launch_argv(
@@ -389,6 +410,14 @@ def pw_flags(values: Mapping[str, Any]) -> list[str]:
         if key in values:
             flags += [f"-{key}", str(int(values[key]))]
     return flags
+
+
+def _prepared_from(inp: PwInput, steps: tuple[Step, ...], seeds: tuple[Path, ...]) -> str:
+    """What the outdir an input reads is made from (its preparation steps and seeds), as the
+    k-point cache's context; empty for an input that reads none."""
+    if inp.reads_previous_run is None:
+        return ""
+    return steps_digest(steps) + "\0" + "\0".join(str(seed.resolve()) for seed in seeds)
 
 
 def _per_spin(inp: PwInput, per_spin: int) -> str:
