@@ -132,7 +132,7 @@ def _every_writer(d: Path, spec: Path) -> list[list[str]]:
         ["export", str(d), "-f", "csv"], ["export", str(d), "-f", "json", "-o", "-"],
         ["script", str(d), "-s", "slurm"], ["report", str(d), "-o", str(d.parent / "r.html")],
         ["run", str(spec), "--dry-run"], ["run", str(spec), "--dir", str(d)],
-        ["init", "command", "-o", "-"], ["--help"], ["--version"], ["run", "--help"],
+        ["--help"], ["--version"], ["run", "--help"], ["bench", "ddp", "--help"],
         ["compare", str(d), str(d)],
     ]
 
