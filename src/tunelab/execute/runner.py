@@ -30,7 +30,7 @@ from tunelab.execute.launchers import (
     make_launcher,
 )
 from tunelab.execute.launchers.watch import RunWatch
-from tunelab.execute.study import Study
+from tunelab.execute.study import Study, located
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store, StudyLock, open_store
 from tunelab.sysinfo import snapshot
@@ -186,7 +186,8 @@ def run_study(
     study_dir = Path(study_dir)
     launcher = launcher or make_launcher(study.launcher)
     watch = _watch(study, launcher, wait_quiet)
-    study.workload.check()
+    with located(study.spec, "workload", "options"):
+        study.workload.check()
     check_study_dir(study_dir)
     lock = StudyLock(study_dir)
     with lock.held(), open_store(study_dir, create=True) as store, \
