@@ -126,7 +126,7 @@ def tunelab_server(args: argparse.Namespace) -> None:
 
     from tunelab.leopard.model import LeopardUNet
     from tunelab.leopard.runtime import bf16_capable, cpu_flags, keep_freed_memory, prepare
-    from tunelab.leopard.train import _masked_bce_sum
+    from tunelab.leopard.trainstep import masked_bce_sum as _masked_bce_sum
 
     # prepare() sets this process-wide for the engines; set it up front so that no variant's
     # speed depends on which one ran first

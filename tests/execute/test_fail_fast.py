@@ -64,3 +64,15 @@ def test_a_study_with_one_working_point_runs_to_the_end(write_study, tmp_path):
     path = write_study(study_text("[crash, ok]", "[1, 2]", repeats=2))
     outcome = run_study(prepare_study(load_study(path)), tmp_path / "d")
     assert outcome.stopped is None and outcome.ran == 8
+
+
+def test_runs_lost_the_same_way_in_other_jobs_stop_the_study(tmp_path: Path) -> None:
+    """A job script that cannot start (a module missing on every node) loses every run in
+    its own job: the job tokens differ, the failure is the same."""
+    ff = FailFast(2)
+    for point, token in (("a", "0123456789ab"), ("b", "ba9876543210")):
+        ff.add(_record(point, "lost", f"scheduler: FAILED (job tunelab-{token} ended before this "
+                                      "run started): tunelab: module load qe failed on node1; "
+                                      "lost 3 times, not submitted again (a resume runs it "
+                                      "again)"), tmp_path)
+    assert ff.stop_reason is not None and "job tunelab-<job> ended" in ff.stop_reason

@@ -108,9 +108,10 @@ def test_tunelab_script_renders_any_workload_through_the_launcher_section(write_
     assert slurm.returncode == 0, slurm.stderr
     lines = slurm.stdout.splitlines()
     for expected in ("#SBATCH --time=00:05:00", "#SBATCH --account=proj1",
-                     "#SBATCH --partition=debug", "#SBATCH --mem=4G", "module load gcc",
-                     "export FIXED=1"):
+                     "#SBATCH --partition=debug", "#SBATCH --mem=4G", "export FIXED=1",
+                     "#SBATCH --exclusive", "set -euo pipefail"):
         assert expected in lines
+    assert any(line.startswith("module load gcc || ") for line in lines)
     assert lines[-1] in ("echo 1", "echo 4")
     np_best = lines[-1].split()[1]
     assert f"#SBATCH --ntasks-per-node={np_best}" in lines

@@ -9,7 +9,7 @@ import pytest
 
 from tunelab.cluster.mpi import Placement, mpi_launch_argv, portable_argv
 from tunelab.errors import StudyError, WorkloadError
-from tunelab.execute.executor import scheduler_reason
+from tunelab.execute.jobends import scheduler_reason
 from tunelab.execute.launchers import LocalLauncher, SlurmLauncher, launcher_config
 from tunelab.execute.launchers.base import Job, JobStatus, RunRequest, read_exit_status
 from tunelab.execute.study import prepare_study

@@ -25,7 +25,7 @@ def test_merge_mpi_and_dask_span_two_nodes(write_study, slurm_env, tmp_path):
         repeats: 1
         timeout: 300
         launcher: {type: slurm, mode: pack, starter: mpirun, cores_per_node: 2,
-                   poll_interval: 0.5s, env: {OMPI_MCA_mpi_yield_when_idle: 1}}
+                   poll_interval: 0.5s, site: virtual}
         """)
     d = tmp_path / "d"
     res = tunelab("run", path, "--dir", d, "-q")

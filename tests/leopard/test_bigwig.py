@@ -11,7 +11,7 @@ import pytest
 
 from tunelab.leopard.bigwig import ITEMS_PER_BLOCK, BigWigWriter
 from tunelab.leopard.errors import LeopardError
-from tunelab.leopard.predict import _Writer
+from tunelab.leopard.tracks import TrackWriter
 
 
 def _values(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -143,7 +143,7 @@ def test_zoom_levels_are_left_to_pybigwig(tmp_path: Path) -> None:
     got = []
     for zooms in (0, 2):
         path = tmp_path / f"z{zooms}.bw"
-        w = _Writer(path, [("c", 5_000)], zoom_levels=zooms, background=False)
+        w = TrackWriter(path, [("c", 5_000)], zoom_levels=zooms, background=False)
         assert w.kind == ("bigwig" if zooms == 0 else "pybigwig")
         w.put("c", 0, values)
         w.close()

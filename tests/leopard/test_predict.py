@@ -97,7 +97,7 @@ def test_short_chromosome_and_bad_edge() -> None:
 def test_predict_cli_writes_bigwig_and_bedgraph(windows: Path, synth: Path,
                                                 tmp_path: Path) -> None:
     train(TrainConfig(data=windows, out=tmp_path / "t", batch_size=4, epochs=1,
-                      steps_per_epoch=1, threads=1, progress=False))
+                      steps_per_epoch=1, threads=1, progress=False, device="cpu"))
     ck = tmp_path / "t" / "best.pt"
     r = subprocess.run([sys.executable, "-m", "tunelab.leopard", "predict",
                         "--checkpoint", str(ck), "--data", str(synth),
@@ -133,28 +133,30 @@ def _checkpoint(path: Path, window: int = 512) -> LeopardUNet:
 
 def test_genome_prediction_streams_into_the_track(synth: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reading, predicting and writing overlap: the track receives finished stretches in
-    order while later windows are still being predicted, and holds the same values as an
-    in-memory prediction of the whole chromosome."""
-    from tunelab.leopard import predict as P
+    """The track receives finished sections in order (memory stays bounded by a few
+    sections), and holds the same values as an in-memory prediction of the whole
+    chromosome."""
+    from tunelab.leopard import tracks as T
     from tunelab.leopard.data import load_chromosomes, load_manifest
 
     model = _checkpoint(tmp_path / "m.pt")
     puts: list[tuple[str, int, int]] = []
-    real_put = P._Writer.put
+    real_put = T.TrackWriter.put
 
-    def spy(self: P._Writer, chrom: str, start: int, values: np.ndarray) -> None:
+    def spy(self: T.TrackWriter, chrom: str, start: int, values: np.ndarray) -> None:
         puts.append((chrom, start, len(values)))
         real_put(self, chrom, start, values)
 
-    monkeypatch.setattr(P._Writer, "put", spy)
+    monkeypatch.setattr(T.TrackWriter, "put", spy)
     res = predict_genome(tmp_path / "m.pt", synth, tmp_path / "p.bw", ["chr3", "chr4"],
-                         batch_size=2, device="cpu", precision="fp32", compile="off")
+                         batch_size=2, device="cpu", precision="fp32", compile="off",
+                         section_bp=3_000)
     assert res["bp"] == 32_000 and res["precision"] == "fp32" and not res["compiled"]
     assert res["stride"] == 512 - 2 * 64 and "fp32" in res["runtime"]
+    assert res["sections"] == 12
     for chrom in ("chr3", "chr4"):
         mine = [(s, n) for c, s, n in puts if c == chrom]
-        assert len(mine) > 3  # many stretches, not one write at the end
+        assert len(mine) == 6  # one stretch per section, not one write at the end
         assert mine[0][0] == 0 and all(a + n == b for (a, n), (b, _) in zip(mine, mine[1:],
                                                                             strict=False))
         assert mine[-1][0] + mine[-1][1] == 16_000
@@ -230,16 +232,17 @@ def test_prefetch_reraises_and_stops_its_thread() -> None:
 def test_writer_in_the_caller_and_in_the_background_write_the_same_track(
         tmp_path: Path, suffix: str) -> None:
     """Prediction writes in the caller's thread when the engine leaves no core free and in a
-    background thread otherwise: the files are the same either way."""
-    from tunelab.leopard.predict import _Writer
+    background thread (with writer threads) otherwise: the files are the same either way."""
+    from tunelab.leopard.tracks import TrackWriter
 
     rng = np.random.default_rng(0)
     stretches = [("chrA", 0, rng.random(700)), ("chrA", 700, rng.random(300)),
                  ("chrB", 0, np.full(500, 0.25))]
     outs = []
-    for background in (True, False):
+    for background, threads in ((True, 2), (False, 0)):
         path = tmp_path / f"{background}{suffix}"
-        w = _Writer(path, [("chrA", 1000), ("chrB", 500)], background=background)
+        w = TrackWriter(path, [("chrA", 1000), ("chrB", 500)], background=background,
+                        threads=threads)
         for chrom, start, values in stretches:
             w.put(chrom, start, values)
         w.close()

@@ -45,6 +45,30 @@ def test_fp32_engine_gives_the_model_probabilities() -> None:
     assert eng.runtime.threads == 1 and torch.get_num_threads() == 1
 
 
+def test_a_captured_engine_gets_batches_of_one_shape() -> None:
+    """A CUDA graph replays one shape: a short batch is padded and the padding's outputs
+    dropped (a stand-in for the captured call, which needs CUDA)."""
+    from tunelab.leopard.inference import fold_batchnorm, to_nwc_input
+
+    net = fold_batchnorm(_small())
+    seen: list[int] = []
+
+    def captured(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x.shape[0])
+        assert x.is_contiguous(memory_format=torch.channels_last)
+        return net(x)
+
+    rt = runtime.Runtime(device="cpu", precision="fp32", threads=1, compiled=False,
+                         cpu_bf16=False, graphed=True)
+    eng = runtime.Engine(net, rt, 4, captured)
+    x = to_nwc_input(torch.rand(3, 5, 64))
+    out = eng(x)
+    assert seen == [4] and out.shape == (3, 64)
+    with torch.no_grad():
+        assert torch.allclose(out, torch.sigmoid(net(x)))
+    assert "eager in a CUDA graph" in rt.summary()
+
+
 def test_auto_keeps_fp32_on_a_cpu_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "cpu_flags", lambda path="": {"avx2", "fma"})
     eng = runtime.prepare(_small(), "cpu", "auto", "off", threads=1, window=128, batch=4)
@@ -153,7 +177,7 @@ def test_bf16_pr_auc_agrees_with_fp32_on_the_synthetic_genome(synth: Path,
     held-out chromosomes within 1e-3."""
     train(TrainConfig(data=synth, out=tmp_path / "t", window=512, batch_size=8, epochs=2,
                       steps_per_epoch=6, bn_momentum=0.1, max_eval_windows=8, threads=2,
-                      progress=False))
+                      progress=False, device="cpu"))
     ck = load_checkpoint(tmp_path / "t" / "best.pt")
     model = LeopardUNet()
     model.load_state_dict(ck["model"])

@@ -12,7 +12,9 @@ import pytest
 from tunelab.leopard.synthetic import SyntheticConfig, write_synthetic
 from tunelab.leopard.train import TrainConfig, train
 
-FAST = {"batch_size": 4, "steps_per_epoch": 2, "threads": 1, "progress": False, "layout": "2d"}
+#: tests meant for the CPU say so: on a machine with CUDA, "auto" would take the GPU
+FAST = {"batch_size": 4, "steps_per_epoch": 2, "threads": 1, "progress": False, "layout": "2d",
+        "device": "cpu"}
 
 
 def _cfg(data: Path, out: Path, **kw: object) -> TrainConfig:
@@ -77,7 +79,7 @@ def test_short_training_learns_the_synthetic_genome(tmp_path: Path) -> None:
         n_chroms=4, chrom_length=40_000, site_spacing=1_000, seed=2))
     foms = train(TrainConfig(data=data, out=tmp_path / "o", window=1024, batch_size=8,
                              lr=1e-3, bn_momentum=0.1, epochs=3, steps_per_epoch=12,
-                             max_eval_windows=32, progress=False))
+                             max_eval_windows=32, progress=False, device="cpu"))
     assert foms["test_pr_auc"] > 5 * foms["test_positive_fraction"], foms
 
 
@@ -86,8 +88,20 @@ def test_bf16_autocast_training_on_a_cpu(windows: Path, tmp_path: Path) -> None:
     the 2-D form too."""
     foms = train(TrainConfig(data=windows, out=tmp_path / "amp", batch_size=4, epochs=1,
                              steps_per_epoch=2, threads=1, progress=False, amp=True,
-                             layout="2d"))
+                             layout="2d", device="cpu"))
     assert all(np.isfinite(v) for v in foms.values())
     doc = json.loads((tmp_path / "amp" / "metrics.json").read_text())
     assert doc["training_layout"] == "2d"
     assert (tmp_path / "amp" / "best.pt").is_file()
+
+
+def test_a_time_limit_ends_training_with_results(windows: Path, tmp_path: Path) -> None:
+    """Past the limit no further step runs; the epoch is still evaluated and every result
+    written (a limit passed before the first step: an epoch of no steps)."""
+    foms = train(_cfg(windows, tmp_path / "o", epochs=3, time_limit=1e-6))
+    doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert foms["epochs"] == 1 and [r["steps"] for r in doc["history"]] == [0]
+    assert np.isfinite(foms["val_loss"]) and (tmp_path / "o" / "best.pt").is_file()
+    full = train(_cfg(windows, tmp_path / "f", epochs=1))
+    hist = json.loads((tmp_path / "f" / "metrics.json").read_text())["history"]
+    assert full["epochs"] == 1 and hist[0]["steps"] == 2 and hist[0]["step_windows_per_s"] > 0

@@ -98,7 +98,8 @@ def test_check_generates_the_synthetic_set_once(tmp_path: Path) -> None:
 def test_example_study_names_valid_options() -> None:
     doc = yaml.safe_load(EXAMPLE.read_text())
     assert doc["workload"]["name"] == "leopard"
-    LeopardOptions(**doc["workload"]["options"])
+    opts = LeopardOptions(**doc["workload"]["options"])
+    assert opts.device == "cpu"  # sized for 2 CPU cores: the same runs on a GPU machine
     assert list(doc["parameters"]) == ["batch_size", "lr"]
     assert doc["objective"] == {"fom": "val_pr_auc", "direction": "maximize"}
 
@@ -106,7 +107,7 @@ def test_example_study_names_valid_options() -> None:
 @pytest.mark.slow
 def test_real_run_of_the_command(windows: Path, tmp_path: Path) -> None:
     w = LeopardWorkload(LeopardOptions(data=str(windows), window=512, epochs=1,
-                                       steps_per_epoch=2))
+                                       steps_per_epoch=2, device="cpu"))
     cmd = w.command(_ctx(tmp_path, batch_size=4, lr=0.001))
     r = subprocess.run(list(cmd.argv), env={**os.environ, **cmd.env}, cwd=cmd.cwd,
                        capture_output=True, text=True, timeout=300)

@@ -54,8 +54,12 @@ def test_html_holds_table_values_failures_and_snapshot(
 ) -> None:
     html, comparisons = _report(runs, objective, tmp_path, baseline, injected)
     for row in table_rows(comparisons, objective):
-        for cell in (row.n, row.mean_std, row.median, row.speedup, row.verdict):
+        for cell in (row.n, row.mean_std, row.median, row.verdict):
             assert f">{cell}<" in html
+        parts = row.speedup.split("; ")  # each interval in a span of its own
+        for i, part in enumerate(parts):
+            assert f'<span class="part">{part}{";" if i < len(parts) - 1 else ""}</span>' \
+                in html
     assert html.index('id="verdict"') < html.index('id="table"') < html.index('id="plots"')
     assert "Best point: env=am np=2" in html
     assert "Runs that were not ok (4)" in html
@@ -81,4 +85,5 @@ def test_html_table_names_the_test_behind_its_p_column(
     assert "<th>detectable</th>" in html and "Mann" not in html and "bootstrap" not in html
     for row in table_rows(comparisons, objective):  # escaped: <0.001 is &lt;0.001
         cell = row.p_value.replace("<", "&lt;")
-        assert f"<td>{cell}</td>" in html or row.verdict_kind == "baseline"
+        assert f'data-key="p" data-label="p ({tests[0]}' in html
+        assert f">{cell}</td>" in html or row.verdict_kind == "baseline"

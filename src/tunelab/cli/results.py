@@ -119,6 +119,9 @@ def script(
                                                         "(repeatable).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the script "
                                                 "here instead of printing it.")] = None,
+    site: Annotated[str | None, typer.Option(
+        help="The scheduler's dialect: slurm, slurm-pmi2, slurm-none (Slurm); pbspro, "
+             "openpbs, gadi, torque (PBS); default: the study's, else slurm / pbspro.")] = None,
 ) -> None:
     """Render a batch job script (PBS or Slurm) for the study's best configuration."""
     from tunelab.report.batch import best_job_script
@@ -128,14 +131,21 @@ def script(
         walltime_s = parse_duration(walltime) if walltime is not None else None
     except ValueError as exc:
         raise TunelabError(f"--walltime {exc}") from None
-    text = best_job_script(directory, scheduler=scheduler, walltime_s=walltime_s, mem=mem,
-                           project=project, queue=queue, job_name=job_name,
-                           modules=module, directives=directive)
+    script = best_job_script(directory, scheduler=scheduler, walltime_s=walltime_s, mem=mem,
+                             project=project, queue=queue, job_name=job_name,
+                             modules=module, directives=directive, site=site)
+    beside = ", ".join(script.files)
     if output is None:
-        sys.stdout.write(text)
-    else:
-        write_text(output, text)
-        message(f"job script written to {output}")
+        sys.stdout.write(script.text)
+        if beside:
+            message(f"the script expects beside it: {beside} (--output FILE writes them too)")
+        return
+    try:
+        script.write(output)
+    except OSError as exc:
+        raise TunelabError(f"cannot write {exc.filename or output}: {exc.strerror or exc}") \
+            from None
+    message(f"job script written to {output}" + (f", with {beside} beside it" if beside else ""))
 
 
 def combine(

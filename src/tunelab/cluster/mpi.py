@@ -6,7 +6,8 @@ executes:
 
 * ``local`` — this machine: ``mpirun -np N`` plus ``--allow-run-as-root`` (as root) and
   ``--oversubscribe`` when ranks outnumber cores;
-* ``job`` — inside a batch allocation: ``srun --mpi=pmix -N nodes -n ranks -c threads`` or
+* ``job`` — inside a batch allocation: ``srun --mpi=PMI -N nodes -n ranks -c threads`` (the
+  site's PMI plugin) or
   ``mpirun -np N --hostfile HOSTFILE --bind-to none`` (the hostfile is written by the job step
   from the allocation's node list before the run starts; ``--bind-to none`` because Open MPI
   binds rank 0 of every node to the same core otherwise);
@@ -48,7 +49,8 @@ class Placement:
     ``where`` is ``local``, ``job`` (inside a batch allocation) or ``script`` (a job script
     for another machine). In a job, ``starter`` picks ``srun`` or ``mpirun``; ``nodes`` is
     the number of nodes the run spans, ``cores_per_node`` the cores of each, ``hostfile``
-    the file the job step writes with ``nodes`` hosts (for ``mpirun``).
+    the file the job step writes with ``nodes`` hosts (for ``mpirun``), ``mpi`` the PMI
+    plugin ``srun`` starts ranks with (the site's: ``pmix``, ``pmi2`` or ``none``).
     """
 
     where: Where = "local"
@@ -56,6 +58,7 @@ class Placement:
     nodes: int = 1
     cores_per_node: int | None = None
     hostfile: Path | None = None
+    mpi: Literal["pmix", "pmi2", "none"] = "pmix"
 
     @property
     def in_allocation(self) -> bool:
@@ -117,7 +120,7 @@ def mpi_launch_argv(
     """The starter argv for ``ranks`` MPI ranks of ``threads`` threads at ``placement``.
 
     Locally this is :func:`mpirun_argv`. In a job or job script, the placement's starter:
-    ``srun --mpi=pmix --nodes=N --ntasks=R --cpus-per-task=T`` or ``mpirun -np R
+    ``srun --mpi=PMI --nodes=N --ntasks=R --cpus-per-task=T`` or ``mpirun -np R
     --bind-to none`` (plus ``--hostfile`` in a job, ``--allow-run-as-root`` as root there).
     A workload option naming another launcher (``mpiexec.hydra``) is kept as it is.
     """
@@ -129,7 +132,7 @@ def mpi_launch_argv(
     if name not in ("mpirun", "mpiexec", "orterun", "srun"):
         return [mpirun, "-np", str(ranks), *extra_args]
     if placement.starter == "srun" or name == "srun":
-        return ["srun", "--mpi=pmix", f"--nodes={placement.nodes}", f"--ntasks={ranks}",
+        return ["srun", f"--mpi={placement.mpi}", f"--nodes={placement.nodes}", f"--ntasks={ranks}",
                 f"--cpus-per-task={threads}", *extra_args]
     argv = [mpirun, "-np", str(ranks)]
     if placement.where == "job":

@@ -10,14 +10,17 @@ process writes the store: jobs leave files in run directories.
 Resume: every job is stored (``jobs`` table: token, scheduler id, runs) before it is
 submitted; :meth:`Executor.reattach` picks up the open jobs of an earlier controller —
 collecting what they finished, waiting for what still runs — so a run is never submitted
-twice nor lost. A run cut off by its job's end (walltime, ``scancel``, node failure) is
-recorded with the scheduler's reason; runs a pack never started are packed again when the
-pack made progress, otherwise recorded as failed with the job's reason.
+twice nor lost. A run that a job's end cut off or never started is judged by
+:mod:`tunelab.execute.jobends`: lost by the infrastructure (node failure, preemption,
+``scancel`` from outside, walltime, a vanished job: submitted again up to
+``launcher.retries`` times, each attempt stored, then stored as ``lost``), failed by the
+program (out of memory), or packed again (a pack that made progress on others). Every path
+of a job is absolute, whatever the study directory was given as.
 """
 
 from __future__ import annotations
 
-import re
+import os
 import secrets
 import shutil
 import time
@@ -37,8 +40,8 @@ from tunelab.execute.guards import (
     split_finite,
     write_fault,
 )
+from tunelab.execute.jobends import judge_run_end, scheduler_reason
 from tunelab.execute.launchers.base import (
-    ENDED_STATES,
     Job,
     JobStatus,
     Launcher,
@@ -46,6 +49,7 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     started_info,
 )
+from tunelab.execute.reasons import failure_reason
 from tunelab.execute.study import run_dir_of
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store
@@ -53,19 +57,13 @@ from tunelab.store import RunRecord, Store
 if TYPE_CHECKING:
     from tunelab.execute.study import Study
 
-__all__ = ["Executor", "scheduler_reason"]
+__all__ = ["Executor"]
 
 _TAIL_CHARS = 300
 _CANCEL_WAIT_S = 30.0
 #: How long the scheduler may not answer polls before the controller gives up (its jobs
 #: stay stored: running it again re-attaches).
 _POLL_PATIENCE_S = 300.0
-#: The scheduler's own words in a job's output, for jobs it no longer lists.
-_OUTPUT_REASONS = (
-    (re.compile(r"DUE TO TIME LIMIT|walltime \S+ exceeded limit", re.I), "TIMEOUT"),
-    (re.compile(r"DUE TO NODE FAILURE|node fail", re.I), "NODE_FAIL"),
-    (re.compile(r"CANCELLED AT|job killed|qdel", re.I), "CANCELLED"),
-)
 
 
 def _now() -> str:
@@ -76,23 +74,6 @@ def _tail(path: Path) -> str:
     text = read_output(path).strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return lines[-1][-_TAIL_CHARS:] if lines else ""
-
-
-def scheduler_reason(status: JobStatus, output: Path | None) -> str:
-    """Why a job ended, in the scheduler's words (``TIMEOUT``, ``NODE_FAIL``,
-    ``CANCELLED``…): its state, else the scheduler's message in the job's output."""
-    if status.state in ENDED_STATES and status.state != "COMPLETED":
-        return status.state
-    text = ""
-    if output is not None:
-        try:
-            text = output.read_text(errors="replace")[-20_000:]
-        except OSError:
-            text = ""
-    for pattern, word in _OUTPUT_REASONS:
-        if pattern.search(text):
-            return word
-    return status.state or "UNKNOWN"
 
 
 @dataclass
@@ -115,14 +96,21 @@ class Executor:
                  stop: Callable[[], bool] = lambda: False) -> None:
         self.study = study
         self.store = store
-        self.study_dir = study_dir
+        self.study_dir = Path(os.path.abspath(study_dir))  # jobs run elsewhere: no relative path
         self.launcher = launcher
         self.host = host
         self.sysinfo_id = sysinfo_id
         self.on_record = on_record
         self.stop = stop
-        self.jobs_dir = study_dir / "jobs"
+        self.jobs_dir = self.study_dir / "jobs"
         self.active: dict[str, _Active] = {}
+        self.again: deque[tuple[Point, int]] = deque()
+        """Runs the infrastructure lost, to be submitted again (``launcher.retries``)."""
+        self._judged: set[tuple[str, str, int]] = set()
+        """(job token, point key, repeat) of runs whose loss is stored already."""
+        self._losses: dict[tuple[str, int], int] = {}
+        """Attempts of each run lost since this controller started (a resume starts the
+        count again: ``launcher.retries`` more chances)."""
         self.done: set[tuple[str, int]] = store.completed()
         self._checked: set[tuple[int, int, int, float]] = set()
         self._poll_failed_since: float | None = None
@@ -160,7 +148,7 @@ class Executor:
             job = Job(stored.token, runs, self.jobs_dir)
             job_id = stored.job_id or self.launcher.find(job)
             if job_id is None:  # never accepted, or gone: its run directories tell
-                self._finish_job(job, JobStatus("unknown"), lost=True)
+                self._finish_job(job, JobStatus("unknown"), accepted=False)
                 continue
             if stored.job_id is None:
                 self.store.set_job_id(job.token, job_id)
@@ -170,19 +158,22 @@ class Executor:
 
     def execute(self, pairs: Sequence[tuple[Point, int]]) -> None:
         """Run every pair not done and not already in an active job; return when all of
-        them are recorded (or, when detached, once they are submitted)."""
+        them are recorded (or, when detached, once they are submitted). Runs that jobs
+        (earlier ones too) lost are submitted again until their retries are spent."""
         covered = self.covered()
         todo = [(p, r) for p, r in pairs
                 if (p.key, r) not in self.done and (p.key, r) not in covered]
-        if self.launcher.batch:
-            self._check(todo)
-        cfg = self.launcher.config
-        if cfg.mode == "pack" and self.launcher.batch:
-            self._run_packs(todo)
-        else:
-            self._run_each(todo)
-        if not self.detached:
+        while todo or self.active:
+            if todo and self.launcher.batch:
+                self._check(todo)
+            if self.launcher.config.mode == "pack" and self.launcher.batch:
+                self._run_packs(todo)
+            else:
+                self._run_each(todo)
+            if self.detached:
+                return
             self.wait_all()  # jobs of an earlier controller hold the rest of the runs
+            todo = [] if self.stop() else self._take_again()
 
     def poll_once(self) -> int:
         """Poll the active jobs once; record what they finished; close the ended ones.
@@ -239,10 +230,12 @@ class Executor:
     # ------------------------------------------------------------------ per-run, packs
 
     def _run_each(self, todo: list[tuple[Point, int]]) -> None:
-        """One job per run, at most ``max_queued`` active at once (one at a time locally)."""
+        """One job per run, at most ``max_queued`` active at once (one at a time locally);
+        runs the infrastructure lost go to the back of the queue."""
         limit = self.launcher.config.max_queued if self.launcher.batch else 1
         queue = deque(todo)
-        while (queue and not self.stop()) or self.active:
+        while (queue or self.again) and not self.stop() or self.active:
+            queue.extend(self._take_again())
             while queue and len(self.active) < limit and not self.stop():
                 point, repeat = queue.popleft()
                 request = self._prepare(point, repeat)
@@ -255,18 +248,24 @@ class Executor:
 
     def _run_packs(self, todo: list[tuple[Point, int]]) -> None:
         """Split the runs over ``allocations`` packs (round-robin: each pack keeps the
-        interleaved order); submit them; re-pack runs an ended pack never started."""
-        requests = [r for p, rep in todo if (r := self._prepare(p, rep)) is not None]
-        while requests:
+        interleaved order); submit them; pack again the runs that ended packs did not
+        finish (prepared again, from a clean directory, like the first time)."""
+        pairs = list(todo)
+        while pairs and not self.stop():
+            requests = [r for p, rep in pairs if (r := self._prepare(p, rep)) is not None]
             n = min(self.launcher.config.allocations, len(requests))
             for i in range(n):
                 self._submit(tuple(requests[i::n]))
             if self.detached:
                 return
             self.wait_all()
-            requests = [r for r in requests if (r.point_key, r.repeat) not in self.done]
-            for request in requests:  # packed again: start from a clean directory
-                self._clean(request.run_dir)
+            pairs = self._take_again()
+
+    def _take_again(self) -> list[tuple[Point, int]]:
+        """The lost runs waiting to be submitted again (emptied)."""
+        again = [(p, r) for p, r in self.again if (p.key, r) not in self.done]
+        self.again.clear()
+        return again
 
     # ------------------------------------------------------------------ the pieces
 
@@ -353,44 +352,74 @@ class Executor:
                           needs)
 
     def _collect_finished(self, job: Job) -> int:
-        """Record every run of ``job`` that has an exit status and is not stored yet."""
+        """Record every run of ``job`` that has an exit status and is not stored yet (a run
+        whose job step says the scheduler ended it is a lost attempt)."""
         recorded = 0
         for run in job.runs:
-            if (run.point_key, run.repeat) in self.done:
+            key = (run.point_key, run.repeat)
+            if key in self.done or (job.token, *key) in self._judged:
                 continue
             outcome = self.launcher.collect(run)
-            if outcome is not None:
+            if outcome is None:
+                continue
+            if outcome.status == "lost":
+                hosts = (started_info(run.run_dir) or {}).get("hosts") or outcome.host
+                recorded += self._lose(run, job, "ABORTED", outcome.reason or "lost", hosts)
+            else:
                 self._record_request(run, outcome)
                 recorded += 1
         return recorded
 
-    def _finish_job(self, job: Job, status: JobStatus, *, lost: bool = False) -> int:
-        """``job`` ended: record its finished runs and the run it cut off (with the
-        scheduler's reason); record the runs it never started as failed unless they can
-        run in a new job (the pack made progress before its walltime or node ended, or
-        the job was never accepted: ``lost``); close it."""
+    def _finish_job(self, job: Job, status: JobStatus, *, accepted: bool = True) -> int:
+        """``job`` ended: record its finished runs, then judge each run it cut off or never
+        started (:func:`~tunelab.execute.jobends.judge_run_end`); close it. A job the
+        scheduler never accepted (``accepted=False``) lost nothing: its runs that never
+        started go to the next job as they are."""
         recorded = self._collect_finished(job)
-        reason = scheduler_reason(status, job.output_path)
-        progress = any(started_info(r.run_dir) is not None for r in job.runs)
+        word = scheduler_reason(status, job.output_path)
+        started = {(r.point_key, r.repeat): started_info(r.run_dir) for r in job.runs}
+        progressed = any(info is not None for info in started.values())
+        tail = _tail(job.output_path)
         for run in job.runs:
-            if (run.point_key, run.repeat) in self.done:
+            key = (run.point_key, run.repeat)
+            if key in self.done or (job.token, *key) in self._judged:
                 continue
-            if started_info(run.run_dir) is not None:
-                timed_out = ENDED_STATES.get(reason) == "timeout"
-                self._record_request(run, Outcome(
-                    "timeout" if timed_out else "failed", None, 0.0,
-                    reason=f"scheduler: {reason} (job {job.name} ended during this run)"))
-            elif lost or (progress and reason in ("TIMEOUT", "NODE_FAIL", "DEADLINE")):
-                continue  # left for a new job: the pack loop or the next controller
+            info = started[key]
+            if info is None and not accepted:
+                continue  # the plan of this or the next controller holds it
+            end = judge_run_end(word, started=info is not None, pack_progressed=progressed,
+                                job_name=job.name, output_tail=tail)
+            if end.kind == "repack":
+                self.again.append((Point.from_key(run.point_key), run.repeat))
+            elif end.kind == "lost":
+                hosts = (info or {}).get("hosts") or (info or {}).get("host")
+                recorded += self._lose(run, job, word, end.reason, hosts)
             else:
-                tail = _tail(job.output_path)
-                self._record_request(run, Outcome(
-                    "failed", None, 0.0,
-                    reason=f"scheduler: {reason} (job {job.name} ended before this run "
-                           f"started){': ' + tail if tail else ''}"))
-            recorded += 1
-        self.store.close_job(job.token, reason)
+                self._record_request(run, Outcome("failed", None, 0.0, reason=end.reason))
+                recorded += 1
+        self.store.close_job(job.token, word)
         return recorded
+
+    def _lose(self, run: RunRequest, job: Job, state: str, reason: str,
+              node: object) -> int:
+        """Store an attempt the infrastructure lost; submit the run again while retries are
+        left, else record it as ``lost``. Returns how many runs were recorded (0 or 1)."""
+        point = Point.from_key(run.point_key)
+        self._judged.add((job.token, run.point_key, run.repeat))
+        node_text = ",".join(node) if isinstance(node, list) else (str(node) if node else None)
+        active = next((a for a in self.active.values() if a.job.token == job.token), None)
+        attempts = self.store.record_attempt(
+            run.point_key, dict(point), run.repeat, job=active.job_id if active else job.name,
+            state=state, node=node_text, reason=reason, at=_now())
+        key = (run.point_key, run.repeat)
+        self._losses[key] = self._losses.get(key, 0) + 1
+        if self._losses[key] <= self.launcher.config.retries:
+            self.again.append((point, run.repeat))
+            return 0
+        self._record_request(run, Outcome(
+            "lost", None, 0.0, reason=f"{reason}; lost {attempts} times, not submitted again "
+                                      "(a resume runs it again)"))
+        return 1
 
     def _record_request(self, run: RunRequest, outcome: Outcome) -> None:
         point = Point.from_key(run.point_key)
@@ -405,6 +434,8 @@ class Executor:
         reason = outcome.reason
         if outcome.status == "stopped":  # the pruner stopped it (see execute/launchers/watch.py)
             status = "pruned"
+        elif outcome.status == "lost":  # the infrastructure lost it, retries spent
+            status = "lost"
         elif reason is not None:  # could not start, or cut off by the scheduler
             status = "timeout" if outcome.status == "timeout" else "failed"
         elif outcome.status == "timeout":
@@ -443,8 +474,7 @@ def parse_run(study: Study, rc: int | None,
             return "failed", f"unparsable output: {exc}", {}
         foms, not_finite = {}, None
     if rc != 0:
-        tail = _tail(stderr_path) or _tail(stdout_path)
-        return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
+        return "failed", failure_reason(rc, stdout, stderr), foms
     if not_finite is not None:
         return "failed", not_finite, foms
     if study.objective.fom != "wall_s" and study.objective.fom not in foms:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from tunelab.execute.launchers import (
     make_launcher,
 )
 from tunelab.execute.launchers.watch import RunWatch
-from tunelab.execute.study import Study
+from tunelab.execute.study import Study, located
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store, StudyLock, open_store
 from tunelab.sysinfo import snapshot
@@ -81,11 +82,15 @@ class StudyOutcome:
                                             if s != "ok")
 
 
+_JOB_TOKEN = re.compile(r"(tunelab-|jobs/)[0-9a-f]{12}\b")
+
+
 class FailFast:
     """Stops a study whose every point failed its first run the same way.
 
     Fed each finished run of this invocation (:meth:`add`). Once the first run made here of
-    each of ``n_points`` points has ``failed`` with one and the same reason (pw.x's
+    each of ``n_points`` points has ``failed`` (or was ``lost`` by the infrastructure every
+    time it was submitted) with one and the same reason (pw.x's
     ``Error in routine …`` line, or an exit code and message; the run's own directory is
     blanked out of it), :attr:`stop_reason` is the one line to stop with: the remaining runs
     would only repeat the error. A first run that ended any other way (ok, invalid, timed
@@ -104,7 +109,7 @@ class FailFast:
             return
         self._seen.add(record.point_key)
         reason = _blank_run_dir(record.reason or "", record.run_dir, study_dir)
-        if record.status != "failed" or not reason or (
+        if record.status not in ("failed", "lost") or not reason or (
                 self._reason is not None and reason != self._reason):
             self._armed = False
             return
@@ -120,11 +125,13 @@ class FailFast:
 
 
 def _blank_run_dir(reason: str, run_dir: str, study_dir: Path) -> str:
+    """``reason`` without what differs from run to run of one failure: the run's directory
+    and the batch job's token (``tunelab-<token>``, ``jobs/<token>.json``)."""
     for form in (str((Path(study_dir) / run_dir).resolve()), str(Path(study_dir) / run_dir),
                  run_dir):
         if form:
             reason = reason.replace(form, "<run dir>")
-    return reason
+    return _JOB_TOKEN.sub(r"\g<1><job>", reason)
 
 
 def plan_runs(points: list[Point], repeats: int, seed: int,
@@ -185,7 +192,8 @@ def run_study(
     study_dir = Path(study_dir)
     launcher = launcher or make_launcher(study.launcher)
     watch = _watch(study, launcher, wait_quiet)
-    study.workload.check()
+    with located(study.spec, "workload", "options"):
+        study.workload.check()
     check_study_dir(study_dir)
     lock = StudyLock(study_dir)
     with lock.held(), open_store(study_dir, create=True) as store, \

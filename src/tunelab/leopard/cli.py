@@ -87,11 +87,21 @@ def train(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
     amp: Annotated[bool | None, typer.Option(help="mixed precision (default: on CUDA; on a "
                                              "CPU --amp is bf16 autocast)")] = None,
-    compile: Annotated[bool, typer.Option(help="torch.compile the model (eager where it "
-                                          "fails)")] = False,
-    layout: Annotated[str, typer.Option(help="auto | 1d | 2d: CPU convolutions as 1-D or "
+    compile: Annotated[bool | None, typer.Option(
+        help="torch.compile the model (eager where it fails); default: when the job's "
+             "measured eager time repays compiling")] = None,
+    layout: Annotated[str, typer.Option(help="auto | 1d | 2d: convolutions as 1-D or "
                                           "channels-last 2-D (auto: the faster, measured)")]
     = "auto",
+    graphs: Annotated[str, typer.Option(help="auto | on | off: capture the training step "
+                                          "in a CUDA graph (auto: when measured faster)")]
+    = "auto",
+    val_windows: Annotated[int | None, typer.Option(
+        help="validation windows drawn at random each epoch (seeded, the same set every "
+             "epoch; default: a tiling capped by --max-eval-windows)")] = None,
+    time_limit: Annotated[float | None, typer.Option(
+        help="seconds: stop training after the step that passes them, then evaluate and "
+             "write results as usual")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads per process")] = None,
     resume: Annotated[bool, typer.Option(help="resume from OUT/last.pt")] = False,
     progress: Annotated[bool | None, typer.Option(help="progress bars (default: tty)")] = None,
@@ -107,7 +117,8 @@ def train(
                       steps_per_epoch=steps_per_epoch, patience=patience,
                       augment_scale=augment_scale, bn_momentum=bn_momentum,
                       max_eval_windows=max_eval_windows or None, seed=seed, sync_bn=sync_bn,
-                      device=device, amp=amp, compile=compile, layout=layout, threads=threads,
+                      device=device, amp=amp, compile=compile, layout=layout, graphs=graphs,
+                      val_windows=val_windows, time_limit=time_limit, threads=threads,
                       resume=resume,
                       progress=progress)
     foms = run_train(cfg)
@@ -121,7 +132,9 @@ def predict(
     data: Annotated[Path, typer.Option(help="leopard.json (or its directory)")],
     out: Annotated[Path, typer.Option(help="output track: .bw/.bigwig or .bedGraph")],
     chroms: Annotated[str | None, typer.Option(help="comma-separated (default: test)")] = None,
-    batch_size: Annotated[int, typer.Option(help="windows per forward pass")] = 32,
+    batch_size: Annotated[int | None, typer.Option(help="windows per forward pass "
+                                                   "(default: 32 on a CPU, 256 on a GPU)")]
+    = None,
     edge: Annotated[int | None, typer.Option(help="bp dropped at window edges "
                                              "(default window/8)")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
@@ -137,6 +150,10 @@ def predict(
                                                 "this process may use)")] = None,
     zoom_levels: Annotated[int, typer.Option(help="bigWig summary levels (0-10; they cost "
                                              "time when the file is closed)")] = 0,
+    readers: Annotated[int | None, typer.Option(help="reader processes (default: half the "
+                                                "cores the engine leaves free)")] = None,
+    writers: Annotated[int | None, typer.Option(help="bigWig writer threads (default: the "
+                                                "other half)")] = None,
 ) -> None:
     """Predict whole chromosomes into a bigWig/bedGraph track; prints bp/s as JSON."""
     from tunelab.leopard.predict import predict_genome
@@ -144,7 +161,8 @@ def predict(
     names = [c for c in chroms.split(",") if c] if chroms else None
     res = predict_genome(checkpoint, data, out, names, batch_size, edge, device,
                          window=window, stride=stride, precision=precision,
-                         compile=compile, threads=threads, zoom_levels=zoom_levels)
+                         compile=compile, threads=threads, zoom_levels=zoom_levels,
+                         readers=readers, writers=writers)
     sys.stderr.write(f"runtime: {res['runtime']}\n")
     typer.echo(json.dumps(res))
 

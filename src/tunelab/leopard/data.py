@@ -21,7 +21,7 @@ bigWig gaps (bases with no entry) read as 0; a NaN value stored in a bigWig is a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ __all__ = [
     "WindowBatch",
     "build_inputs",
     "check_bigwig_chrom",
+    "check_bigwig_size",
+    "check_bigwig_values",
     "fasta_sizes",
     "load_chromosomes",
     "load_manifest",
@@ -184,6 +186,12 @@ def read_bigwig(bw: Any, path: Path, chrom: str, length: int) -> np.ndarray:
 def check_bigwig_chrom(bw: Any, path: Path, chrom: str, length: int) -> bool:
     """Check that ``chrom`` is in the bigWig with the FASTA's length and holds no stored
     NaN/infinity; return whether it has any entry at all."""
+    check_bigwig_size(bw, path, chrom, length)
+    return check_bigwig_values(bw, path, chrom, 0, length)
+
+
+def check_bigwig_size(bw: Any, path: Path, chrom: str, length: int) -> None:
+    """Check that ``chrom`` is in the bigWig with the FASTA's length."""
     sizes = bw.chroms()
     if chrom not in sizes:
         have = ", ".join(list(sizes)[:8])
@@ -196,12 +204,17 @@ def check_bigwig_chrom(bw: Any, path: Path, chrom: str, length: int) -> bool:
             f"{path}: chromosome {chrom!r} has length {sizes[chrom]} here but {length} in "
             "the FASTA"
         )
-    # One pass over the chromosome: the sum is None where nothing is stored, NaN or infinite
+
+
+def check_bigwig_values(bw: Any, path: Path, chrom: str, start: int, end: int) -> bool:
+    """Check that ``[start, end)`` of ``chrom`` holds no stored NaN/infinity; return whether
+    it has any entry at all."""
+    # One pass over the region: the sum is None where nothing is stored, NaN or infinite
     # where a stored value is; only an undefined sum needs the coverage to tell which.
-    total = bw.stats(chrom, type="sum", exact=True)[0]
+    total = bw.stats(chrom, start, end, type="sum", exact=True)[0]
     if total is not None and np.isfinite(total):
         return True
-    if total is None and not bw.stats(chrom, type="coverage", exact=True)[0]:
+    if total is None and not bw.stats(chrom, start, end, type="coverage", exact=True)[0]:
         return False
     raise LeopardError(f"{path}: NaN or infinite value in the signal on {chrom!r}")
 
@@ -363,9 +376,20 @@ class ChromosomeSet:
         return which, np.asarray(starts) - self.offsets[which]
 
 
-def load_chromosomes(manifest: Manifest, chroms: Sequence[str],
-                     need_avg: bool = False) -> ChromosomeSet:
-    """Load ``chroms`` of a data set into memory, checking names, lengths and values."""
+#: reads ``(chrom, start, end)`` regions, in order, yielding ``(sequence codes, DNase,
+#: average DNase or None, release)`` for each (:mod:`tunelab.leopard.readers` in processes)
+RegionReader = Callable[[list[tuple[str, int, int]]],
+                        Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None,
+                                       Callable[[], None]]]]
+#: region length for a :data:`RegionReader`
+LOAD_CHUNK = 16_000_000
+
+
+def load_chromosomes(manifest: Manifest, chroms: Sequence[str], need_avg: bool = False,
+                     reader: RegionReader | None = None) -> ChromosomeSet:
+    """Load ``chroms`` of a data set into memory, checking names, lengths and values; the
+    sequence and signals read here, chromosome by chromosome, or by ``reader`` in regions of
+    :data:`LOAD_CHUNK` bp (labels are always painted here)."""
     fa = open_fasta(manifest.fasta)
     sizes = fasta_sizes(fa)
     for c in chroms:
@@ -383,19 +407,41 @@ def load_chromosomes(manifest: Manifest, chroms: Sequence[str],
     label_bw = open_bigwig(manifest.labels, "labels") if label_is_bw else None
     peaks = None if label_is_bw else read_intervals(manifest.labels, sizes)
     amb = read_intervals(manifest.ambiguous, sizes) if manifest.ambiguous else {}
-    seqs, dn, av, lab = [], [], [], []
-    for c in chroms:
-        n = sizes[c]
-        seq = read_sequence(fa, manifest.fasta, c)
-        if len(seq) != n:
-            raise LeopardError(f"{manifest.fasta}: chromosome {c!r} reads {len(seq)} bases, "
-                               f"index says {n}")
-        seqs.append(seq)
-        dn.append(read_bigwig(dnase_bw, manifest.dnase, c, n))
-        if avg_bw is not None:
-            assert manifest.dnase_avg is not None
-            av.append(read_bigwig(avg_bw, manifest.dnase_avg, c, n))
-        y = np.zeros(n, dtype=np.int8)
+    lengths = np.asarray([sizes[c] for c in chroms], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    total = int(lengths.sum())
+    seq = np.empty(total, np.uint8)
+    dnase = np.empty(total, np.float32)
+    avg = np.empty(total, np.float32) if avg_bw is not None else None
+    label = np.zeros(total, np.int8)
+    tracks = [(dnase_bw, manifest.dnase, dnase), (avg_bw, manifest.dnase_avg, avg)]
+    if reader is None:
+        for c, off, n in zip(chroms, offsets.tolist(), lengths.tolist(), strict=True):
+            codes = read_sequence(fa, manifest.fasta, c)
+            if len(codes) != n:
+                raise LeopardError(f"{manifest.fasta}: chromosome {c!r} reads {len(codes)} "
+                                   f"bases, index says {n}")
+            seq[off:off + n] = codes
+            for bw, path, out in tracks:
+                if bw is not None and out is not None and path is not None:
+                    out[off:off + n] = read_bigwig(bw, path, c, n)
+    else:
+        for c in chroms:
+            for bw, path, _ in tracks:
+                if bw is not None and path is not None:
+                    check_bigwig_size(bw, path, c, sizes[c])
+        where = [(c, off + a, a, min(a + LOAD_CHUNK, n)) for c, off, n in
+                 zip(chroms, offsets.tolist(), lengths.tolist(), strict=True)
+                 for a in range(0, n, LOAD_CHUNK)]
+        regions = reader([(c, a, b) for c, _, a, b in where])
+        for (_, at, a, b), (s, d, v, release) in zip(where, regions, strict=True):
+            seq[at:at + b - a] = s
+            dnase[at:at + b - a] = d
+            if avg is not None and v is not None:
+                avg[at:at + b - a] = v
+            release()
+    for c, off, n in zip(chroms, offsets.tolist(), lengths.tolist(), strict=True):
+        y = label[off:off + n]
         if label_bw is not None:
             v = read_bigwig(label_bw, manifest.labels, c, n)
             y[v > 0.5] = 1
@@ -404,19 +450,8 @@ def load_chromosomes(manifest: Manifest, chroms: Sequence[str],
             assert peaks is not None
             paint(n, peaks.get(c), 1, y)
         paint(n, amb.get(c), -1, y)
-        lab.append(y)
     for h in (dnase_bw, avg_bw, label_bw):
         if h is not None:
             h.close()
-    lengths = np.asarray([sizes[c] for c in chroms], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return ChromosomeSet(
-        names=list(chroms),
-        lengths=lengths,
-        offsets=offsets,
-        seq=np.concatenate(seqs),
-        dnase=np.concatenate(dn),
-        label=np.concatenate(lab),
-        dnase_avg=np.concatenate(av) if av else None,
-        source=str(manifest.path),
-    )
+    return ChromosomeSet(names=list(chroms), lengths=lengths, offsets=offsets, seq=seq,
+                         dnase=dnase, label=label, dnase_avg=avg, source=str(manifest.path))

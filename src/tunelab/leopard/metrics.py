@@ -68,28 +68,32 @@ class MetricState:
         self._thr = torch.as_tensor(thresholds(), device=self.device)
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
-        """Add a batch: ``logits`` and ``labels`` (-1 ignored, 0, 1) of any equal shape."""
+        """Add a batch: ``logits`` and ``labels`` (-1 ignored, 0, 1) of any equal shape.
+
+        Masks weight the sums instead of selecting elements, so nothing here waits for the
+        device (a boolean selection would read its size back)."""
         import torch
         import torch.nn.functional as F
 
         logits = logits.detach().float().reshape(-1)
         y = labels.reshape(-1)
-        keep = y >= 0
-        logits, y = logits[keep], y[keep].float()
+        keep = (y >= 0).double()
+        pos = y > 0
+        neg = y == 0
+        target = pos.float()
         p = torch.sigmoid(logits)
         bucket = torch.bucketize(p, self._thr, right=False)  # thresholds strictly below p
-        pos = y > 0.5
         s = self.state
-        s[:_H] += torch.bincount(bucket[pos], minlength=_H).double()
-        s[_H:2 * _H] += torch.bincount(bucket[~pos], minlength=_H).double()
+        s[:_H].index_add_(0, bucket, pos.double())
+        s[_H:2 * _H].index_add_(0, bucket, neg.double())
         hard = p > 0.5
-        loss = F.binary_cross_entropy_with_logits(logits, y, reduction="sum")
+        pd = p.double()
+        loss = F.binary_cross_entropy_with_logits(logits, target, weight=keep.float(),
+                                                  reduction="sum")
         s[2 * _H:] += torch.stack([
-            loss.double(),
-            torch.tensor(float(y.numel()), dtype=torch.float64, device=self.device),
-            y.double().sum(), p.double().sum(), (y * p).double().sum(),
-            (hard & pos).double().sum(), (hard & ~pos).double().sum(),
-            (~hard & pos).double().sum(),
+            loss.double(), keep.sum(), target.double().sum(), (pd * keep).sum(),
+            (pd * target.double()).sum(), (hard & pos).double().sum(),
+            (hard & neg).double().sum(), (~hard & pos).double().sum(),
         ])
 
     def merge(self, other: MetricState) -> None:

@@ -15,8 +15,9 @@ the plain model) runs the same parameters as 2-D operations on ``(N, C, 1, L)`` 
 ``torch.channels_last`` memory, where oneDNN's kernels ran these narrow convolutions 1.2-2x
 faster than its 1-D ones; results are unchanged (``tests/leopard/test_model.py``). Training
 runs the same form when :attr:`LeopardUNet.channels_last_training` is set (``--layout``;
-gradients and running statistics equal the 1-D modules' up to rounding). CUDA and models
-whose BatchNorm was replaced by a synchronised one always take the 1-D modules.
+gradients and running statistics equal the 1-D modules' up to rounding); on a GPU that
+choice, measured there, serves evaluation too. Models whose BatchNorm was replaced by a
+synchronised one always take the 1-D modules.
 """
 
 from __future__ import annotations
@@ -121,8 +122,8 @@ class LeopardUNet(nn.Module):
         self.head = nn.Conv1d(cin, 1, 1)
         #: run the channels-last 2-D form on CPUs for inference (False: the 1-D modules)
         self.channels_last = True
-        #: the same for training (forward and backward), when a run chose it
-        #: (:func:`tunelab.leopard.train` measures which form is faster)
+        #: the same for training (forward and backward), when a run chose it (measured by
+        #: :mod:`tunelab.leopard.trainsetup`); on a GPU for evaluation too
         self.channels_last_training = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -137,10 +138,13 @@ class LeopardUNet(nn.Module):
                 f"window length {x.shape[2]} is not divisible by {self.arch.multiple}"
             )
         inference = not self.training and not torch.is_grad_enabled()
-        if ((self.channels_last if inference else self.channels_last_training)
-                and x.device.type == "cpu" and all(
-                    type(m) is nn.BatchNorm1d and m.track_running_stats for m in self.modules()
-                    if isinstance(m, nn.modules.batchnorm._NormBase))):
+        # on a CPU inference always takes the 2-D form; on a GPU the form measured for
+        # training (choose_step_mode) serves evaluation too
+        two_d = (self.channels_last if inference and x.device.type == "cpu"
+                 else self.channels_last_training)
+        if two_d and all(type(m) is nn.BatchNorm1d and m.track_running_stats
+                         for m in self.modules()
+                         if isinstance(m, nn.modules.batchnorm._NormBase)):
             return self._forward_nwc(x)
         h = self.stem(x)
         skips = [h]

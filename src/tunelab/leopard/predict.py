@@ -1,4 +1,4 @@
-"""Genome-wide prediction with a trained Leopard model, streamed: read, predict, write.
+"""Genome-wide prediction with a trained Leopard model: read, predict, write, in parallel.
 
 **Tiling.** Each chromosome is covered by windows of ``window`` bp (the training length by
 default; a U-Net is fully convolutional, so a longer prediction window only adds context) at
@@ -10,44 +10,55 @@ predictions are averaged. The default ``stride = window - 2*edge`` predicts ever
 that averages two predictions per base at twice the cost. ``edge <= window / 4`` and
 ``stride <= window - 2*edge`` guarantee every base is covered.
 
-**Pipeline.** The next group of windows is read from the FASTA and the bigWig(s) (only the
-region the group spans) and encoded as channels-last model input; the network runs
-(:mod:`tunelab.leopard.runtime`: BatchNorm folded, precision and kernels chosen for the
-machine); every finished stretch of bases is appended to the output track as soon as no later
-window can touch it. Reading and writing run in their own threads, overlapping the network,
-when the engine leaves a core free, and in turn with it otherwise. Memory stays bounded by a
-few groups of windows, whatever the chromosome's length. Output is a bigWig
-(``.bw``/``.bigwig``, :mod:`tunelab.leopard.bigwig`) or a bedGraph (anything else) of
-probabilities rounded to 4 digits.
+**Sections.** Each chromosome is cut into sections of at most ``section_bp`` output bases. A
+section takes every window whose kept part meets it (a window across a boundary is predicted
+for both sections: one or two per section of megabases), so sections are independent — read,
+predicted and written on their own — and the track is the one a single pass would give.
+
+**Pipeline** (:func:`predict_genome`; the same code on a CPU and a GPU):
+
+* *reading* — :func:`tunelab.leopard.readers.read_regions`: a section's region of the FASTA
+  and bigWig(s) read by worker processes (one section each) into shared memory when cores
+  are free, else in turn with the network;
+* *predicting* — the region's compact arrays go to the device once (on CUDA through pinned
+  memory and a side stream); windows are cut, one-hot encoded into channels-last input and
+  their kept parts averaged into the section there, by torch operations; the network runs on
+  batches of one shape (:mod:`tunelab.leopard.runtime`: BatchNorm folded, precision, CUDA
+  graph or ``torch.compile`` where measured faster);
+* *writing* — one device-to-host copy per section (on CUDA read back one section later, so
+  the device never waits for it), written by :class:`~tunelab.leopard.tracks.TrackWriter`
+  (a bigWig's blocks rounded and compressed by writer threads).
+
+Memory stays bounded by a few sections, whatever the genome. Output is a bigWig
+(``.bw``/``.bigwig``) or a bedGraph (anything else) of probabilities rounded to 4 digits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tunelab.leopard.bigwig import BigWigWriter
 from tunelab.leopard.errors import LeopardError
-from tunelab.leopard.prefetch import prefetch
+from tunelab.leopard.readers import Loaded, Region, Tracks, read_regions
+from tunelab.leopard.tracks import TrackWriter
 
 if TYPE_CHECKING:
     import torch
 
     from tunelab.leopard.runtime import Engine
 
-__all__ = ["Tiling", "encode_windows", "predict_chromosome", "predict_genome"]
+__all__ = ["Section", "Tiling", "plan_sections", "predict_chromosome", "predict_genome"]
 
-#: groups of windows read ahead of the network, and finished stretches queued for writing
-_READ_AHEAD = 2
-_WRITE_AHEAD = 4
+#: output bases per section: on a GPU large (fewer, longer reads), on a CPU a few seconds' work
+SECTION_BP = {"cuda": 16_000_000, "cpu": 4_000_000}
 
 
 @dataclass(frozen=True)
@@ -85,81 +96,194 @@ class Tiling:
         return lo, hi
 
 
-def encode_windows(seq: np.ndarray, dnase: np.ndarray, diff: np.ndarray | None,
-                   offsets: np.ndarray, window: int) -> np.ndarray:
-    """Model input for the windows at ``offsets`` of a region, ``(N, window, C)`` float32:
-    channels last, i.e. the memory of a ``(N, C, 1, window)`` channels-last tensor."""
-    idx = offsets[:, None] + np.arange(window, dtype=np.int64)
-    channels = 5 if diff is None else 6
-    x = np.empty((len(offsets), window, channels), dtype=np.float32)
-    codes = seq[idx]
-    for b in range(4):
-        np.equal(codes, b, out=x[:, :, b])  # writes 0/1 as float32
-    x[:, :, 4] = dnase[idx]
-    if diff is not None:
-        x[:, :, 5] = diff[idx]
-    return x
+@dataclass(frozen=True)
+class Section:
+    """Output bases ``[lo, hi)`` of ``chrom`` (``length`` bp) and the windows that reach them:
+    starts, and the kept part ``[keep_lo, keep_hi)`` of each (window-relative)."""
+
+    chrom: str
+    length: int
+    lo: int
+    hi: int
+    starts: np.ndarray
+    keep_lo: np.ndarray
+    keep_hi: np.ndarray
+
+    def region(self, window: int) -> Region:
+        """What to read: from the first window's start to the last one's end (within the
+        chromosome; a chromosome shorter than the window is padded on the device)."""
+        return Region(self.chrom, int(self.starts[0]),
+                      min(int(self.starts[-1]) + window, self.length), self)
 
 
-def _as_input(x: np.ndarray) -> torch.Tensor:
-    """``(N, L, C)`` array -> the ``(N, C, 1, L)`` channels-last tensor over the same memory."""
-    import torch
-
-    return torch.from_numpy(x).permute(0, 2, 1)[:, :, None, :]
-
-
-# A reader returns (sequence codes, DNase, DNase - average or None) of [a, b) of one chromosome.
-Reader = Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray | None]]
-
-
-def _groups(tiling: Tiling, length: int, batch: int) -> list[np.ndarray]:
-    starts = tiling.starts(length)
-    return [starts[i:i + batch] for i in range(0, len(starts), batch)]
-
-
-def _read_group(read: Reader, starts: np.ndarray, length: int, window: int) -> np.ndarray:
-    a, b = int(starts[0]), int(starts[-1]) + window
-    seq, dn, diff = read(a, min(b, length))
-    if b > length:  # a chromosome shorter than the window: pad with N / no signal
-        extra = b - max(length, a)
-        seq = np.concatenate([seq, np.full(extra, 4, np.uint8)])
-        dn = np.concatenate([dn, np.zeros(extra, np.float32)])
-        diff = None if diff is None else np.concatenate([diff, np.zeros(extra, np.float32)])
-    return encode_windows(seq, dn, diff, starts - a, window)
-
-
-def _stream(engine: Engine, read: Reader, length: int, tiling: Tiling, batch: int,
-            timer: list[float], overlap: bool = True) -> Iterator[tuple[int, np.ndarray]]:
-    """Finished stretches ``(start, probabilities)`` of one chromosome, in order; the next
-    windows are read and encoded in a background thread when ``overlap``."""
+def plan_sections(tiling: Tiling, chrom: str, length: int, section_bp: int) -> list[Section]:
+    """``chrom`` cut into sections of at most ``section_bp`` output bases."""
     w = tiling.window
     padded = max(length, w)
-    groups = _groups(tiling, padded, batch)
-    reads = (_read_group(read, g, length, w) for g in groups)
-    inputs = prefetch(reads, _READ_AHEAD, "leopard-reader") if overlap else reads
-    acc_start = 0
-    total = np.zeros(0, np.float32)
-    count = np.zeros(0, np.float32)
-    for i, (g, x) in enumerate(zip(groups, inputs, strict=True)):
-        t = time.perf_counter()
-        probs = engine(_as_input(x)).float().cpu().numpy()
-        timer[0] += time.perf_counter() - t
-        end = int(g[-1]) + w
-        if end - acc_start > len(total):
-            grow = end - acc_start - len(total)
-            total = np.concatenate([total, np.zeros(grow, np.float32)])
-            count = np.concatenate([count, np.zeros(grow, np.float32)])
-        for s, p in zip(g.tolist(), probs, strict=True):
-            lo, hi = tiling.kept(s, padded)
-            a = s - acc_start
-            total[a + lo:a + hi] += p[lo:hi]
-            count[a + lo:a + hi] += 1
-        done = int(groups[i + 1][0]) + tiling.edge if i + 1 < len(groups) else padded
-        done = min(done, length)
-        k = done - acc_start
-        if k > 0:
-            yield acc_start, total[:k] / count[:k]
-            total, count, acc_start = total[k:], count[k:], done
+    starts = tiling.starts(padded)
+    keep_lo = np.where(starts == 0, 0, tiling.edge)
+    keep_hi = np.where(starts + w >= padded, w, w - tiling.edge)
+    out = []
+    for lo in range(0, length, section_bp):
+        hi = min(lo + section_bp, length)
+        sel = (starts + keep_hi > lo) & (starts + keep_lo < hi)
+        out.append(Section(chrom, length, lo, hi, starts[sel], keep_lo[sel], keep_hi[sel]))
+    return out
+
+
+class _SectionPredictor:
+    """Cuts, encodes, predicts and stitches one section's windows on the engine's device."""
+
+    def __init__(self, engine: Engine, tiling: Tiling, batch: int) -> None:
+        import torch
+
+        self.engine, self.tiling, self.batch = engine, tiling, batch
+        dev = self.device = engine.device
+        self.cuda = dev.type == "cuda"
+        self.side = torch.cuda.Stream(dev) if self.cuda else None
+        self.offsets = torch.arange(tiling.window, device=dev)
+        self.codes = torch.arange(4, dtype=torch.uint8, device=dev)
+        self.device_s = 0.0  # the device's time on the sections (CUDA: events)
+        self._events: list[tuple[Any, Any]] = []
+
+    def upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+        """The region's arrays on the device: on CUDA copied (through pinned memory, by a
+        side stream: the caller may release the arrays on return); on a CPU the same
+        memory (release only after :meth:`run`)."""
+        import torch
+
+        if self.side is None:
+            return [torch.from_numpy(a) for a in arrays]
+        out = []
+        cur = torch.cuda.current_stream(self.device)
+        for a in arrays:
+            host = torch.empty(len(a), dtype=torch.from_numpy(a[:0]).dtype, pin_memory=True)
+            host.numpy()[:] = a
+            with torch.cuda.stream(self.side):
+                t = host.to(self.device, non_blocking=True)
+            out.append(t)
+        cur.wait_stream(self.side)
+        for t in out:
+            t.record_stream(cur)
+        return out
+
+    def encode(self, seq: torch.Tensor, dnase: torch.Tensor, diff: torch.Tensor | None,
+               offsets: torch.Tensor) -> torch.Tensor:
+        """Channels-last input ``(n, C, 1, window)`` of the windows at ``offsets`` of a region
+        (its memory ``(n, window, C)``): one-hot A C G T (N: zeros), DNase, DNase - average."""
+        import torch
+
+        idx = offsets[:, None] + self.offsets
+        x = torch.empty((len(offsets), self.tiling.window, 5 if diff is None else 6),
+                        dtype=torch.float32, device=seq.device)
+        torch.eq(seq[idx][:, :, None], self.codes, out=x[:, :, :4])
+        x[:, :, 4] = dnase[idx]
+        if diff is not None:
+            x[:, :, 5] = diff[idx]
+        return x.permute(0, 2, 1)[:, :, None, :]
+
+    def run(self, sec: Section, arrays: list[torch.Tensor]) -> torch.Tensor:
+        """The section's probabilities ``(hi - lo,)`` float32, on the device."""
+        import torch
+
+        w = self.tiling.window
+        seq, dnase = arrays[0], arrays[1]
+        diff = arrays[2] if len(arrays) > 2 else None
+        a = int(sec.starts[0])
+        short = int(sec.starts[-1]) + w - a - len(seq)
+        if short > 0:  # a chromosome shorter than the window: pad with N / no signal
+            seq = torch.cat([seq, seq.new_full((short,), 4)])
+            dnase = torch.cat([dnase, dnase.new_zeros(short)])
+            diff = None if diff is None else torch.cat([diff, diff.new_zeros(short)])
+        dev = self.device
+        t0 = time.perf_counter()
+        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                  ) if self.cuda else None
+        if events is not None:
+            events[0].record()
+        starts, keep_lo, keep_hi = (self._small(a) for a in (sec.starts, sec.keep_lo,
+                                                              sec.keep_hi))
+        keep_lo, keep_hi = keep_lo[:, None], keep_hi[:, None]
+        size = sec.hi - sec.lo
+        total = torch.zeros(size, dtype=torch.float32, device=dev)
+        count = torch.zeros(size, dtype=torch.float32, device=dev)
+        for i in range(0, len(starts), self.batch):
+            s = starts[i:i + self.batch]
+            probs = self.engine(self.encode(seq, dnase, diff, s - a))
+            pos = (s[:, None] - sec.lo) + self.offsets
+            valid = ((self.offsets >= keep_lo[i:i + self.batch])
+                     & (self.offsets < keep_hi[i:i + self.batch]) & (pos >= 0) & (pos < size))
+            idx = pos.clamp_(0, size - 1).reshape(-1)
+            total.index_add_(0, idx, (probs * valid).reshape(-1))
+            count.index_add_(0, idx, valid.to(torch.float32).reshape(-1))
+        out = total / count
+        if events is not None:
+            events[1].record()
+            self._events.append(events)
+        else:
+            self.device_s += time.perf_counter() - t0
+        return out
+
+    def _small(self, a: np.ndarray) -> torch.Tensor:
+        """A small host array on the device; on CUDA through pinned memory, without the
+        stream synchronisation a copy from pageable memory makes."""
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        return t.pin_memory().to(self.device, non_blocking=True) if self.cuda else t
+
+    def download(self, values: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """``values`` on the host: on CUDA copied into pinned memory without waiting (the
+        event says when it is there)."""
+        import torch
+
+        if not self.cuda:
+            return values, None
+        host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+        host.copy_(values, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return host, done
+
+    def settle(self) -> None:
+        """Add up the device time of the finished sections (CUDA)."""
+        for start, end in self._events:
+            end.synchronize()
+            self.device_s += start.elapsed_time(end) / 1000
+        self._events.clear()
+
+
+def _run(engine: Engine, tiling: Tiling, batch: int, loaded: Iterable[Loaded],
+         put: Any) -> float:
+    """Predict every loaded section and ``put(chrom, start, values)`` them in order; return
+    the device's seconds."""
+    import torch
+
+    pred = _SectionPredictor(engine, tiling, batch)
+    lag = 1 if pred.cuda else 0  # a section's values are read back one section later
+    pending: deque[tuple[Section, torch.Tensor, Any]] = deque()
+    with torch.inference_mode():
+        for item in loaded:
+            sec = item.region.tag
+            arrays = pred.upload([a for a in item.arrays if a is not None])
+            if pred.cuda:
+                item.release()  # copied: the reader may refill its slot
+            values = pred.run(sec, arrays)
+            item.release()
+            pending.append((sec, *pred.download(values)))
+            while len(pending) > lag:
+                _emit(pending.popleft(), put)
+        while pending:
+            _emit(pending.popleft(), put)
+    pred.settle()
+    return pred.device_s
+
+
+def _emit(item: tuple[Section, torch.Tensor, Any], put: Any) -> None:
+    sec, host, done = item
+    if done is not None:
+        done.synchronize()
+    put(sec.chrom, sec.lo, host.numpy())
 
 
 def _engine_for(model: Any, device: str | torch.device, window: int, batch: int,
@@ -175,7 +299,8 @@ def _engine_for(model: Any, device: str | torch.device, window: int, batch: int,
 def predict_chromosome(model: Any, seq: np.ndarray, dnase: np.ndarray,
                        dnase_avg: np.ndarray | None, window: int, batch_size: int = 32,
                        edge: int | None = None, device: str | torch.device = "cpu",
-                       amp: bool = False, stride: int | None = None) -> np.ndarray:
+                       amp: bool = False, stride: int | None = None,
+                       section_bp: int | None = None) -> np.ndarray:
     """Per-base probabilities (float32) of one chromosome held in memory. ``model`` is a
     trained :class:`~tunelab.leopard.model.LeopardUNet` (predicted in fp32, or with the
     precision :mod:`~tunelab.leopard.runtime` picks when ``amp``) or a prepared ``Engine``."""
@@ -185,147 +310,75 @@ def predict_chromosome(model: Any, seq: np.ndarray, dnase: np.ndarray,
         raise LeopardError("a 6-channel model needs the average DNase track (dnase_avg)")
     n = len(seq)
     diff = None if engine.in_channels == 5 else np.asarray(dnase - dnase_avg, np.float32)
+    sections = plan_sections(tiling, "chrom", n, section_bp or SECTION_BP["cpu"])
 
-    def read(a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        return seq[a:b], dnase[a:b], None if diff is None else diff[a:b]
+    def loaded() -> Iterator[Loaded]:
+        for sec in sections:
+            r = sec.region(window)
+            yield Loaded(r, (seq[r.start:r.end], np.asarray(dnase[r.start:r.end], np.float32),
+                             None if diff is None else diff[r.start:r.end]))
 
     out = np.empty(n, np.float32)
-    for start, values in _stream(engine, read, n, tiling, batch_size, [0.0]):
+
+    def put(_: str, start: int, values: np.ndarray) -> None:
         out[start:start + len(values)] = values
+
+    _run(engine, tiling, batch_size, loaded(), put)
     return out
 
 
-# ------------------------------------------------------------------------ track writers
+def pipeline_workers(device_type: str, cores: int, engine_threads: int,
+                     readers: int | None, writers: int | None) -> tuple[int, int, bool]:
+    """``(reader processes, writer threads, background writing)``: the cores the engine leaves
+    free (a GPU leaves all but the main thread's) split between reading and writing;
+    ``readers`` / ``writers`` override. Beside an engine that uses every core, a reader or
+    writer stalls all of its threads at each parallel step (a 2-core machine predicted ~1.5x
+    faster without them), so there everything runs in turn."""
+    free = max(cores - 1, 0) if device_type == "cuda" else max(cores - engine_threads, 0)
+    r = (free + 1) // 2 if readers is None else readers
+    w = free // 2 if writers is None else writers
+    if r < 0 or w < 0:
+        raise LeopardError(f"readers and writers must be >= 0, got {readers}, {writers}")
+    return r, w, free > 0 or w > 0
 
 
-class _Writer:
-    """Appends finished stretches to a bigWig or bedGraph, in a background thread when
-    ``background`` (else at once, in the caller's). A bigWig is written by
-    :class:`~tunelab.leopard.bigwig.BigWigWriter` (zlib level 1), or by pyBigWig when it
-    wants zoom levels."""
-
-    def __init__(self, path: Path, sizes: list[tuple[str, int]], digits: int = 4,
-                 zoom_levels: int = 0, background: bool = True) -> None:
-        self.path, self.digits = path, digits
-        self.handle: Any
-        self.kind = "bedgraph"
-        bigwig = path.suffix.lower() in (".bw", ".bigwig")
-        if bigwig and zoom_levels:
-            import pyBigWig
-
-            self.handle = pyBigWig.open(str(path), "w")
-            if self.handle is None:
-                raise LeopardError(f"{path}: cannot create the bigWig file")
-            self.handle.addHeader(sizes, maxZooms=zoom_levels)
-            self.kind = "pybigwig"
-        elif bigwig:
-            self.handle = BigWigWriter(path, sizes, level=1)
-            self.kind = "bigwig"
-        else:
-            self.handle = path.open("w")
-        self._q: queue.Queue[tuple[str, int, np.ndarray] | None] = queue.Queue(_WRITE_AHEAD)
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        if background:
-            self._thread = threading.Thread(target=self._work, name="leopard-writer",
-                                            daemon=True)
-            self._thread.start()
-
-    def put(self, chrom: str, start: int, values: np.ndarray) -> None:
-        """Queue (or write) ``values`` for bases ``start, start + 1, ...`` of ``chrom``."""
-        if self._error is not None:
-            raise LeopardError(f"{self.path}: writing failed ({self._error})")
-        if self._thread is None:
-            try:
-                self._write(chrom, start, values)
-            except Exception as exc:
-                self._error = exc
-                raise LeopardError(f"{self.path}: writing failed ({exc})") from None
-            return
-        self._q.put((chrom, start, values))
-
-    def _work(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            if self._error is None:
-                try:
-                    self._write(*item)
-                except Exception as exc:  # reported by put()/close() in the main thread
-                    self._error = exc
-
-    def _write(self, chrom: str, start: int, values: np.ndarray) -> None:
-        v = np.round(values.astype(np.float64), self.digits)
-        if self.kind == "bigwig":
-            self.handle.add(chrom, start, v)
-            return
-        if self.kind == "pybigwig":
-            self.handle.addEntries(chrom, start, values=v, span=1, step=1)
-            return
-        change = np.flatnonzero(np.diff(v)) + 1
-        starts = np.concatenate([[0], change])
-        ends = np.concatenate([change, [len(v)]])
-        d = self.digits
-        self.handle.writelines(f"{chrom}\t{start + s}\t{start + e}\t{v[s]:.{d}f}\n"
-                               for s, e in zip(starts.tolist(), ends.tolist(), strict=True))
-
-    def close(self) -> None:
-        """Write what is queued, close the file; raise a writing error."""
-        if self._thread is not None:
-            self._q.put(None)
-            self._thread.join()
-        self.handle.close()
-        if self._error is not None:
-            raise LeopardError(f"{self.path}: writing failed ({self._error})")
-
-
-def _file_reader(fa: Any, fasta: Path, bws: list[tuple[Any, Path]], chrom: str,
-                 length: int) -> Reader:
-    """A :data:`Reader` of one chromosome of open FASTA / bigWig handles (checked once)."""
-    from tunelab.leopard.data import check_bigwig_chrom, sequence_codes
-
-    for bw, path in bws:
-        check_bigwig_chrom(bw, path, chrom, length)
-    record = fa[chrom]
-
-    def values(bw: Any, a: int, b: int) -> np.ndarray:
-        v = bw.values(chrom, a, b, numpy=True)
-        return np.nan_to_num(v, nan=0.0).astype(np.float32, copy=False)
-
-    def read(a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        seq = sequence_codes(str(record[a:b]))
-        if len(seq) != b - a:
-            raise LeopardError(f"{fasta}: chromosome {chrom!r} reads {len(seq)} bases at "
-                               f"{a}-{b}, index says {b - a}")
-        dn = values(bws[0][0], a, b)
-        diff = None if len(bws) == 1 else dn - values(bws[1][0], a, b)
-        return seq, dn, diff
-
-    return read
+#: windows per forward pass when not asked: a GPU wants fuller batches than a CPU
+BATCH = {"cuda": 256, "cpu": 32}
 
 
 def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
-                   chroms: list[str] | None = None, batch_size: int = 32,
+                   chroms: list[str] | None = None, batch_size: int | None = None,
                    edge: int | None = None, device: str = "auto", *,
                    window: int | None = None, stride: int | None = None,
                    precision: str = "auto", compile: str = "auto",
-                   threads: int | None = None, zoom_levels: int = 0) -> dict[str, Any]:
+                   threads: int | None = None, zoom_levels: int = 0,
+                   readers: int | None = None, writers: int | None = None,
+                   section_bp: int | None = None) -> dict[str, Any]:
     """Predict ``chroms`` (default: the manifest's test split) of a data set into ``out``.
 
     ``window`` defaults to the training window, ``edge`` to an eighth of the training window
     (the context the network learnt with; ample for its ~1.2 kb receptive field), ``stride``
     to ``window - 2 * edge``. A bigWig gets ``zoom_levels`` summary levels (0 by default:
     computing them when the file is closed cost about as much as predicting, here).
+    ``batch_size`` defaults to :data:`BATCH` of the device, ``readers`` (processes) and
+    ``writers`` (threads) to the cores the engine leaves free (:func:`pipeline_workers`),
+    ``section_bp`` to :data:`SECTION_BP` of the device.
 
-    Returns ``bp``, ``seconds`` (forward passes only), ``bp_per_s``, ``bp_per_s_end_to_end``
-    (everything: loading the model, choosing the runtime, reading, predicting, writing),
-    ``window``, ``stride``, ``edge``, ``precision``, ``compiled``, ``threads`` and
+    Returns ``bp``, ``seconds`` (the device's work: encoding, forward passes, stitching),
+    ``bp_per_s``, ``bp_per_s_end_to_end`` (everything: loading the model, choosing the
+    runtime, reading, predicting, writing), ``window``, ``stride``, ``edge``, ``precision``,
+    ``compiled``, ``graphed``, ``threads``, ``readers``, ``writers``, ``sections`` and
     ``runtime`` (one line saying what was chosen and why).
     """
     import torch
 
-    from tunelab.leopard.data import fasta_sizes, load_manifest, open_bigwig, open_fasta
+    from tunelab.leopard.data import (
+        check_bigwig_size,
+        fasta_sizes,
+        load_manifest,
+        open_bigwig,
+        open_fasta,
+    )
     from tunelab.leopard.model import Architecture, LeopardUNet
     from tunelab.leopard.runtime import prepare
     from tunelab.leopard.train import load_checkpoint
@@ -347,54 +400,59 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
         raise LeopardError(f"zoom levels must lie in [0, 10], got {zoom_levels}")
     if window % arch.multiple:
         raise LeopardError(f"window length {window} is not divisible by {arch.multiple}")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise LeopardError(f"batch size must be at least 1, got {batch_size}")
+    if section_bp is not None and section_bp < 1:
+        raise LeopardError(f"section length must be at least 1 bp, got {section_bp}")
     tiling = Tiling.make(window, edge, stride)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    batch_size = batch_size or BATCH.get(torch.device(device).type, BATCH["cpu"])
     m = load_manifest(data)
     fa = open_fasta(m.fasta)
     all_sizes = fasta_sizes(fa)
+    fa.close()
     chroms = chroms or m.chromosomes("test")
     for c in chroms:
         if c not in all_sizes:
             raise LeopardError(f"{m.fasta}: no chromosome {c!r} to predict")
-    bws = [(open_bigwig(m.dnase, "DNase"), m.dnase)]
-    if arch.in_channels == 6:
-        if m.dnase_avg is None:
-            raise LeopardError(f"{m.path}: a 6-channel model needs 'dnase_avg'")
-        bws.append((open_bigwig(m.dnase_avg, "average DNase"), m.dnase_avg))
+    if arch.in_channels == 6 and m.dnase_avg is None:
+        raise LeopardError(f"{m.path}: a 6-channel model needs 'dnase_avg'")
+    tracks = Tracks(m.fasta, m.dnase, m.dnase_avg if arch.in_channels == 6 else None)
+    for path, what in ((tracks.dnase, "DNase"), (tracks.dnase_avg, "average DNase")):
+        if path is not None:  # names and lengths here; values are checked as they are read
+            bw = open_bigwig(path, what)
+            try:
+                for c in chroms:
+                    check_bigwig_size(bw, path, c, all_sizes[c])
+            finally:
+                bw.close()
     n_windows = sum(len(tiling.starts(max(all_sizes[c], window))) for c in chroms)
     engine = prepare(model, device, precision, compile, threads, window, batch_size,
                      expected_windows=n_windows)
+    dev_type = engine.device.type
+    sections = [s for c in chroms for s in plan_sections(
+        tiling, c, all_sizes[c], section_bp or SECTION_BP.get(dev_type, SECTION_BP["cpu"]))]
+    n_readers, n_writers, background = pipeline_workers(
+        dev_type, len(os.sched_getaffinity(0)), engine.runtime.threads, readers, writers)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Reading and writing overlap the forward passes only on cores the engine leaves free:
-    # beside an engine that uses every core, a reader or writer thread stalls all of its
-    # threads at each parallel step (a 2-core machine predicted ~1.5x faster without them).
-    overlap = engine.device.type != "cpu" or len(os.sched_getaffinity(0)) > engine.runtime.threads
-    writer = _Writer(out, [(c, all_sizes[c]) for c in chroms], zoom_levels=zoom_levels,
-                     background=overlap)
-    timer, bp = [0.0], 0
+    writer = TrackWriter(out, [(c, all_sizes[c]) for c in chroms], zoom_levels=zoom_levels,
+                         background=background, threads=n_writers)
+    longest = max(int(s.starts[-1]) + window - int(s.starts[0]) for s in sections)
+    loaded = read_regions(tracks, (s.region(window) for s in sections), n_readers, longest)
+    bp = sum(s.hi - s.lo for s in sections)
     try:
-        for c in chroms:
-            n = all_sizes[c]
-            read = _file_reader(fa, m.fasta, bws, c, n)
-            for start, values in _stream(engine, read, n, tiling, batch_size, timer,
-                                         overlap):
-                writer.put(c, start, values)
-                bp += len(values)
+        device_s = _run(engine, tiling, batch_size, loaded, writer.put)
     finally:
-        try:
+        with contextlib.closing(loaded):
             writer.close()
-        finally:
-            for bw, _ in bws:
-                bw.close()
     total = time.perf_counter() - t0
     rt = engine.runtime
-    return {"bp": float(bp), "seconds": timer[0], "bp_per_s": bp / max(timer[0], 1e-9),
+    return {"bp": float(bp), "seconds": device_s, "bp_per_s": bp / max(device_s, 1e-9),
             "bp_per_s_end_to_end": bp / max(total, 1e-9), "wall_s": total,
             "window": float(window), "stride": float(tiling.stride),
             "edge": float(tiling.edge), "windows": float(n_windows),
-            "precision": rt.precision, "compiled": rt.compiled, "threads": rt.threads,
-            "runtime": rt.summary()}
+            "precision": rt.precision, "compiled": rt.compiled, "graphed": rt.graphed,
+            "threads": rt.threads, "readers": n_readers, "writers": n_writers,
+            "sections": len(sections), "runtime": rt.summary()}

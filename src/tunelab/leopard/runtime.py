@@ -13,7 +13,9 @@ bf16 is emulated and was measured 40x *slower*). So:
   a quick measurement on the job's windows (cut to 16,384 bp) shows it at least 10 % faster;
 * **kernels** (``compile=auto``): ``torch.compile`` (Inductor, weights frozen) only when the
   job is long enough to repay its compile time, a C++ compiler exists, compilation succeeds
-  and a measurement shows it faster; otherwise eager, with the reason noted.
+  and a measurement shows it faster; otherwise eager, with the reason noted. On CUDA the
+  forward pass (eager or compiled) is also captured in a CUDA graph (a few hundred launches
+  become one; a capture costs milliseconds) and kept when a measurement shows it faster.
 
 :func:`prepare` returns an :class:`Engine`: the BatchNorm-folded network
 (:mod:`tunelab.leopard.inference`) with those choices applied, and :attr:`Engine.runtime`,
@@ -130,6 +132,7 @@ class Runtime:
     threads: int
     compiled: bool
     cpu_bf16: bool
+    graphed: bool = False
     probe_windows_per_s: dict[str, float] = field(default_factory=dict)
     probe_length: int = 0
     notes: list[str] = field(default_factory=list)
@@ -140,7 +143,8 @@ class Runtime:
 
     def summary(self) -> str:
         """One line: ``precision bf16 (CPU has avx512_bf16), 2 threads, eager``."""
-        kern = "torch.compile" if self.compiled else "eager"
+        kern = ("torch.compile" if self.compiled else "eager") + (
+            " in a CUDA graph" if self.graphed else "")
         probe = ", ".join(f"{k} {v:.1f} w/s" for k, v in self.probe_windows_per_s.items())
         text = f"{self.device}: precision {self.precision}, {self.threads} threads, {kern}"
         if probe:
@@ -154,8 +158,8 @@ class Engine:
     """A trained network ready to predict: ``engine(x)`` -> probabilities ``(N, L)`` float32
     for input ``(N, C, L)`` or channels-last ``(N, C, 1, L)``.
 
-    With a compiled network every call gets exactly ``batch`` windows (a shorter batch is
-    padded), so Inductor never recompiles for a new shape.
+    With a compiled or captured network every call gets exactly ``batch`` windows (a
+    shorter batch is padded), so Inductor never recompiles and the graph always fits.
     """
 
     def __init__(self, net: InferenceUNet, runtime: Runtime, batch: int,
@@ -170,7 +174,7 @@ class Engine:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
-        if self.runtime.compiled and n != self.batch:
+        if (self.runtime.compiled or self.runtime.graphed) and n != self.batch:
             pad = torch.zeros((self.batch - n, *x.shape[1:]), dtype=x.dtype, device=x.device)
             if x.dim() == 4:
                 pad = pad.contiguous(memory_format=torch.channels_last)
@@ -183,10 +187,18 @@ def _rate(fn: Callable[[torch.Tensor], Any], x: torch.Tensor, reps: int) -> floa
     """Windows per second of ``fn`` on ``x``: the best of ``reps`` timed calls."""
     best = float("inf")
     for _ in range(reps):
+        _sync(x)
         t = time.perf_counter()
         fn(x)
+        _sync(x)
         best = min(best, time.perf_counter() - t)
     return x.shape[0] / best
+
+
+def _sync(x: torch.Tensor) -> None:
+    """Wait for the device's queued work (a GPU runs asynchronously)."""
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
 
 
 def _probe(fns: Mapping[str, Callable[[torch.Tensor], Any]], x: torch.Tensor,
@@ -250,6 +262,40 @@ def _compile(net: InferenceUNet, x: torch.Tensor,
         notes.append(f"torch.compile failed ({first}); eager")
         return None
     return fn
+
+
+class _Graphed:
+    """``fn`` captured in a CUDA graph for inputs shaped like ``example``: a call copies its
+    input into the static buffer and replays (the output is overwritten by the next call)."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor],
+                 example: torch.Tensor) -> None:
+        self.static = example.clone()
+        side = torch.cuda.Stream(example.device)
+        side.wait_stream(torch.cuda.current_stream(example.device))
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(2):  # cuDNN picks its algorithms before the capture
+                fn(self.static)
+        torch.cuda.current_stream(example.device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(self.graph):
+            self.out = fn(self.static)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.static.copy_(x)
+        self.graph.replay()
+        return self.out
+
+
+def _capture(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+             notes: list[str]) -> _Graphed | None:
+    """``fn`` captured in a CUDA graph on ``x``'s shape, or None + a note."""
+    try:
+        return _Graphed(fn, x)
+    except Exception as exc:  # a capture can fail in many ways (an op that syncs, ...)
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        notes.append(f"CUDA graph capture failed ({first}); not captured")
+        return None
 
 
 def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
@@ -329,17 +375,36 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
                 notes.append(f"eager: compiled ran {ratio:.2f}x eager")
                 fn = None
         runtime.compiled = fn is not None
+    if dev.type == "cuda":
+        full = to_nwc_input(torch.rand(batch, net.in_channels, window)).to(dev)
+        base = fn if fn is not None else net
+        graphed = _capture(base, full, notes)
+        if graphed is not None:
+            ratio = _speedup(_probe({"graph": graphed, "base": base}, full), "graph", "base")
+            if ratio >= 1.0:
+                fn, runtime.graphed = graphed, True
+                notes.append(f"CUDA graph: it ran {ratio:.2f}x the uncaptured forward pass")
+            else:
+                notes.append(f"no CUDA graph: it ran {ratio:.2f}x the uncaptured pass")
     return Engine(net, runtime, batch, fn)
+
+
+def plain_batchnorm(model: torch.nn.Module) -> bool:
+    """Whether every BatchNorm of ``model`` is a plain one (not synchronised across workers):
+    what the 2-D form and captured steps need."""
+    return all(type(m) is torch.nn.BatchNorm1d and m.track_running_stats
+               for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase))
 
 
 def choose_training_layout(model: LeopardUNet, layout: str, batch: int, window: int,
                            amp_dtype: torch.dtype | None = None,
-                           compiled: bool = False) -> tuple[str, str]:
+                           compiled: bool = False,
+                           rates_out: dict[str, float] | None = None) -> tuple[str, str]:
     """``("1d" | "2d", why)``: which form of the convolutions trains ``model``.
 
     ``"2d"`` is the channels-last 2-D form of the same computation
     (:attr:`LeopardUNet.channels_last_training`; the same outputs and gradients up to
-    rounding); it exists on CPUs with plain BatchNorm only. ``"auto"`` times forward +
+    rounding); it needs plain BatchNorm. On a CPU ``"auto"`` times forward +
     backward of both on ``min(batch, 4)`` windows of the job's length (under bf16 autocast
     when ``amp_dtype`` is given), alternating, and takes the faster; ``model`` is untouched.
     When the step will be ``compiled``, ``"auto"`` takes the 2-D form without a probe: an
@@ -347,17 +412,18 @@ def choose_training_layout(model: LeopardUNet, layout: str, batch: int, window: 
     work, the 2-D form's cost in eager mode), and compiling both to time them costs minutes.
     Compiled, the 2-D form trained 1.43x the 1-D one in bf16 and 1.33x in fp32 on a 2-core
     AVX-512 EPYC (``benchmarks/leopard_vs_keras.py --compile``); ``"1d"`` still forces it.
+    A probe's median training windows/s per form go into ``rates_out``.
     """
     if layout not in LAYOUTS:
         raise LeopardError(f"layout: unknown value {layout!r}; choose one of "
                            f"{', '.join(LAYOUTS)}")
     dev = next(model.parameters()).device
-    plain = all(type(m) is torch.nn.BatchNorm1d and m.track_running_stats
-                for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase))
-    if dev.type != "cpu" or not plain:
-        return "1d", "the 2-D form is for CPUs with plain BatchNorm"
+    if not plain_batchnorm(model):
+        return "1d", "the 2-D form needs plain BatchNorm"
     if layout != "auto":
         return layout, "asked"
+    if dev.type != "cpu":
+        return "1d", "on a GPU the training step's probe measures both forms"
     if compiled:
         return "2d", ("compiled: Inductor fuses the 2-D form's BatchNorm, which leaves it "
                       "the faster convolutions")
@@ -376,6 +442,9 @@ def choose_training_layout(model: LeopardUNet, layout: str, batch: int, window: 
             probe.zero_grad(set_to_none=True)
         return run
 
-    ratio = _speedup(_probe({"2d": step(True), "1d": step(False)}, x, grad=True), "2d", "1d")
+    rates = _probe({"2d": step(True), "1d": step(False)}, x, grad=True)
+    if rates_out is not None:
+        rates_out.update(_medians(rates))
+    ratio = _speedup(rates, "2d", "1d")
     chosen = "2d" if ratio >= 1.0 else "1d"
     return chosen, f"the 2-D form ran a training step {ratio:.2f}x the 1-D one"

@@ -38,11 +38,15 @@ from tunelab.leopard.data import build_inputs
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.prefetch import prefetch
 from tunelab.leopard.trainsetup import TrainConfig, WindowSource, prepare_training
+from tunelab.leopard.trainstep import restore_lr_kind, set_lr
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["TrainConfig", "load_checkpoint", "train"]
+
+#: evaluation batch on a GPU (at least): fewer, fuller forward passes
+CUDA_EVAL_BATCH = 256
 
 FOM_KEYS = ("val_pr_auc", "val_loss", "val_dice", "val_iou", "test_pr_auc", "test_loss",
             "test_dice", "test_iou", "test_positive_fraction", "train_time_s",
@@ -80,21 +84,6 @@ def _save(obj: dict[str, Any], path: Path) -> None:
     tmp.replace(path)
 
 
-# ------------------------------------------------------------------------- helpers
-
-
-def _masked_bce_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
-                                                                         torch.Tensor]:
-    """Sum of BCE over labelled bases (label >= 0) and their count."""
-    import torch.nn.functional as F
-
-    mask = (labels >= 0).float()
-    target = labels.clamp(min=0).float()
-    loss = F.binary_cross_entropy_with_logits(logits.float(), target, weight=mask,
-                                              reduction="sum")
-    return loss, mask.sum()
-
-
 # ------------------------------------------------------------------------- main
 
 
@@ -109,10 +98,10 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     try:
         st = prepare_training(cfg, ctx)
         log, arch, sources, window = st.log, st.arch, st.sources, st.window
-        gb, steps, cuda, amp, amp_dtype = st.global_batch, st.steps, st.cuda, st.amp, st.amp_dtype
-        model, net, opt, scaler = st.model, st.net, st.opt, st.scaler
+        gb, steps, cuda, model, opt = st.global_batch, st.steps, st.cuda, st.model, st.opt
         train_src, lr_target, out = sources["train"], st.lr_target, st.out
         counts, chosen_layout = st.counts, st.layout
+        step, forward, feeds = st.step, st.forward, st.feeds
 
         start_epoch, history = 0, []
         best: dict[str, Any] = {"val_loss": math.inf, "epoch": -1, "state": None}
@@ -122,6 +111,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             ck = load_checkpoint(last, arch)
             model.load_state_dict(ck["model"])
             opt.load_state_dict(ck["optimizer"])
+            restore_lr_kind(opt, ctx.device, step.graph)
             start_epoch, history = ck["epoch"] + 1, ck["history"]
             best = {"val_loss": ck["best_val_loss"], "epoch": ck["best_epoch"],
                     "state": ck["best_state"]}
@@ -129,26 +119,31 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             log(f"resuming from {last} after epoch {ck['epoch'] + 1}")
         stopped = start_epoch > 0 and wait >= cfg.patience
 
-        eval_ids = {s: sources[s].eval_ids(cfg.max_eval_windows, cfg.seed)
-                    for s in ("val", "test")}
-        ebatch = max(cfg.batch_size, 1)
+        eval_ids = {"val": sources["val"].eval_ids(cfg.max_eval_windows, cfg.seed,
+                                                   cfg.val_windows),
+                    "test": sources["test"].eval_ids(cfg.max_eval_windows, cfg.seed)}
+        # on a GPU larger evaluation batches (of one shape, for a captured forward pass)
+        ebatch = max(cfg.batch_size, CUDA_EVAL_BATCH if cuda else 1)
 
         def evaluate(split: str) -> dict[str, float]:
             model.eval()
             state = MetricState(ctx.device)
             ids = D.shard(eval_ids[split], ctx)
-            with torch.no_grad():
+            if feeds is not None:
+                for x, y in feeds[split].eval_batches(ids, ebatch):
+                    state.update(forward(x), y)
+            else:
                 for i in range(0, len(ids), ebatch):
                     b = sources[split].get(ids[i:i + ebatch])
                     x = torch.from_numpy(build_inputs(b, cfg.in_channels)).to(ctx.device)
-                    y = torch.from_numpy(b.label).to(ctx.device)
-                    with torch.autocast(ctx.device.type, dtype=amp_dtype, enabled=amp):
-                        logits = model(x)
-                    state.update(logits, y)
+                    state.update(forward(x), torch.from_numpy(b.label).to(ctx.device))
             D.all_reduce_sum(state.state, ctx)
             return state.compute()
 
         n_local_windows, step_time = 0, 0.0
+        lr_now: float | None = None
+        deadline = wall0 + cfg.time_limit if cfg.time_limit else None
+        out_of_time = False
         for epoch in range(start_epoch, cfg.epochs):
             if stopped:
                 break
@@ -167,30 +162,31 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                 prog.start()
                 task = prog.add_task(f"epoch {epoch + 1}/{cfg.epochs}", total=steps)
             t_steps = time.perf_counter()
-            batches = prefetch(_batches(train_src, plan, scales, steps, gb, ctx,
-                                        cfg.in_channels), depth=2, name="leopard-loader")
-            for s, (ids, xa, ya) in enumerate(batches):
-                gstep = epoch * steps + s
-                for g in opt.param_groups:
-                    g["lr"] = D.lr_at(gstep, steps, cfg.warmup_epochs, cfg.lr, lr_target)
-                x = torch.from_numpy(xa).to(ctx.device, non_blocking=True)
-                y = torch.from_numpy(ya).to(ctx.device, non_blocking=True)
-                with torch.autocast(ctx.device.type, dtype=amp_dtype, enabled=amp):
-                    logits = net(x)
-                lsum, cnt = _masked_bce_sum(logits, y)
-                total = D.all_reduce_sum(cnt.detach().double().reshape(1).clone(), ctx)
-                loss = lsum * (ctx.world / total.clamp_min(1.0).float())
-                opt.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-                loss_sum += torch.stack([lsum.detach().double(), cnt.detach().double()])
-                n_local_windows += len(ids)
+            batches = (feeds["train"].batches(plan, scales, steps, gb, ctx.rank, ctx.world)
+                       if feeds is not None else _host_batches(train_src, plan, scales, steps,
+                                                               gb, ctx, cfg.in_channels))
+            done = 0
+            for s, (x, y) in enumerate(batches):
+                if deadline is not None and time.perf_counter() > deadline:
+                    out_of_time = True  # (the host's clock: no sync)
+                    break
+                rate = D.lr_at(epoch * steps + s, steps, cfg.warmup_epochs, cfg.lr, lr_target)
+                if rate != lr_now:  # (a tensor rate is written on the device: no sync)
+                    set_lr(opt, rate)
+                    lr_now = rate
+                lsum, cnt = step(x, y)  # device tensors: nothing is read back in an epoch
+                loss_sum += torch.stack([lsum.double(), cnt.double()])
+                n_local_windows += len(x)
+                done = s + 1
                 if prog is not None:
                     prog.update(task, advance=1)
+            del batches  # (a loader left early stops here)
+            if step.fallback and epoch == start_epoch:
+                log(f"warning: {step.fallback}")
             if cuda:
                 torch.cuda.synchronize()
-            step_time += time.perf_counter() - t_steps
+            epoch_steps_s = time.perf_counter() - t_steps
+            step_time += epoch_steps_s
             if prog is not None:
                 prog.stop()
             D.all_reduce_sum(loss_sum, ctx)
@@ -199,9 +195,11 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             train_time += ep_time
             row = {"epoch": epoch + 1, "train_loss": float(loss_sum[0] / loss_sum[1].clamp_min(1)),
                    "val_loss": val["loss"], "val_pr_auc": val["pr_auc"], "val_dice": val["dice"],
-                   "val_iou": val["iou"], "lr": opt.param_groups[0]["lr"], "epoch_s": ep_time,
-                   "windows_per_s": steps * gb / max(ep_time, 1e-9),
-                   "train_time_s": train_time}
+                   "val_iou": val["iou"], "lr": float(opt.param_groups[0]["lr"]),
+                   "epoch_s": ep_time,
+                   "windows_per_s": done * gb / max(ep_time, 1e-9),
+                   "step_windows_per_s": done * gb / max(epoch_steps_s, 1e-9),
+                   "steps": done, "train_time_s": train_time}
             history.append(row)
             improved = val["loss"] < best["val_loss"]
             if improved:
@@ -228,6 +226,10 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                           out / "best.pt")
             if wait >= cfg.patience:
                 log(f"early stop: val_loss has not improved for {cfg.patience} epochs")
+                break
+            if out_of_time:
+                log(f"time limit ({cfg.time_limit:g} s) reached after {done} of {steps} steps "
+                    f"of epoch {epoch + 1}")
                 break
         if best["state"] is not None:
             model.load_state_dict(best["state"])
@@ -258,23 +260,38 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         if ctx.is_main:
             _write_results(out, cfg, arch.to_dict(), counts, val, test, foms, history,
                            [float(r) for r in rates.cpu().tolist()], steps,
-                           time.perf_counter() - wall0, chosen_layout)
+                           time.perf_counter() - wall0, chosen_layout,
+                           st.runtime + (f"; {step.fallback}" if step.fallback else ""))
         return foms
     finally:
         D.finish(ctx)
 
 
-def _batches(src: WindowSource, plan: np.ndarray, scales: np.ndarray | None, steps: int, gb: int,
-             ctx: D.DistContext, in_channels: int) -> Iterator[tuple[np.ndarray, np.ndarray,
-                                                                     np.ndarray]]:
-    """``(ids, inputs, labels)`` of this worker's share of every step (run by the loader
-    thread, ahead of the model: gathering and encoding never stall a step)."""
+def _host_batches(src: WindowSource, plan: np.ndarray, scales: np.ndarray | None, steps: int,
+                  gb: int, ctx: D.DistContext, in_channels: int
+                  ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(inputs, labels)`` of this worker's share of every step, gathered and encoded by
+    numpy in a loader thread two steps ahead of the model (the CPU's path)."""
+    import torch
+
+    made = prefetch(numpy_batches(src, plan, scales, steps, gb, ctx.rank, ctx.world,
+                                  in_channels), depth=2, name="leopard-loader")
+    for xa, ya in made:
+        yield (torch.from_numpy(xa).to(ctx.device, non_blocking=True),
+               torch.from_numpy(ya).to(ctx.device, non_blocking=True))
+
+
+def numpy_batches(src: WindowSource, plan: np.ndarray, scales: np.ndarray | None, steps: int,
+                  gb: int, rank: int, world: int, in_channels: int
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(inputs, labels)`` arrays of worker ``rank``'s share of every step: the numpy path
+    (:class:`~tunelab.leopard.devicedata.DeviceWindows` makes the same on a device)."""
     for s in range(steps):
         sl = slice(s * gb, (s + 1) * gb)
-        ids = plan[sl][ctx.rank::ctx.world]
-        sc = None if scales is None else scales[sl][ctx.rank::ctx.world]
+        ids = plan[sl][rank::world]
+        sc = None if scales is None else scales[sl][rank::world]
         b = src.get(ids)
-        yield ids, build_inputs(b, in_channels, sc), b.label
+        yield build_inputs(b, in_channels, sc), b.label
 
 
 def _plain_state(model: torch.nn.Module) -> dict[str, Any]:
@@ -291,19 +308,19 @@ def _jsonable(cfg: TrainConfig) -> dict[str, Any]:
 def _write_results(out: Path, cfg: TrainConfig, arch: dict[str, Any], counts: dict[str, int],
                    val: dict[str, float], test: dict[str, float], foms: dict[str, float],
                    history: list[dict[str, Any]], rates: list[float], steps: int,
-                   wall: float, layout: str) -> None:
+                   wall: float, layout: str, runtime: str) -> None:
     doc = {"config": _jsonable(cfg), "architecture": arch, "parameters": counts,
-           "training_layout": layout,
+           "training_layout": layout, "runtime": runtime,
            "steps_per_epoch": steps, "val": val, "test": test, "foms": foms,
            "windows_per_s_by_worker": rates, "wall_s": wall, "history": history}
     (out / "metrics.json").write_text(json.dumps(doc, indent=2) + "\n")
     with (out / "history.csv").open("w", newline="") as fh:
         cols = ["epoch", "train_loss", "val_loss", "val_pr_auc", "val_dice", "val_iou", "lr",
-                "epoch_s", "windows_per_s", "train_time_s"]
+                "epoch_s", "windows_per_s", "train_time_s", "steps", "step_windows_per_s"]
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
-        for row in history:
-            w.writerow({k: row[k] for k in cols})
+        for row in history:  # (rows of a run resumed from an older checkpoint lack the last)
+            w.writerow({k: row.get(k, "") for k in cols})
 
 
 def print_foms(foms: dict[str, float]) -> None:

@@ -2,39 +2,47 @@
 
 :func:`prepare_training` turns a :class:`TrainConfig` into everything the training loop of
 :mod:`tunelab.leopard.train` starts from (a :class:`TrainingSetup`): the CPU threads, the
-windows (:class:`WindowSource`: a genome or pre-extracted ``.npz`` arrays), the step count and
+windows (:class:`WindowSource`: a genome or pre-extracted ``.npz`` arrays; on CUDA also held
+on the device or in pinned memory, :mod:`tunelab.leopard.devicedata`), the step count and
 global batch, mixed precision (autocast dtype, gradient scaler), the model (BatchNorm
-momentum, synchronised BatchNorm, the measured or asked CPU layout), DDP, ``torch.compile``,
-Adam and the scaled learning rate, and the output directory. torch is imported lazily.
+momentum, synchronised BatchNorm, the measured or asked layout), the step (eager or a CUDA
+graph, :mod:`tunelab.leopard.trainstep`), DDP, ``torch.compile`` (when asked, or when the job
+repays it), Adam (fused on CUDA) and the scaled learning rate, and the output directory. What
+was chosen and why is one ``runtime:`` line. torch is imported lazily.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tunelab.leopard import distributed as D
 from tunelab.leopard.data import (
-    ChromosomeSet,
-    WindowBatch,
+    Manifest,
+    RegionReader,
+    fasta_sizes,
     load_chromosomes,
     load_manifest,
+    open_fasta,
 )
 from tunelab.leopard.errors import LeopardError
-from tunelab.leopard.windows import WindowArrays, eval_starts, load_windows
+from tunelab.leopard.windows import WindowSource, load_windows
 
 if TYPE_CHECKING:
     import torch
 
+    from tunelab.leopard.devicedata import DeviceWindows
     from tunelab.leopard.model import Architecture
+    from tunelab.leopard.trainstep import Forward, TrainStep
 
 __all__ = ["TrainConfig", "TrainLog", "TrainingSetup", "WindowSource", "prepare_training"]
+
+#: genomes at least this large are loaded by reader processes
+PARALLEL_LOAD_BP = 64_000_000
+MAX_LOADERS = 8
 
 
 @dataclass
@@ -62,8 +70,11 @@ class TrainConfig:
     sync_bn: bool = False
     device: str = "auto"
     amp: bool | None = None  # None: on CUDA only; True on a CPU: bf16 autocast
-    compile: bool = False
-    layout: str = "auto"  # CPU convolutions: "1d", "2d" (channels-last) or "auto" (measured)
+    compile: bool | None = None  # None: when the job repays it (from a measured step rate)
+    layout: str = "auto"  # convolutions: "1d", "2d" (channels-last) or "auto" (measured)
+    graphs: str = "auto"  # CUDA graphs of the training step: "auto" (measured), "on", "off"
+    val_windows: int | None = None  # validation windows drawn at random, not a tiling
+    time_limit: float | None = None  # seconds: stop training after the step that passes it
     threads: int | None = None
     resume: bool = False
     progress: bool | None = None
@@ -71,45 +82,6 @@ class TrainConfig:
 
 
 # ------------------------------------------------------------------------- data sources
-
-
-class WindowSource:
-    """Windows by id: a genome (ids are global starts) or fixed arrays (ids are indices)."""
-
-    def __init__(self, cs: ChromosomeSet | None, arrays: WindowArrays | None, window: int,
-                 name: str) -> None:
-        self.cs, self.arrays, self.window, self.name = cs, arrays, window, name
-
-    def n_distinct(self) -> int:
-        if self.arrays is not None:
-            return len(self.arrays)
-        assert self.cs is not None
-        return self.cs.n_positions(self.window)
-
-    def bases(self) -> int:
-        if self.arrays is not None:
-            return len(self.arrays) * self.window
-        assert self.cs is not None
-        return self.cs.total_length
-
-    def plan(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        if self.arrays is not None:
-            k = math.ceil(n / len(self.arrays))
-            return np.concatenate([rng.permutation(len(self.arrays)) for _ in range(k)])[:n]
-        assert self.cs is not None
-        return self.cs.sample_starts(n, self.window, rng)
-
-    def eval_ids(self, max_eval: int | None, seed: int) -> np.ndarray:
-        if self.arrays is not None:
-            return np.arange(len(self.arrays))
-        assert self.cs is not None
-        return eval_starts(self.cs, self.window, max_eval, seed)
-
-    def get(self, ids: np.ndarray) -> WindowBatch:
-        if self.arrays is not None:
-            return self.arrays.take(ids)
-        assert self.cs is not None
-        return self.cs.gather(ids, self.window)
 
 
 def _open_sources(cfg: TrainConfig, multiple: int) -> tuple[dict[str, WindowSource], int]:
@@ -140,13 +112,31 @@ def _open_sources(cfg: TrainConfig, multiple: int) -> tuple[dict[str, WindowSour
     if window <= 0 or window % multiple:
         raise LeopardError(f"window length {window} is not divisible by {multiple}")
     m = load_manifest(data)
-    sources = {s: WindowSource(load_chromosomes(m, m.chromosomes(s), need_avg=need_avg), None,
-                               window, f"{m.path} ({s})") for s in ("train", "val", "test")}
+    reader = _loader(m, need_avg)
+    sources = {s: WindowSource(load_chromosomes(m, m.chromosomes(s), need_avg=need_avg,
+                                                reader=reader),
+                               None, window, f"{m.path} ({s})") for s in ("train", "val", "test")}
     for s, src in sources.items():
         if src.n_distinct() == 0:
             raise LeopardError(f"{m.path}: no {s} chromosome is as long as the window "
                                f"({window} bp)")
     return sources, window
+
+
+def _loader(m: Manifest, need_avg: bool) -> RegionReader | None:
+    """Reader processes for a genome of at least :data:`PARALLEL_LOAD_BP` (one process read
+    ~28 Mbp/s, so a human genome took minutes); None: read in this process."""
+    from tunelab.leopard.readers import Tracks, region_reader
+
+    workers = min(MAX_LOADERS, len(os.sched_getaffinity(0)) - 1)
+    fa = open_fasta(m.fasta)
+    sizes = fasta_sizes(fa)
+    fa.close()
+    total = sum(sizes.get(c, 0) for s in ("train", "val", "test") for c in m.chromosomes(s))
+    if total < PARALLEL_LOAD_BP or workers < 2:
+        return None
+    tracks = Tracks(m.fasta, m.dnase, m.dnase_avg if need_avg else None, difference=False)
+    return region_reader(tracks, workers)
 
 
 # ------------------------------------------------------------------------- helpers
@@ -188,17 +178,56 @@ class TrainLog:
 def _compiled(net: torch.nn.Module, log: TrainLog) -> torch.nn.Module:
     """``torch.compile(net)``, falling back to eager (logged) where Inductor cannot work."""
     import torch
-
-    from tunelab.leopard.runtime import has_cxx_compiler
-
-    if not has_cxx_compiler():
-        log("warning: --compile needs a C++ compiler; training eagerly")
-        return net
     import torch._dynamo
 
     torch._dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
     log("compiling the model (torch.compile); the first step takes a while")
     return torch.compile(net)  # type: ignore[return-value]
+
+
+def _decide_compile(asked: bool | None, rate: float | None, windows: int,
+                    device_type: str) -> tuple[bool, str]:
+    """``(compile, why)``: ``asked`` (True/False), else (None) whether the job's estimated
+    eager time at ``rate`` windows/s (measured; None: not measured) repays compiling."""
+    from tunelab.leopard.runtime import COMPILE_GUESS_S, COMPILE_PAYBACK, has_cxx_compiler
+
+    if asked is False:
+        return False, "not compiled (asked)"
+    if device_type == "cpu" and not has_cxx_compiler():
+        return False, "not compiled: torch.compile needs a C++ compiler on a CPU"
+    if asked:
+        return True, "torch.compile (asked)"
+    if not rate:
+        return False, "not compiled: no measured step rate to judge it by (pass --compile)"
+    est = windows / rate
+    if est < COMPILE_PAYBACK * COMPILE_GUESS_S:
+        return False, (f"not compiled: the job (~{est:.0f} s) is too short to repay "
+                       f"torch.compile (~{COMPILE_GUESS_S:.0f} s)")
+    return True, f"torch.compile: the job (~{est:.0f} s) repays it"
+
+
+def _device_feeds(sources: dict[str, WindowSource], device: torch.device,
+                  in_channels: int) -> tuple[dict[str, DeviceWindows], str]:
+    """Each split's arrays on the GPU while they fit, else in pinned host memory."""
+    import torch
+
+    from tunelab.leopard.devicedata import (
+        FIT_FRACTION,
+        DeviceWindows,
+        bytes_needed,
+        choose_placement,
+    )
+
+    room = FIT_FRACTION * torch.cuda.mem_get_info(device)[0]
+    feeds, said = {}, []
+    for split, src in sources.items():
+        need = bytes_needed(src, in_channels)
+        where = choose_placement(device.type, need, room)
+        if where.where == "device":
+            room -= need
+        feeds[split] = DeviceWindows(src, device, where, in_channels)
+        said.append(f"{split} {where.why}")
+    return feeds, "data: " + "; ".join(said)
 
 
 # ------------------------------------------------------------------------- set-up
@@ -220,11 +249,15 @@ class TrainingSetup:
     model: torch.nn.Module  # the plain model: its weights, train()/eval(), evaluation
     net: torch.nn.Module  # what a training step calls: the model, wrapped by DDP, compiled
     counts: dict[str, int]  # parameter counts
-    layout: str  # the CPU convolution layout chosen for training
+    layout: str  # the convolution layout chosen for training
     lr_target: float  # the learning rate after warm-up, scaled for the world size
     opt: torch.optim.Adam
     scaler: torch.amp.GradScaler
     out: Path
+    step: TrainStep  # one optimisation step: eager or a captured CUDA graph
+    forward: Forward  # the evaluation forward pass, likewise
+    feeds: dict[str, DeviceWindows] | None  # CUDA: batches made on the device
+    runtime: str  # what was chosen and why, one line
 
 
 def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
@@ -232,7 +265,13 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
     import torch
 
     from tunelab.leopard.model import Architecture, LeopardUNet, count_parameters
-    from tunelab.leopard.runtime import choose_training_layout, has_cxx_compiler
+    from tunelab.leopard.runtime import (
+        LAYOUTS,
+        choose_training_layout,
+        has_cxx_compiler,
+        plain_batchnorm,
+    )
+    from tunelab.leopard.trainstep import Forward, TrainStep, choose_step_mode, make_adam
 
     _setup_threads(cfg, ctx)
     log = TrainLog(ctx, cfg.progress)
@@ -240,6 +279,10 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
                         depth=cfg.depth, kernel_size=cfg.kernel_size)
     if cfg.batch_size < 1 or cfg.epochs < 1 or cfg.lr <= 0:
         raise LeopardError("batch size and epochs must be >= 1 and lr > 0")
+    if cfg.val_windows is not None and cfg.val_windows < 1:
+        raise LeopardError(f"validation windows must be >= 1, got {cfg.val_windows}")
+    if cfg.time_limit is not None and cfg.time_limit <= 0:
+        raise LeopardError(f"time limit must be > 0 seconds, got {cfg.time_limit}")
     sources, window = _open_sources(cfg, arch.multiple)
     gb = cfg.batch_size * ctx.world
     train_src = sources["train"]
@@ -252,6 +295,8 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
     amp = cuda if cfg.amp is None else cfg.amp
     amp_dtype = (torch.float16 if cuda and not torch.cuda.is_bf16_supported()
                  else torch.bfloat16)
+    notes = [f"{ctx.device}: " + (f"{'bf16' if amp_dtype == torch.bfloat16 else 'fp16'} "
+                                  "autocast" if amp else "fp32")]
     if amp and not cuda:
         from tunelab.leopard.runtime import bf16_capable, cpu_flags
 
@@ -271,29 +316,68 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
     if cfg.sync_bn:
         model = D.convert_sync_batchnorm(model, ctx)
     model.to(ctx.device)
-    chosen_layout = "1d"
-    if isinstance(model, LeopardUNet):
+    assert isinstance(model, LeopardUNet)
+    plain = plain_batchnorm(model)
+    scaler_on = amp and cuda and amp_dtype == torch.float16
+    windows_total = cfg.epochs * steps * cfg.batch_size
+    rates: dict[str, float] = {}
+    if cfg.layout not in LAYOUTS:
+        raise LeopardError(f"layout: unknown value {cfg.layout!r}; choose one of "
+                           f"{', '.join(LAYOUTS)}")
+    if cuda:  # the layout and the step's form, measured together on the device
+        layouts = (["1d", "2d"] if cfg.layout == "auto" and plain
+                   else [cfg.layout if plain and cfg.layout != "auto" else "1d"])
+        layout, graph, why, rates = choose_step_mode(
+            model, layouts, cfg.graphs, batch=cfg.batch_size, window=window,
+            in_channels=cfg.in_channels, ctx=ctx, amp=amp, amp_dtype=amp_dtype,
+            scaler_enabled=scaler_on, plain_bn=plain)
+        notes.append(f"layout and step {why}")
+    else:
         layout, why = choose_training_layout(model, cfg.layout, cfg.batch_size, window,
-                                             amp_dtype if amp and not cuda else None,
-                                             compiled=cfg.compile and has_cxx_compiler())
-        model.channels_last_training = layout == "2d"
-        chosen_layout = layout
-        log(f"training layout {layout}: {why}")
+                                             amp_dtype if amp else None,
+                                             compiled=bool(cfg.compile) and has_cxx_compiler(),
+                                             rates_out=rates)
+        _, graph, step_why, _ = choose_step_mode(
+            model, [layout], cfg.graphs, batch=cfg.batch_size, window=window,
+            in_channels=cfg.in_channels, ctx=ctx, amp=amp, amp_dtype=amp_dtype,
+            scaler_enabled=scaler_on, plain_bn=plain)
+        notes.append(f"layout {layout}: {why}; step {step_why}")
+    compiled, compile_why = _decide_compile(cfg.compile, max(rates.values(), default=None),
+                                            windows_total, ctx.device.type)
+    if compiled and not cuda and cfg.layout == "auto" and plain and layout != "2d":
+        layout, _ = choose_training_layout(model, "auto", cfg.batch_size, window,
+                                           compiled=True)
+        notes.append("layout 2d: compiled")
+    model.channels_last_training = layout == "2d"
+    notes.append(compile_why)
+    log(f"training layout {layout}: {why}")
     net: torch.nn.Module = model
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         net = DDP(model, device_ids=[ctx.device.index] if cuda else None)
-    if cfg.compile:
+    if compiled:
         net = _compiled(net, log)
     lr_target = D.scaled_lr(cfg.lr, ctx.world, cfg.lr_scaling)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-7)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp and cuda and
-                                  amp_dtype == torch.float16)
+    opt = make_adam(model.parameters(), cfg.lr, ctx.device, graph)
+    if cuda:
+        notes.append("Adam fused" + (", capturable" if graph else ""))
+    scaler = torch.amp.GradScaler("cuda", enabled=scaler_on)
+    feeds = None
+    if cuda:
+        feeds, said = _device_feeds(sources, ctx.device, cfg.in_channels)
+        notes.append(said)
+    else:
+        notes.append("data: numpy batches built by a loader thread")
+    step = TrainStep(model, net, opt, scaler, ctx, amp, amp_dtype, graph)
+    forward = Forward(model, amp, amp_dtype, graph)
+    runtime = "; ".join(notes)
+    log(f"runtime: {runtime}")
     out = Path(cfg.out)
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
     return TrainingSetup(log=log, arch=arch, sources=sources, window=window, global_batch=gb,
                          steps=steps, cuda=cuda, amp=amp, amp_dtype=amp_dtype, model=model,
-                         net=net, counts=counts, layout=chosen_layout, lr_target=lr_target,
-                         opt=opt, scaler=scaler, out=out)
+                         net=net, counts=counts, layout=layout, lr_target=lr_target,
+                         opt=opt, scaler=scaler, out=out, step=step, forward=forward,
+                         feeds=feeds, runtime=runtime)

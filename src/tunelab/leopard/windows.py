@@ -7,6 +7,7 @@ Each file holds ``seq`` (n, L) uint8 codes, ``dnase`` (n, L) float32, optionally
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from tunelab.leopard.data import (
 )
 from tunelab.leopard.errors import LeopardError
 
-__all__ = ["WindowArrays", "extract_windows", "load_windows", "save_windows"]
+__all__ = ["WindowArrays", "WindowSource", "extract_windows", "load_windows", "save_windows"]
 
 
 @dataclass
@@ -135,3 +136,50 @@ def eval_starts(cs: ChromosomeSet, window: int, max_eval: int | None, seed: int)
         pick = np.random.default_rng(seed + 7919).choice(len(starts), max_eval, replace=False)
         starts = np.sort(starts[pick])
     return starts
+
+
+class WindowSource:
+    """Windows by id: a genome (ids are global starts) or fixed arrays (ids are indices)."""
+
+    def __init__(self, cs: ChromosomeSet | None, arrays: WindowArrays | None, window: int,
+                 name: str) -> None:
+        self.cs, self.arrays, self.window, self.name = cs, arrays, window, name
+
+    def n_distinct(self) -> int:
+        if self.arrays is not None:
+            return len(self.arrays)
+        assert self.cs is not None
+        return self.cs.n_positions(self.window)
+
+    def bases(self) -> int:
+        if self.arrays is not None:
+            return len(self.arrays) * self.window
+        assert self.cs is not None
+        return self.cs.total_length
+
+    def plan(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.arrays is not None:
+            k = math.ceil(n / len(self.arrays))
+            return np.concatenate([rng.permutation(len(self.arrays)) for _ in range(k)])[:n]
+        assert self.cs is not None
+        return self.cs.sample_starts(n, self.window, rng)
+
+    def eval_ids(self, max_eval: int | None, seed: int, drawn: int | None = None) -> np.ndarray:
+        """Evaluation windows: every array, or a tiling of the genome (a seeded subset of
+        ``max_eval``); with ``drawn``, that many windows drawn as training windows are (a
+        seeded set, the same every epoch)."""
+        rng = np.random.default_rng(seed + 7919)
+        if self.arrays is not None:
+            if drawn:
+                return np.sort(rng.integers(0, len(self.arrays), drawn))
+            return np.arange(len(self.arrays))
+        assert self.cs is not None
+        if drawn:
+            return np.sort(self.cs.sample_starts(drawn, self.window, rng))
+        return eval_starts(self.cs, self.window, max_eval, seed)
+
+    def get(self, ids: np.ndarray) -> WindowBatch:
+        if self.arrays is not None:
+            return self.arrays.take(ids)
+        assert self.cs is not None
+        return self.cs.gather(ids, self.window)

@@ -13,21 +13,46 @@ import math
 import shlex
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunelab.errors import StoreError
 
-__all__ = ["best_job_script"]
+__all__ = ["JobScriptFiles", "best_job_script"]
+
+
+@dataclass(frozen=True)
+class JobScriptFiles:
+    """A job script and the files it expects beside it (path relative to the script's
+    directory -> content): the inputs the workload staged for the point."""
+
+    text: str
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def write(self, script: Path) -> list[Path]:
+        """Write the script to ``script`` and the files beside it; the paths written."""
+        written = []
+        for name, data in {script.name: self.text.encode(), **self.files}.items():
+            target = script.parent / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            written.append(target)
+        return written
 
 
 def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float | None = None,
                     mem: str | None = None, project: str | None = None,
                     queue: str | None = None, job_name: str | None = None,
                     modules: Sequence[str] | None = None,
-                    directives: Sequence[str] | None = None) -> str:
-    """The job script (``pbs`` or ``slurm``) that runs the best point of ``study_dir``."""
+                    directives: Sequence[str] | None = None,
+                    site: str | None = None) -> JobScriptFiles:
+    """The job script (``pbs`` or ``slurm``) that runs the best point of ``study_dir``, in
+    the dialect of ``site`` (default: the study's site when it speaks ``scheduler``, else
+    the scheduler's default site)."""
     from tunelab.cluster.mpi import Placement, portable_argv
-    from tunelab.execute.launchers.script import JobScript, render, suggest_walltime
+    from tunelab.errors import TunelabError
+    from tunelab.execute.launchers.script import SCHEDULERS, JobScript, render, suggest_walltime
+    from tunelab.execute.launchers.sites import site_for
     from tunelab.execute.study import prepare_study
     from tunelab.report.results import load_results
     from tunelab.space import Point
@@ -47,18 +72,28 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
                                   path=Path(study_file) if study_file else None)
     study = prepare_study(spec)
     cfg = study.launcher
+    if scheduler not in SCHEDULERS:
+        raise TunelabError(f"unknown scheduler {scheduler!r}; choose one of: "
+                           f"{', '.join(SCHEDULERS)}")
+    try:
+        profile = site_for(scheduler, site) if site else cfg.site_profile(scheduler)
+    except ValueError as exc:
+        raise TunelabError(f"--site: {exc}") from None
     point = Point.from_key(winner.point)
     needs = study.workload.needs(study.space.values(point))
     if "nodes" not in point and "ppn" not in point and cfg.cores_per_node:
         nodes = min(needs.ranks, math.ceil(needs.ranks * needs.threads / cfg.cores_per_node))
         needs = Needs(needs.ranks, max(1, nodes), needs.threads, needs.memory)
-    placement = Placement("script", cfg.starter_for(scheduler), needs.nodes, cfg.cores_per_node)
+    placement = Placement("script", cfg.starter or profile.starter, needs.nodes,
+                          cfg.cores_per_node, mpi=profile.mpi)
     with tempfile.TemporaryDirectory(prefix="tunelab-script-") as tmp:
         ctx = study.context(point, Path(tmp), study_dir, placement=placement,
                             cores=cfg.cores_per_node)
         cmd = study.workload.command(ctx)
-    env = {**cfg.job_env(), **ctx.env, **cmd.env}
-    return render(JobScript(
+        files = {str(f.relative_to(tmp)): f.read_bytes()
+                 for f in sorted(Path(tmp).rglob("*")) if f.is_file()}
+    env = {**profile.env, **{k: str(v) for k, v in cfg.env.items()}, **ctx.env, **cmd.env}
+    return JobScriptFiles(render(JobScript(
         scheduler=scheduler, name=job_name or f"tunelab-{study.workload.name}",
         walltime_s=walltime_s or cfg.walltime_s or suggest_walltime(winner.median),
         body=(shlex.join(portable_argv(cmd.argv)),), nodes=needs.nodes,
@@ -66,4 +101,8 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
         memory=mem or cfg.memory or needs.memory, account=project or cfg.account,
         partition=queue or cfg.partition, modules=tuple(modules or cfg.modules),
         directives=tuple(directives or cfg.directives), env=env,
-        pbs_resources=cfg.pbs_resources))
+        pbs_resources=cfg.pbs_resources or ("select" if profile.resources == "slurm"
+                                            else profile.resources),
+        workdir_mode=profile.workdir, account_flag=profile.account_flag,
+        exclusive=cfg.isolation == "exclusive",
+        cores_per_node=cfg.cores_per_node)), files)

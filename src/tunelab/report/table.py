@@ -8,7 +8,14 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from tunelab.report.formats import fmt_number, fmt_ratio, p_text, point_label
+from tunelab.report.formats import (
+    fmt_mean_sd,
+    fmt_number,
+    fmt_ratio,
+    fmt_spread,
+    p_text,
+    point_label,
+)
 from tunelab.stats import (
     BestResult,
     PointComparison,
@@ -58,9 +65,7 @@ def _failed_text(summary: PointSummary) -> str:
 def _mean_std(summary: PointSummary) -> str:
     if summary.n == 0:
         return "–"
-    if math.isnan(summary.std):
-        return fmt_number(summary.mean)
-    return f"{fmt_number(summary.mean)} ± {fmt_number(summary.std, 2)}"
+    return fmt_mean_sd(summary.mean, summary.std)
 
 
 def table_rows(
@@ -142,7 +147,7 @@ def best_lines(result: BestResult) -> list[str]:
     b, fom = result.best, result.fom
     lines = [
         f"Best point: {point_label(b.params)} — mean {fom} {fmt_number(b.mean)}"
-        + (f" ± {fmt_number(b.std, 2)}" if not math.isnan(b.std) else "")
+        + (f" ± {fmt_spread(b.std, b.mean)}" if not math.isnan(b.std) else "")
         + f" (n={b.n}, {result.direction})."
     ]
     if result.runner_up is None or result.comparison is None:

@@ -15,7 +15,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tunelab.report.formats import VERDICT_STYLES, fmt_number, fmt_ratio, p_text, point_label
+from tunelab.report.formats import (
+    VERDICT_STYLES,
+    fmt_mean_sd,
+    fmt_number,
+    fmt_ratio,
+    p_text,
+    point_label,
+)
 from tunelab.report.output import SCHEMA_VERSION, Cell, Column, Lines, TextTable, View
 from tunelab.report.table import best_lines, detectable_text, exclusion_lines
 from tunelab.stats import Comparison, PointComparison, PointSummary, verdict_label
@@ -125,9 +132,7 @@ def _exclusions_doc(results: StudyResults) -> list[dict[str, Any]]:
 def _mean_sd(s: PointSummary) -> str:
     if s.n == 0:
         return "–"
-    if math.isnan(s.std):
-        return fmt_number(s.mean)
-    return f"{fmt_number(s.mean)} ± {fmt_number(s.std, 2)}"
+    return fmt_mean_sd(s.mean, s.std)
 
 
 def _failed_text(failed: Mapping[str, int]) -> str:

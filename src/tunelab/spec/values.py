@@ -90,7 +90,9 @@ def parse_repeats(value: Any, lines: StudyLines) -> tuple[int, tuple[int, int] |
 
 
 def parse_duration(value: float | str) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``; ValueError otherwise."""
+    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``, at most ``LIMITS.duration_s``
+    however it is written (``1.0e+300``, ``"99999999999999999999h"``, ``.inf``); ValueError
+    otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got {value!r}")
     if isinstance(value, int | float):
@@ -105,8 +107,9 @@ def parse_duration(value: float | str) -> float:
             raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got {value!r}")
         h, m, s = (float(g) if g else 0.0 for g in match.groups())
         seconds = h * 3600 + m * 60 + s
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"must be a positive duration, got {value!r}")
+    if not 0 < seconds <= LIMITS.duration_s:  # NaN and the infinities fail it too
+        raise ValueError(f"must be a positive duration of at most {LIMITS.duration_s:,} s "
+                         f"({LIMITS.duration_s // 86400} days), got {value!r}")
     return seconds
 
 

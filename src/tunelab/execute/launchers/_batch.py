@@ -39,10 +39,15 @@ def scheduler_call(argv: Sequence[str], *, timeout_s: float = _CALL_TIMEOUT_S
         raise LaunchError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
 
 
-def first_line(text: str) -> str:
-    """The last non-empty line of a scheduler's message (the error, without banners)."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "no message"
+def first_line(text: str, limit: int = 400) -> str:
+    """A scheduler's message on one line: its lines that say something (not a lone quote or
+    a banner of dashes), joined, at most ``limit`` characters."""
+    lines = [ln.strip() for ln in text.strip().splitlines()]
+    words = [ln for ln in lines if any(c.isalnum() for c in ln)]
+    joined = " ".join(" ".join(words).split())
+    if not joined:
+        return "no message"
+    return joined if len(joined) <= limit else joined[: limit - 1] + "…"
 
 
 class BatchLauncher(Launcher):
@@ -61,6 +66,7 @@ class BatchLauncher(Launcher):
         """What ``job`` asks the scheduler for, and the job step it runs."""
         cfg = self.config
         needs = job.needs()
+        site = cfg.site_profile(self.scheduler)
         python = cfg.python or sys.executable
         step = f"exec {python} -m tunelab.execute.launchers.step {job.spec_path}"
         return JobScript(
@@ -69,9 +75,11 @@ class BatchLauncher(Launcher):
             tasks_per_node=cfg.tasks_per_node or needs.ranks_per_node,
             cpus_per_task=cfg.cpus_per_task or needs.threads, memory=cfg.memory or needs.memory,
             account=cfg.account, partition=cfg.partition, modules=tuple(cfg.modules),
-            directives=tuple(cfg.directives), env=cfg.job_env(),
+            directives=tuple(cfg.directives), env=cfg.job_env(self.scheduler),
             workdir=str(job.jobs_dir), output=str(job.output_path), no_requeue=True,
-            pbs_resources=cfg.pbs_resources)
+            pbs_resources=cfg.resources_for(self.scheduler), workdir_mode=site.workdir,
+            account_flag=site.account_flag,
+            exclusive=cfg.isolation == "exclusive", cores_per_node=cfg.cores_per_node)
 
     def write(self, job: Job) -> Path:
         """Write the job's description and script; return the script's path."""

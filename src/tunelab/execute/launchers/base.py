@@ -50,7 +50,7 @@ EXIT_FILE = "exit.json"
 STARTED_FILE = "started.json"
 JOB_PREFIX = "tunelab-"
 
-Status = Literal["ok", "failed", "timeout", "stopped"]
+Status = Literal["ok", "failed", "timeout", "stopped", "lost"]
 Phase = Literal["queued", "running", "ended", "unknown"]
 
 #: Scheduler states that end a job, and what a run cut off by them is recorded as.
@@ -186,8 +186,9 @@ class Launcher(ABC):
         does not submit to a scheduler)."""
         if not self.batch:
             return Placement()
+        site = self.config.site_profile(self.name)
         return Placement("job", self.config.starter_for(self.name), needs.nodes,
-                         self.cores_per_node, run_dir / "hostfile")
+                         self.cores_per_node, run_dir / "hostfile", site.mpi)
 
     def check(self, shapes: Sequence[Job]) -> None:  # noqa: B027 - optional hook
         """Raise :class:`LaunchError` before anything runs when jobs like ``shapes`` would
@@ -229,12 +230,13 @@ def read_exit_status(run_dir: Path) -> Outcome | None:
     try:
         data = json.loads(path.read_text())
         status = data["status"]
-        if status not in ("ok", "failed", "timeout"):
+        if status not in ("ok", "failed", "timeout", "lost"):
             raise ValueError(f"unknown status {status!r}")
         rc = data.get("rc")
+        noise = data.get("noise")
         return Outcome(status, int(rc) if rc is not None else None, float(data["wall_s"]),
                        data.get("host"), data.get("started_at"), data.get("ended_at"),
-                       data.get("reason"))
+                       data.get("reason"), noise if isinstance(noise, dict) else None)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:

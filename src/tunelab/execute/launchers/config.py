@@ -18,9 +18,13 @@
       env: {OMP_PROC_BIND: close}   # exported in every job
       max_queued: 20         # per-run: jobs in the queue at once
       allocations: 1         # pack: how many allocations share the runs
+      retries: 2             # a run the infrastructure lost is submitted again this many times
       poll_interval: 2s
-      starter: srun          # MPI ranks in an allocation: srun (Slurm) | mpirun (PBS)
-      pbs_resources: ncpus   # ncpus (Gadi, the default) | select (PBS Pro) | nodes (Torque)
+      site: pbspro           # the scheduler's dialect (launchers/sites.py): slurm, slurm-pmi2,
+                             # slurm-none, pbspro, openpbs, gadi, torque, virtual
+      isolation: exclusive   # exclusive (default): jobs get whole nodes | shared
+      starter: srun          # MPI ranks in an allocation: srun | mpirun (default: the site's)
+      pbs_resources: select  # override the site's PBS resource syntax: ncpus | select | nodes
       python: /path/python   # the interpreter of the job step on the nodes (default: this one)
 """
 
@@ -29,9 +33,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tunelab.errors import StudyError
+from tunelab.execute.launchers.sites import Site, site_for
 from tunelab.spec import StudySpec, parse_duration
 
 __all__ = ["LAUNCHER_TYPES", "LauncherConfig", "launcher_config"]
@@ -61,10 +66,23 @@ class LauncherConfig(BaseModel):
     env: dict[str, str | int | float] = Field(default_factory=dict, max_length=1000)
     max_queued: int = Field(default=50, ge=1, le=100_000)
     allocations: int = Field(default=1, ge=1, le=1000)
+    retries: int = Field(default=2, ge=0, le=100)
     poll_interval: float | str = 2.0
+    site: str | None = None
+    isolation: Literal["exclusive", "shared"] = "exclusive"
     starter: Literal["srun", "mpirun"] | None = None
-    pbs_resources: Literal["ncpus", "select", "nodes"] = "ncpus"
+    pbs_resources: Literal["ncpus", "select", "nodes"] | None = None
     python: str | None = None
+
+    @field_validator("site")
+    @classmethod
+    def _known_site(cls, value: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("type", "local")
+        if value is not None:
+            if kind == "local":
+                raise ValueError("a site applies to type slurm or pbs, not local")
+            site_for(kind, value)
+        return value
 
     @field_validator("walltime", "poll_interval")
     @classmethod
@@ -120,15 +138,30 @@ class LauncherConfig(BaseModel):
         """The configured walltime in seconds, or None (derived from the timeout)."""
         return parse_duration(self.walltime) if self.walltime is not None else None
 
+    def site_profile(self, scheduler: str | None = None) -> Site:
+        """The site of ``scheduler`` (default: this launcher's): the study's ``site`` when it
+        speaks that scheduler, else the scheduler's default site."""
+        scheduler = scheduler or self.type
+        named = self.site if self.site is not None and self.type == scheduler else None
+        return site_for(scheduler, named)
+
     def starter_for(self, scheduler: str) -> Literal["srun", "mpirun"]:
         """How MPI ranks start inside an allocation of ``scheduler``."""
         if self.starter is not None:
             return self.starter
-        return "srun" if scheduler == "slurm" else "mpirun"
+        return self.site_profile(scheduler).starter
 
-    def job_env(self) -> dict[str, str]:
-        """The ``env`` entries as strings."""
-        return {k: str(v) for k, v in self.env.items()}
+    def resources_for(self, scheduler: str) -> Literal["ncpus", "select", "nodes"]:
+        """The PBS resource syntax: ``pbs_resources`` when given, else the site's."""
+        if self.pbs_resources is not None:
+            return self.pbs_resources
+        style = self.site_profile(scheduler).resources
+        return "select" if style == "slurm" else style
+
+    def job_env(self, scheduler: str | None = None) -> dict[str, str]:
+        """The site's environment and the ``env`` entries, as strings."""
+        site = self.site_profile(scheduler) if (scheduler or self.batch) else None
+        return {**(dict(site.env) if site else {}), **{k: str(v) for k, v in self.env.items()}}
 
 
 def launcher_config(spec: StudySpec) -> LauncherConfig:

@@ -2,10 +2,17 @@
 script``.
 
 A :class:`JobScript` holds what a job asks for (nodes, tasks per node, cpus per task,
-memory, walltime, account, partition, modules, extra directives, environment) and the shell
-lines it runs; :func:`render` turns it into a Slurm (``#SBATCH``) or PBS (``#PBS``) script.
-For PBS, ``pbs_resources`` picks the resource syntax: ``ncpus`` (Gadi: total cores, as in
-the seed's ``#PBS -l ncpus=40``), ``select`` (PBS Pro chunks) or ``nodes`` (Torque).
+memory, walltime, account, partition, modules, extra directives, environment, whole nodes or
+not) and the shell lines it runs; :func:`render` turns it into a Slurm (``#SBATCH``) or PBS
+(``#PBS``) script. The dialect comes from the site (:mod:`tunelab.execute.launchers.sites`)
+as plain fields: for PBS, ``pbs_resources`` picks the resource syntax — ``ncpus`` (Gadi:
+total cores, as in the seed's ``#PBS -l ncpus=40``), ``select`` (PBS Pro chunks, with
+``place=scatter`` over several nodes and ``excl`` for whole nodes) or ``nodes`` (Torque) —
+and ``workdir_mode`` how the job gets into its directory (``cd``, Gadi's ``-l wd``, or ``cd
+"$PBS_O_WORKDIR"``).
+
+The body runs under ``set -euo pipefail``; a ``module load`` that fails (or a shell without
+``module``) stops the job with one line naming the module and the host.
 """
 
 from __future__ import annotations
@@ -48,6 +55,27 @@ class JobScript:
     output: str | None = None
     no_requeue: bool = False
     pbs_resources: Literal["ncpus", "select", "nodes"] = "ncpus"
+    workdir_mode: Literal["cd", "wd", "pbs_o_workdir"] = "wd"
+    account_flag: str = "-P"
+    exclusive: bool = False
+    """Ask for whole nodes (nobody else's jobs on them)."""
+    cores_per_node: int | None = None
+    """The nodes' cores: an exclusive ``ncpus`` request asks for whole nodes' worth."""
+
+    @property
+    def place(self) -> str:
+        """PBS Pro's ``place`` value: ``scatter`` over several nodes, ``excl`` for whole
+        nodes (empty: no ``place`` line)."""
+        return ":".join([*(["scatter"] if self.nodes > 1 else []),
+                         *(["excl"] if self.exclusive else [])])
+
+    @property
+    def ncpus(self) -> int:
+        """Gadi's ``ncpus``: the cores asked for, whole nodes' worth when exclusive."""
+        cores = self.nodes * self.tasks_per_node * self.cpus_per_task
+        if self.exclusive and self.cores_per_node:
+            cores = max(cores, self.nodes * self.cores_per_node)
+        return cores
 
 
 def format_walltime(seconds: float) -> str:
@@ -81,6 +109,7 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["quote"] = lambda v: shlex.quote(str(v))
+    env.filters["in_dquotes"] = lambda v: re.sub(r'([\\"$`])', r"\\\1", str(v))
     env.filters["slurm_memory"] = _slurm_memory
     return env
 

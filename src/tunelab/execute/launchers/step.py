@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
+import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from tunelab.errors import LaunchError
+from tunelab.execute.launchers.aborts import scheduler_abort
 from tunelab.execute.launchers.base import (
     EXIT_FILE,
     STARTED_FILE,
@@ -29,6 +33,7 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     write_json_atomic,
 )
+from tunelab.execute.launchers.neighbours import other_jobs, placement_evidence
 from tunelab.execute.launchers.process import run_command
 
 if TYPE_CHECKING:
@@ -69,9 +74,10 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         if run.needs.nodes > 1:
             env["TUNELAB_HEAD_ADDR"] = node_address(mine[0])
         write_json_atomic(run.run_dir / STARTED_FILE,
-                          {"job_id": job_id, "host": host, "started_at": _now(),
+                          {"job_id": job_id, "host": host, "hosts": mine, "started_at": _now(),
                            "pid": os.getpid()})
     watched = watch.start(run) if watch is not None else None
+    neighbours = other_jobs(mine, job_id) if hosts is not None else set()
     started = _now()
     try:
         outcome = run_command(
@@ -82,16 +88,33 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         outcome = Outcome("failed", None, 0.0, reason=str(exc))
     if watched is not None:
         outcome = watched.finish(outcome)
+    if hosts is not None and outcome.status == "failed" and outcome.rc is not None:
+        abort = scheduler_abort(_read_tail(run.run_dir / "stderr.txt"))
+        if abort is not None:  # the launcher's exit code, not the program's
+            outcome = Outcome("lost", outcome.rc, outcome.wall_s,
+                              reason=f"the scheduler ended the run: {abort}")
     reason = outcome.reason
+    noise = outcome.noise
+    if hosts is not None:
+        noise = {**(noise or {}), **placement_evidence(mine, job_id, neighbours)}
     result = Outcome(outcome.status, outcome.rc, outcome.wall_s, host, started, _now(), reason,
-                     outcome.noise)
+                     noise)
     if not status_file:
         return result
     write_json_atomic(run.run_dir / EXIT_FILE, {
         "status": result.status, "rc": result.rc, "wall_s": result.wall_s, "host": host,
         "started_at": started, "ended_at": result.ended_at, "reason": reason,
-        "job_id": job_id})
+        "job_id": job_id, "noise": noise})
     return result
+
+
+def _read_tail(path: Path, size: int = 16_384) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -115,11 +138,36 @@ def main(argv: list[str] | None = None) -> int:
             run = RunRequest.from_json(data)
             if (run.run_dir / STARTED_FILE).exists() or (run.run_dir / EXIT_FILE).exists():
                 continue  # begun by an earlier allocation: the controller decides about it
-            execute_run(run, job_id=job_id, hosts=hosts)
+            if execute_run(run, job_id=job_id, hosts=hosts).status == "lost":
+                return _hold_broken_allocation(job_id)
     except _Terminated:
         print(f"tunelab step: job {job_id} terminated by the scheduler", file=sys.stderr)
         return 143
     return 0
+
+
+def _hold_broken_allocation(job_id: str) -> int:
+    """The scheduler aborted a run (a node stopped answering): start no further run, which
+    would only fail the same way, and hold the allocation until the scheduler ends the job
+    (it notices a dead node within its node timeout), so that the runs are packed again on
+    nodes that work; give up after that timeout and a minute."""
+    wait_s = _node_timeout_s() + 60.0
+    print(f"tunelab step: the scheduler aborted a run; job {job_id} starts no further run "
+          f"and waits up to {wait_s:g} s for the scheduler to end it", file=sys.stderr)
+    time.sleep(wait_s)
+    return 75  # EX_TEMPFAIL: the runs left are packed again
+
+
+def _node_timeout_s() -> float:
+    """Slurm's ``SlurmdTimeout`` (how long before a silent node is declared down), else
+    Slurm's default of 300 s."""
+    try:
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                             timeout=30, stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 300.0
+    match = re.search(r"^SlurmdTimeout\s*=\s*(\d+)", out, re.M)
+    return float(match.group(1)) if match else 300.0
 
 
 if __name__ == "__main__":

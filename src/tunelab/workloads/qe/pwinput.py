@@ -299,13 +299,14 @@ def rewrite_control(text: str, pseudo_dir: str, outdir: str) -> str:
 
 
 def stage_input(inp: PwInput, run_dir: Path, pseudos: Mapping[str, Path],
-                name: str = STAGED_INPUT) -> Path:
+                name: str = STAGED_INPUT, *, relative: bool = False) -> Path:
     """Write a private copy of the input into ``run_dir`` and copy its pseudopotentials
     (``pseudos``: file name -> where it was found) into ``run_dir/pseudo``.
 
     The copy's ``pseudo_dir`` is ``run_dir/pseudo`` and its ``outdir`` ``run_dir/out``
-    (absolute paths; ``out`` may already hold the data of an earlier run). Returns the path
-    of the staged input.
+    (absolute paths; ``out`` may already hold the data of an earlier run), or ``./pseudo/``
+    and ``./out/`` with ``relative`` (files that travel with a job script to another
+    machine). Returns the path of the staged input.
     """
     run_dir = Path(run_dir)
     pseudo = run_dir / STAGED_PSEUDO
@@ -321,8 +322,9 @@ def stage_input(inp: PwInput, run_dir: Path, pseudos: Mapping[str, Path],
         if not dst.exists():
             shutil.copyfile(src, dst)
     staged = run_dir / name
-    staged.write_text(
-        rewrite_control(inp.text, str(pseudo.resolve()) + "/",
-                        str((run_dir / STAGED_OUTDIR).resolve()) + "/")
-    )
+    if relative:
+        where = (f"./{STAGED_PSEUDO}/", f"./{STAGED_OUTDIR}/")
+    else:
+        where = (str(pseudo.resolve()) + "/", str((run_dir / STAGED_OUTDIR).resolve()) + "/")
+    staged.write_text(rewrite_control(inp.text, *where))
     return staged

@@ -1,0 +1,133 @@
+"""Faults on the virtual Slurm cluster, as a user meets them: a node's ``slurmd`` killed in
+the middle of a pack, jobs cancelled from outside (``scancel``) in pack and per-run mode, and
+a run whose retries ran out, resumed once. Every study runs from a relative directory (the
+default ``runs/<name>``) and ends with every run ``ok`` exactly once and no process of its
+jobs left behind (no rank, no ``slurmstepd``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PY
+from tests.execute.test_slurm_launcher import jobs, rows, runs, squeue_state, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _study(tmp_path: Path, name: str, launcher: str, *, xs: int = 6, sleep: float = 1.0,
+           nodes: int = 2) -> tuple[Path, str]:
+    """A study whose runs start a task on each of ``nodes`` nodes (srun inside the job), each
+    task carrying a marker that finds its processes."""
+    marker = f"tunelab-fault-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "study.yaml").write_text(f"""
+name: {name}
+workload:
+  name: command
+  options:
+    argv: [srun, --nodes={nodes}, --ntasks={nodes}, sh, -c,
+           "sleep {sleep}; echo value={{x}} #{marker}"]
+    foms: {{value: 'value=(?P<value>[0-9.]+)'}}
+parameters: {{x: {list(range(1, xs + 1))}, nodes: [{nodes}], ppn: [1]}}
+repeats: 1
+timeout: 120
+launcher: {launcher}
+""")
+    return Path("study.yaml"), marker
+
+
+def _start(tmp_path: Path, study: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([PY, "-m", "tunelab", "run", str(study), "-q"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _left_behind(marker: str, job_ids: list[str]) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines()
+            if marker in line and "ps -eo" not in line
+            or any(f"slurmstepd: [{j}." in line for j in job_ids)]
+
+
+def _assert_every_run_ok_once_and_nothing_left(d: Path, marker: str, n: int) -> None:
+    done = runs(d)
+    keys = [(r["params"], r["repeat"]) for r in done]
+    assert len(done) == n and len(set(keys)) == n, keys  # every run exactly once
+    assert all(r["status"] == "ok" for r in done), [(r["status"], r["reason"]) for r in done]
+    ids = [j["job_id"] for j in jobs(d) if j["job_id"]]
+    deadline = time.monotonic() + 90  # a restarted slurmd ends its orphaned steps
+    while _left_behind(marker, ids) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _left_behind(marker, ids) == []
+
+
+def test_a_node_lost_mid_pack_loses_no_run(slurm_env, tmp_path):
+    study, marker = _study(tmp_path, "nodefail", "{type: slurm, mode: pack, site: virtual, "
+                                                 "poll_interval: 0.5s}", sleep=2)
+    d = tmp_path / "runs" / "nodefail"
+    proc = _start(tmp_path, study)
+    try:
+        wait_for(lambda: len(runs(d)) >= 2, what="two recorded runs")
+        first = jobs(d)[0]["job_id"]
+        slurm_env.slurm.kill_slurmd(2)  # node2 is lost while the pack runs on both nodes
+        wait_for(lambda: squeue_state(first) == "NODE_FAIL", what="NODE_FAIL")
+    finally:
+        slurm_env.slurm.restart_slurmd(2)  # the node is repaired; the next pack uses it
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    lost = rows(d, "SELECT state, node, reason FROM attempts")
+    assert lost and all(a["state"] in ("NODE_FAIL", "ABORTED") for a in lost)
+    assert len(jobs(d)) >= 2  # what the lost pack did not finish was packed again
+    _assert_every_run_ok_once_and_nothing_left(d, marker, 6)
+
+
+def test_a_pack_cancelled_from_outside_loses_no_run(slurm_env, tmp_path):
+    study, marker = _study(tmp_path, "packcancel", "{type: slurm, mode: pack, site: virtual, "
+                                                   "poll_interval: 0.5s}")
+    d = tmp_path / "runs" / "packcancel"
+    proc = _start(tmp_path, study)
+    wait_for(lambda: len(runs(d)) >= 2, what="two recorded runs")
+    subprocess.run(["scancel", jobs(d)[0]["job_id"]], check=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert {a["state"] for a in rows(d, "SELECT state FROM attempts")} <= {"CANCELLED",
+                                                                           "ABORTED"}
+    _assert_every_run_ok_once_and_nothing_left(d, marker, 6)
+
+
+def test_per_run_jobs_cancelled_from_outside_lose_no_run(slurm_env, tmp_path):
+    study, marker = _study(tmp_path, "runcancel", "{type: slurm, site: virtual, max_queued: 4, "
+                                                  "poll_interval: 0.5s}", nodes=1)
+    d = tmp_path / "runs" / "runcancel"
+    proc = _start(tmp_path, study)
+    wait_for(lambda: sum(bool(j["job_id"]) for j in jobs(d)) >= 3, what="queued jobs")
+    subprocess.run(["scancel", *[j["job_id"] for j in jobs(d) if j["job_id"]]], check=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert rows(d, "SELECT state FROM attempts")  # the cancelled ones were lost, then rerun
+    _assert_every_run_ok_once_and_nothing_left(d, marker, 6)
+
+
+def test_a_run_whose_retries_ran_out_is_lost_and_one_resume_runs_it(slurm_env, tmp_path):
+    study, marker = _study(tmp_path, "exhausted", "{type: slurm, site: virtual, retries: 0, "
+                                                  "poll_interval: 0.5s}", xs=3, sleep=3, nodes=1)
+    d = tmp_path / "runs" / "exhausted"
+    proc = _start(tmp_path, study)
+    wait_for(lambda: any(j["job_id"] and squeue_state(j["job_id"]) == "RUNNING"
+                         for j in jobs(d)), what="a running job")
+    running = next(j for j in jobs(d) if squeue_state(j["job_id"]) == "RUNNING")
+    subprocess.run(["scancel", running["job_id"]], check=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1  # a lost run is reported like a failure
+    assert "did not succeed" in err
+    (lost,) = [r for r in runs(d) if r["status"] == "lost"]
+    assert "CANCELLED" in lost["reason"] and "a resume runs it again" in lost["reason"]
+    again = subprocess.run([PY, "-m", "tunelab", "run", str(study), "-q"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(next(r for r in runs(d) if r["params"] == lost["params"])["params"])
+    _assert_every_run_ok_once_and_nothing_left(d, marker, 3)
