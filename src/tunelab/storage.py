@@ -35,9 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tunelab.scaling.tables import axis_values as _axis
-from tunelab.scaling.tables import mean_interval as _mean_interval
-from tunelab.scaling.tables import series_key as _series_key
+from tunelab.scaling.tables import axis_values, mean_interval, series_key
 from tunelab.stats import StatsError, fom_column
 
 if TYPE_CHECKING:
@@ -135,9 +133,9 @@ def _frame(runs: pd.DataFrame, workers: str, nodes: str) -> pd.DataFrame:
     ok = runs[(runs["status"] == "ok") & runs[fom_column("au")].notna()].copy()
     if not len(ok):
         raise StatsError("no successful run with an accelerator utilisation to analyse")
-    ok["_workers"] = _axis(ok, workers).astype(int)
-    ok["_nodes"] = _axis(ok, nodes, default=1).astype(int)
-    ok["_series"] = [_series_key(p, (workers, nodes)) for p in ok["point"].astype(str)]
+    ok["_workers"] = axis_values(ok, workers).astype(int)
+    ok["_nodes"] = axis_values(ok, nodes, default=1).astype(int)
+    ok["_series"] = [series_key(p, (workers, nodes)) for p in ok["point"].astype(str)]
     for name in _NEEDED:
         ok[f"_{name}"] = ok[fom_column(name)].astype(float)
     per_step = ok["_read_bytes"] / (ok["_workers"] * ok["_steps"]).clip(lower=1)
@@ -156,7 +154,7 @@ def _interval(values: np.ndarray) -> tuple[float, float, float]:
     values = values[np.isfinite(values)]
     if not values.size:
         return math.nan, math.nan, math.nan
-    low, high = _mean_interval(values, 0.95)
+    low, high = mean_interval(values, 0.95)
     return float(values.mean()), low, high
 
 

@@ -1,6 +1,7 @@
 """The fitted step-time model of data-parallel training (see :mod:`tunelab.scaling` for the
-formula), fitted to the per-point means of a study (:func:`observations`) by non-negative
-least squares on relative errors, and its held-out check (:func:`model_check`).
+formula), fitted to the per-point means of a study (:func:`observations`): compute and its
+contention from the measured compute times, then the all-reduce terms by non-negative least
+squares on relative errors. Its checks and forecasts are in :mod:`tunelab.scaling.validity`.
 """
 
 from __future__ import annotations
