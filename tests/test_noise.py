@@ -301,3 +301,5 @@ def test_runs_on_cores_another_load_takes_are_flagged_and_said(tmp_path: Path) -
     assert results.trust[0].startswith("The machine was busy from the start: 4 of 4 runs")
     left = load_results(tmp_path / "s", exclude_disturbed=True)
     assert all(s.n == 0 and s.left_out == 2 for s in left.summaries)
+    assert "No run left to judge: the 4 ok runs were disturbed" in left.notes[-1]
+    assert any("(2 disturbed, left out)" in n for n in left.notes)  # the baseline's

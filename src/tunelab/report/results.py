@@ -208,7 +208,10 @@ def results_from_frame(
     trust = _trust_notes(comparisons, summaries, noise, watched, plan)
     notes.extend(trust)
     if summaries and all(s.n == 0 for s in summaries):
-        notes.append(f"No run produced {objective.fom.removeprefix('fom.')}: "
+        left = sum(s.left_out for s in summaries)
+        notes.append(f"No run left to judge: the {left} ok runs were disturbed and are left "
+                     "out (--exclude-disturbed)." if left else
+                     f"No run produced {objective.fom.removeprefix('fom.')}: "
                      f"{len(runs)} runs, none ok (see the failures).")
     return StudyResults(
         name=name,

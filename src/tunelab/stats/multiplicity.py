@@ -73,9 +73,11 @@ def compare_to_baseline(
     baseline_key = _canonical_key(baseline_key, by_key)
     base = by_key[baseline_key]
     if base.n == 0:
+        counts = {**base.failed, **({"disturbed, left out": base.left_out}
+                                    if base.left_out else {})}
         raise StatsError(
             f"baseline point {baseline_key} has no successful run with a value of "
-            f"{column.removeprefix('fom.')} ({failures_text(base.failed)})"
+            f"{column.removeprefix('fom.')} ({failures_text(counts)})"
         )
     for s in summaries:
         if s.n and s.mean <= 0:
