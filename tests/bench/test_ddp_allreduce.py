@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -122,29 +123,21 @@ def _has_torchvision() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_torchvision(), reason="torchvision is not installed")
-def test_a_run_whose_compute_share_is_known_gives_that_au() -> None:
-    """Two emulated workers, 60 ms steps from memory, ResNet-50's gradients on a fabric
-    slowed down to 1 GB/s so the all-reduce sticks out of the backward pass by a known
-    amount: AU is the compute's share of the step, the all-reduce beside it."""
+def test_a_run_whose_compute_share_is_known_gives_that_au(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two emulated workers, 60 ms steps from memory, ResNet-50's gradients on a fabric of
+    1 GB/s (a user's fabric table) so the all-reduce sticks out of the backward pass by a
+    known amount: AU is the compute's share of the step, the all-reduce beside it."""
     from tests.bench.test_ddp_run import bench, fom
 
-    # make the fabric slow: a user table with an 'h100' fabric of 1 GB/s replaces the shipped
-    import os
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as d:
-        table = Path(d) / "acc.yaml"
-        table.write_text("fabrics:\n  - {accelerator: slow, kind: derived, source: test,\n"
-                         "     node: {name: slow, GBps: 1.0, latency_us: 0},\n"
-                         "     network: {name: slow, GBps: 1.0, latency_us: 0}}\n")
-        os.environ["TUNELAB_ACCELERATORS"] = str(table)
-        try:
-            r = fom(bench("--model", "resnet50", "--compute", "emulate:0.06", "--fabric", "slow",
-                          "--workers", "2", "-b", "4", "--steps", "12", "--warmup", "2",
-                          "--data", "memory", "--decode", "off", "--loader-workers", "0"))
-        finally:
-            del os.environ["TUNELAB_ACCELERATORS"]
+    table = tmp_path / "acc.yaml"
+    table.write_text("fabrics:\n  - {accelerator: slow, kind: derived, source: test,\n"
+                     "     node: {name: slow, GBps: 1.0, latency_us: 0},\n"
+                     "     network: {name: slow, GBps: 1.0, latency_us: 0}}\n")
+    monkeypatch.setenv("TUNELAB_ACCELERATORS", str(table))
+    r = fom(bench("--model", "resnet50", "--compute", "emulate:0.06", "--fabric", "slow",
+                  "--workers", "2", "-b", "4", "--steps", "12", "--warmup", "2",
+                  "--data", "memory", "--decode", "off", "--loader-workers", "0"))
     sizes = [4 * n for n in _resnet50_buckets()]
     plan = plan_allreduce(sizes, 2, Link("slow", 1e9, 0.0), 0.06)
     assert r["allreduce"] == "emulate" and r["allreduce_fabric"] == "slow"
@@ -175,3 +168,4 @@ def test_one_worker_does_no_allreduce_in_a_real_run() -> None:
         r = fom(bench("--model", "resnet50", "--compute", "emulate:0.02", "--allreduce", mode,
                       "-b", "2", "--steps", "3", "--warmup", "1"))
         assert (r["allreduce_s"], r["exposed_s"], r["grad_bytes"]) == (0.0, 0.0, 0), mode
+        assert r["allreduce"] == "none" and r["allreduce_fabric"] is None

@@ -25,7 +25,11 @@ PARAMS_LEOPARD = 474_017
 
 
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The benchmark's CLI; on the CPU unless ``args`` name a device (these tests mean the
+    CPU: on a CUDA machine ``--device auto`` would pick the GPU)."""
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "WORLD_SIZE")}
+    if "--device" not in args and not any(a in ("make-data", "calibrate") for a in args):
+        args = (*args, "--device", "cpu")
     return subprocess.run([sys.executable, "-m", "tunelab.bench.ddp", *args],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -50,7 +54,7 @@ def test_study_of_1_and_2_workers_and_its_scaling_figures(tmp_path: Path) -> Non
         name: ddp-small
         workload:
           name: ddp
-          options: {model: resnet18, image_size: 32, steps: 3, warmup: 1}
+          options: {model: resnet18, image_size: 32, steps: 3, warmup: 1, device: cpu}
         parameters:
           workers: [1, 2]
         derived:

@@ -182,7 +182,7 @@ name: storage-small
 workload:
   name: ddp
   options: {{model: resnet18, image_size: 32, compute: "emulate:0.05", steps: 4, warmup: 1,
-            loader_workers: 1, timeout: 120{extra}}}
+            loader_workers: 1, timeout: 120, device: cpu{extra}}}
 parameters:
   source: {sources}
   workers: {workers}

@@ -48,6 +48,8 @@ FOMS = (
     "read_MBps_per_worker", "proc_rchar_Bps", "proc_device_Bps", "io_check", "device_share",
     "corrupt_samples", "epochs", "loader_workers", "prefetch", "dataset_samples",
     "mean_sample_bytes", "read_limit_Bps", "compute_step_s",
+    # GPU energy over the timed steps (NVML; absent without it)
+    "energy_J", "energy_J_per_sample", "power_W",
 )
 
 

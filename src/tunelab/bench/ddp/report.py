@@ -45,7 +45,7 @@ def _compute_text(cfg: DDPConfig, result: dict[str, Any]) -> str:
 
 def _allreduce_text(cfg: DDPConfig, result: dict[str, Any]) -> str:
     mode = result.get("allreduce", cfg.allreduce_mode)
-    if cfg.workers == 1:
+    if cfg.workers == 1 or mode == "none":
         return "one worker: no all-reduce"
     if mode == "off":
         return "--allreduce off: none"
@@ -88,6 +88,11 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
         ("All-reduce bw", f"{s['algbw'] / gib:.3f} GiB/s algorithm, "
                           f"{s['busbw'] / gib:.3f} GiB/s bus"),
     ]
+    e = result.get("energy")
+    if e:
+        rows.append(("GPU energy", f"{e['joules']:,.1f} J over the timed steps, "
+                                   f"{e['J_per_sample']:.4f} J per {unit[:-1]}, mean "
+                                   f"{e['watts']:,.1f} W (NVML, {e['method']})"))
     rows[0] = ("Model", f"{cfg.model} ({result['params']:,} trainable parameters)")
     rows[1:1] = _data_rows(cfg, result)
     rows += _input_rows(cfg, result)
@@ -203,8 +208,18 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "memory_format": (result.get("setup") or {}).get("memory_format"),
         "allreduce_algbw": s["algbw"],
         "allreduce_busbw": s["busbw"],
+        **_energy_record(result),
         **_storage_record(cfg, result),
     }
+
+
+def _energy_record(result: dict[str, Any]) -> dict[str, Any]:
+    """GPU energy over the timed steps where NVML reported it (absent otherwise)."""
+    e = result.get("energy")
+    if not e:
+        return {}
+    return {"energy_J": e["joules"], "energy_J_per_sample": e["J_per_sample"],
+            "power_W": e["watts"], "energy_method": e["method"]}
 
 
 def _finite(v: Any) -> Any:

@@ -154,8 +154,9 @@ def worker_main(cfg: DDPConfig, status_dir: str | None, result_file: str | None)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # no second raise from the loader's
         full = traceback.format_exc()
         msg = error_line(exc)
-        status.write("failed", error=msg, origin=isinstance(exc, LoaderFailure)
-                     or _is_device_error(full))
+        status.write("failed", error=msg if isinstance(exc, LoaderFailure)
+                     else f"in phase {phase.name}: {msg}",
+                     origin=isinstance(exc, LoaderFailure) or _is_device_error(full))
         print(f"ddp: worker {rank} failed in phase {phase.name}: {msg}", file=sys.stderr,
               flush=True)
         print(full, file=sys.stderr, flush=True)  # the launcher keeps it for the run's log
@@ -226,7 +227,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     status.write("joined")
     phase.name = "setup"
     compute = cfg.compute_mode
-    allreduce = cfg.allreduce_mode
+    allreduce = cfg.allreduce_mode if world > 1 else "none"  # one worker: no all-reduce
     model, spec = build_model(cfg.model, image_size=cfg.image_size, window=cfg.window,
                               patch=cfg.patch, device="meta" if compute.emulated else device)
     params = parameter_count(model)
@@ -253,14 +254,21 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
         step_fn = train
 
     phase.name = "train"
+    meter = None
+    if device.type == "cuda":
+        from tunelab.bench.ddp.energy import open_meter
+
+        meter = open_meter(device.index or 0)
     try:
-        marks, parts, start = _loop(cfg, rank, source, step_fn, status, compute.emulated)
+        marks, parts, start = _loop(cfg, rank, source, step_fn, status, compute.emulated,
+                                    meter.start if meter is not None else None)
     except (RuntimeError, OSError, EOFError) as exc:  # a loader's death surfaces anywhere
         raise source.translate(exc) from None
     if device.type == "cuda":
         torch.cuda.synchronize()
     t_end = time.perf_counter()
     elapsed = t_end - start
+    energy = meter.stop() if meter is not None else None
     status.write("shutdown")
     source.close()
     t_close = time.perf_counter()
@@ -283,7 +291,8 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(steps[cfg.warmup:]), run)
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, {"record": asdict(mine), "boot": _boot_id(),
-                                      "data": source.summary(), "prep_s": prep_s})
+                                      "data": source.summary(), "prep_s": prep_s,
+                                      "energy": asdict(energy) if energy else None})
     _leave_group()
     ranks = [_rank_record(g["record"]) for g in gathered]
     hosts = len({g["boot"] for g in gathered})
@@ -296,13 +305,14 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
             "per_rank_elapsed_s": [r.elapsed_s for r in ranks],
             "data": _merge_data([g["data"] for g in gathered]),
             "prep_s": max(g["prep_s"] for g in gathered), "allreduce": allreduce,
-            "setup": setup}
+            "setup": setup, "energy": _merge_energy([g["energy"] for g in gathered],
+                                                    summary.samples)}
 
 
 def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFile,
-          emulated: bool) -> tuple[list[float], list[Any], float]:
+          emulated: bool, on_timed: Any = None) -> tuple[list[float], list[Any], float]:
     """Every step: ask for a batch (timed: the data wait), run the step; the start of each
-    step, its parts, and when the timed steps began."""
+    step, its parts, and when the timed steps began (``on_timed`` is called then)."""
     import torch.distributed as dist
 
     from tunelab.bench.ddp.data import LoaderFailure
@@ -314,6 +324,8 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
     for i in range(total):
         if i == cfg.warmup:
             dist.barrier()
+            if on_timed is not None:
+                on_timed()
             start = time.perf_counter()
         t0 = time.perf_counter()
         marks.append(t0)
@@ -335,6 +347,19 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
         c, a, e, o, nbytes = step_fn(x, y)
         parts.append((t1 - t_req - drop, drop, c, a, e, o, nbytes, info))
     return marks, parts, start
+
+
+def _merge_energy(per_rank: list[dict[str, Any] | None], samples: int,
+                  ) -> dict[str, Any] | None:
+    """The GPUs' energy over the timed steps (every worker's summed), per sample and the mean
+    power; None unless every worker's GPU reported it."""
+    if not per_rank or any(e is None for e in per_rank):
+        return None
+    joules = sum(float(e["joules"]) for e in per_rank if e)
+    seconds = max(float(e["seconds"]) for e in per_rank if e)
+    return {"joules": joules, "J_per_sample": joules / samples if samples else None,
+            "watts": joules / seconds if seconds > 0 else None,
+            "method": per_rank[0]["method"] if per_rank[0] else ""}
 
 
 def _rank_record(d: dict[str, Any]) -> Any:
