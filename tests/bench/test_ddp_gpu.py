@@ -102,6 +102,31 @@ def test_cuda_options_without_a_gpu_are_one_line_exit_2(tmp_path: Path) -> None:
         DDPConfig(decode="gpu", data="memory").validate()
 
 
+def test_gpu_decode_loaders_hand_over_the_files_bytes_and_crops_stay_inside(
+        tmp_path: Path) -> None:
+    """The CPU half of --decode gpu: the loaders' samples are the JPEG files' bytes (counted
+    as read), a batch is their list; the crop parameters fit every image."""
+    from tunelab.bench.ddp.dataset import index_dataset
+    from tunelab.bench.ddp.gpudecode import crop_params
+    from tunelab.bench.ddp.makedata import MakeDataConfig, make_dataset
+    from tunelab.bench.ddp.samples import Decoder, FileSamples
+
+    make_dataset(MakeDataConfig(str(tmp_path / "img"), "imagenet", 4, classes=2, scale=0.05,
+                                jobs=1))
+    index = index_dataset(str(tmp_path / "img"))
+    batch = FileSamples(index, Decoder("images", 32, 128, False, encoded=True),
+                        False).__getitems__([0, 1, 2])
+    assert isinstance(batch.x, list) and len(batch.x) == 3 and batch.y.shape == (3,)
+    files = [Path(index.path(index.entries[i])).read_bytes() for i in range(3)]
+    assert [bytes(t.numpy()) for t in batch.x] == files
+    assert batch.info["bytes"] == sum(map(len, files)) and batch.info["samples"] == 3
+    gen = torch.Generator().manual_seed(1)
+    for h, w in ((375, 500), (500, 375), (64, 1000), (1000, 64), (7, 7)):
+        for _ in range(50):
+            top, left, ch, cw = crop_params(h, w, gen)
+            assert 0 <= top < top + ch <= h and 0 <= left < left + cw <= w
+
+
 def test_nccl_errors_become_one_line_with_nccls_own_message() -> None:
     text = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "
             "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.27.5\n"
