@@ -82,12 +82,14 @@ def warm(paths: list[Path]) -> None:
 # --------------------------------------------------------------------------- tunelab
 
 
-def make_tunelab_data(root: Path, samples: int) -> dict[str, Any]:
-    """``tunelab bench ddp make-data`` once; the manifest's figures."""
+def make_tunelab_data(root: Path, samples: int, layout: str, files: int) -> dict[str, Any]:
+    """``tunelab bench ddp make-data`` once (``layout`` folder: one JPEG per sample; shards:
+    ``files`` tar shards, as many as DLIO's TFRecord files); the manifest's figures."""
     manifest = root / "tunelab-dataset.json"
     if not manifest.is_file():
         subprocess.run([sys.executable, "-m", "tunelab.bench.ddp", "make-data", str(root),
-                        "--like", "imagenet", "--samples", str(samples), "--jobs", "2"],
+                        "--like", "imagenet", "--samples", str(samples), "--jobs", "2",
+                        "--layout", layout, "--shard-samples", str(max(1, samples // files))],
                        check=True, env=_env_tunelab(), stdout=subprocess.DEVNULL)
     sys.path.insert(0, str(ROOT / "src"))
     from tunelab.bench.ddp.dataset import index_dataset
@@ -214,6 +216,9 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2, help="DLIO epochs per run (tunelab "
                                                           "runs the same number of steps)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--tunelab-layout", choices=["folder", "shards"], default="folder",
+                    help="tunelab's dataset: JPEG files (folder) or tar shards, as many as "
+                         "DLIO's files (a sequential read like DLIO's TFRecords)")
     args = ap.parse_args()
     computes = [float(c) for c in args.compute.split(",")]
     procs_list = [int(p) for p in args.procs.split(",")]
@@ -225,8 +230,13 @@ def main() -> int:
     work = args.dir / "work"
     work.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    tl = make_tunelab_data(args.dir / "tunelab", args.samples)
-    record = tl["mean"]
+    tl_dir = args.dir / ("tunelab" if args.tunelab_layout == "folder" else "tunelab-shards")
+    tl = make_tunelab_data(tl_dir, args.samples, args.tunelab_layout, args.files)
+    # DLIO's record: a sample's bytes (tar shards add headers that are not the sample's)
+    folder = args.dir / "tunelab"
+    record = (make_tunelab_data(folder, args.samples, "folder", args.files)["mean"]
+              if args.tunelab_layout == "shards" and (folder / "tunelab-dataset.json").is_file()
+              else tl["mean"])
     dlio_reason = None
     venv = args.dlio_venv
     if venv is None:
@@ -242,7 +252,7 @@ def main() -> int:
             dlio_reason = str(exc)[:300]
     print(f"datasets: {tl['samples']:,} samples, mean {record / 1e3:,.1f} kB ({args.dir}); "
           f"made in {time.monotonic() - t0:,.0f} s", file=sys.stderr)
-    tl_files = sorted((args.dir / "tunelab").rglob("*.JPEG"))
+    tl_files = sorted(p for p in tl_dir.rglob("*") if p.suffix in (".JPEG", ".tar"))
     dl_files = sorted(dlio_data.rglob("*.tfrecord")) if dlio_reason is None else []
     rows: dict[tuple[str, float, int], dict[str, list[dict[str, Any]]]] = {}
     for rnd in range(args.rounds):
@@ -255,7 +265,7 @@ def main() -> int:
                     steps = max(1, args.epochs * steps_per_epoch - 2)
                     if cache == "warm":
                         warm(tl_files)
-                    cell["tunelab"].append(run_tunelab(args.dir / "tunelab", procs, compute,
+                    cell["tunelab"].append(run_tunelab(tl_dir, procs, compute,
                                                        args.readers, args.batch, steps, cache))
                     if dlio_reason is None:
                         assert venv is not None
@@ -289,7 +299,10 @@ def _print(args: argparse.Namespace, tl: dict[str, Any],
            dlio_reason: str | None) -> None:
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text()
                 .splitlines() if ln.startswith("model name")), "?")
-    print(f"ResNet-50 storage benchmark, tunelab vs DLIO 2.0.0: {tl['samples']:,} samples of "
+    layout = ("JPEG files" if args.tunelab_layout == "folder"
+              else f"{args.files} tar shards")
+    print(f"ResNet-50 storage benchmark, tunelab ({layout}) vs DLIO 2.0.0 ({args.files} "
+          f"TFRecord files): {tl['samples']:,} samples of "
           f"mean {tl['mean'] / 1e3:,.1f} kB, batch {args.batch} per process, {args.readers} "
           f"readers per process, {args.rounds} round(s) (medians); {cpu}, {os.cpu_count()} "
           f"cores, load average {os.getloadavg()[0]:.1f}")

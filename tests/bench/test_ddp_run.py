@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,19 @@ PARAMS_RESNET18 = 11_689_512
 PARAMS_LEOPARD = 474_017
 
 
-def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def bench(*args: str, timeout: float = 300,
+          cwd: str | Path | None = None) -> subprocess.CompletedProcess[str]:
     """The benchmark's CLI; on the CPU unless ``args`` name a device (these tests mean the
-    CPU: on a CUDA machine ``--device auto`` would pick the GPU)."""
+    CPU: on a CUDA machine ``--device auto`` would pick the GPU). It runs in ``cwd`` (by
+    default the temporary directory: a failed run leaves its ddp-failure.log there)."""
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "WORLD_SIZE")}
     if "--device" not in args and not any(a in ("make-data", "calibrate") for a in args):
         args = (*args, "--device", "cpu")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "src"),
+                                         env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "tunelab.bench.ddp", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=cwd or tempfile.gettempdir())
 
 
 def fom(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -100,15 +106,18 @@ def test_emulated_compute_with_allreduce_real_all_reduces_real_buffers() -> None
 
 
 @pytest.mark.slow
-def test_killed_worker_fails_the_run_naming_it() -> None:
+def test_killed_worker_fails_the_run_naming_it(tmp_path: Path) -> None:
     proc = bench("--model", "resnet18", "-n", "2", "-b", "2", "--steps", "4", "--warmup", "0",
                  "--compute", "emulate:0.05", "--timeout", "60",
-                 "--inject-fault", "rank=1,step=1,action=kill")
+                 "--inject-fault", "rank=1,step=1,action=kill", cwd=tmp_path)
     assert proc.returncode == 4
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ddp: worker 1 (node 0, pid ")
-    assert "in phase timed at step 1 died: killed by SIGKILL (full output in " in last, last
+    log = tmp_path / "ddp-failure.log"
+    assert last.endswith(f"in phase timed at step 1 died: killed by SIGKILL (full output in "
+                         f"{log})"), last
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # no torchrun traceback
+    assert "Traceback" in log.read_text()  # torchrun's report: in the run's log
     assert '"benchmark"' not in proc.stdout
 
 
