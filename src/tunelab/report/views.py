@@ -435,7 +435,7 @@ def storage_blocks(runs: Any) -> tuple[tuple[TextTable | Lines, ...], dict[str, 
                Column("wait", "data wait", "right", drop=1),
                Column("comm", "all-reduce", "right", drop=1), Column("bound", "label"))
     notes = storage_lines(data)
-    table = TextTable("Storage: AU (busy / step) and data read per second (MB = 10^6 bytes)",
+    table = TextTable("Storage: AU (compute / step) and data read per second (MB = 10^6 bytes)",
                       columns, tuple(rows), tuple(notes))
     doc = {"target_au": data.target,
            "points": [dict(p.__dict__) for p in data.points],
