@@ -61,6 +61,9 @@ def test_jobs_sharing_a_node_are_flagged_and_exclusive_ones_never_share(
         assert all(n["disturbed"] == 1 and n["shared_with"] for n in noise), \
             [dict(n) for n in noise]
         assert all("other jobs ran on node(s) node1" in n["evidence"] for n in noise)
+        shown = tunelab("compare", d)
+        assert "Isolation: the study let its jobs share nodes with other jobs" in shown.stdout \
+            + shown.stderr
     else:  # whole nodes: the second job waited for the first (a busy machine may still
         # flag a run from its cores' evidence, never from a job beside it)
         assert all(not n["shared_with"] and "other jobs" not in (n["evidence"] or "")

@@ -206,6 +206,11 @@ def results_from_frame(
             noise = None
     watched = disturbance(runs, left_out=exclude_disturbed) if len(runs) else None
     trust = _trust_notes(comparisons, summaries, noise, watched, plan)
+    launcher = (spec or {}).get("launcher")
+    if isinstance(launcher, dict) and launcher.get("isolation") == "shared":
+        shared = watched.shared_nodes if watched is not None else 0
+        trust.insert(0, "Isolation: the study let its jobs share nodes with other jobs "
+                        f"(launcher isolation: shared); {shared} run(s) did, and were flagged.")
     notes.extend(trust)
     if summaries and all(s.n == 0 for s in summaries):
         left = sum(s.left_out for s in summaries)

@@ -26,6 +26,7 @@ FROM_START_RUNS = 3
 
 _SHARE = "noise.others_share"
 _EVIDENCE = "noise.evidence"
+_SHARED = "noise.shared_with"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Disturbance:
     from_start: bool
     evidence: tuple[str, ...]
     left_out: int = 0
+    shared_nodes: int = 0
+    """Runs of batch jobs that had other jobs on their nodes (``noise.shared_with``)."""
 
     @property
     def share(self) -> float:
@@ -77,9 +80,13 @@ def disturbance(runs: pd.DataFrame, *, left_out: bool = False) -> Disturbance | 
     n_left = 0
     if left_out and "status" in order.columns:
         n_left = int(((order["status"] == "ok").to_numpy() & (np.nan_to_num(flags) > 0)).sum())
+    shared = 0
+    if _SHARED in order.columns:
+        shared = int(sum(bool(t) and t != "nan"
+                         for t in order[_SHARED].astype(str).to_numpy()[watched]))
     return Disturbance(
         watched=int(watched.sum()), disturbed=int(flagged.sum()),
         others_median=float(np.median(finite)) if finite.size else math.nan,
         others_max=float(np.max(finite)) if finite.size else math.nan,
         from_start=bool(first.size and first.all()), evidence=tuple(evidence),
-        left_out=n_left)
+        left_out=n_left, shared_nodes=shared)
