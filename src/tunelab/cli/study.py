@@ -42,7 +42,8 @@ def run(
     repeats: Annotated[int | None, typer.Option("--repeats", help="Override the study's "
                                                 "repeats (a fixed count, also for a study "
                                                 "with repeats: auto).")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no "
+                                        "notes before the first run.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Batch launchers: submit the jobs "
                                          "and exit; 'tunelab status DIR' collects them.")]
     = False,
@@ -80,7 +81,7 @@ def run(
             outcome = run_study(study, study_dir, on_start=progress.start,
                                 on_event=progress.update, detach=detach,
                                 wait_quiet=wait_quiet, rerun_disturbed=rerun_disturbed,
-                                on_note=message)
+                                on_note=None if quiet else message)
         except KeyboardInterrupt:
             ignore_further_signals()
             progress.stop()
