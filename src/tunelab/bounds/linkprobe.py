@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(max(1, args.repeats)):
                 mine = _block(comm, MPI, pattern, send, recv, iters)
                 every = comm.gather(mine, root=0)
-                if rank == 0:
+                if rank == 0 and every is not None:
                     samples.append(every[0] if pattern == "oneway" else _harmonic(every))
             results.append({"pattern": pattern, "message_bytes": size, "ranks": nranks,
                             "iterations": iters, "samples": samples})

@@ -50,7 +50,8 @@ def _nearest(candidates: list[Bound], key: str, want: Any, log: bool = False,
     best = min(distance(b) for b in have)
     chosen = [b for b in have if distance(b) == best]
     got = chosen[0].variant[key]
-    note = None if float(got) == target else f"{key} {_show(key, got)} (measured) for {_show(key, want)}"
+    note = (None if float(got) == target
+            else f"{key} {_show(key, got)} (measured) for {_show(key, want)}")
     return chosen, note
 
 
