@@ -10,12 +10,14 @@ Patterns, every rate in bytes one rank sends per second:
 * ``oneway`` — a ping-pong between ranks 0 and 1 (one direction at a time): 2 x size x
   iterations / elapsed, as ping-pong bandwidth is usually reported;
 * ``bothways`` — ranks in pairs (0-1, 2-3, …) send to each other at the same time
-  (``Isend`` + ``Irecv``, ``Waitall``): size x iterations / elapsed per rank;
+  (``Isend`` + ``Irecv``, ``Waitall``): size x iterations / seconds exchanging, per rank;
 * ``alltoall`` — every rank sends one message to every other rank at the same time, as the
-  merge benchmark's exchange does: (ranks - 1) x size x iterations / elapsed per rank.
+  merge benchmark's exchange does: (ranks - 1) x size x iterations / seconds exchanging.
 
-For ``bothways`` and ``alltoall`` a block's rate is the harmonic mean over the ranks of
-their own rates (the merge benchmark's definition of its bandwidth). Rank 0 prints one JSON
+For ``bothways`` and ``alltoall`` every exchange starts after a barrier and is timed on its
+own, from this rank's first post to its last completion (the merge times its exchange so);
+a block's rate is the harmonic mean over the ranks of their own rates (the merge's
+definition of its bandwidth). Rank 0 prints one JSON
 line: ``{"probe": "link", "hosts": […], "results": [{"pattern", "message_bytes", "ranks",
 "samples"}]}``, one sample per timed block (``--repeats``), after one untimed block.
 """
@@ -64,12 +66,18 @@ def _block(comm: Any, mpi: Any, pattern: str, send: np.ndarray, recv: list[np.nd
     else:
         peers = [(rank + k) % size for k in range(1, size)]
     if not peers:
+        for _ in range(iters):
+            comm.Barrier()
         return 0.0
+    busy = 0.0
     for _ in range(iters):
+        comm.Barrier()  # every exchange starts together and is timed on its own
+        t = time.perf_counter()
         reqs = [comm.Irecv([recv[i], mpi.BYTE], source=p) for i, p in enumerate(peers)]
         reqs += [comm.Isend([send, mpi.BYTE], dest=p) for p in peers]
         mpi.Request.Waitall(reqs)
-    return float(len(peers)) * nbytes * iters / (time.perf_counter() - t)
+        busy += time.perf_counter() - t
+    return float(len(peers)) * nbytes * iters / busy
 
 
 def _harmonic(rates: list[float]) -> float:

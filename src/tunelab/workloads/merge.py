@@ -38,7 +38,7 @@ __all__ = ["FOMS", "MergeOptions", "MergeWorkload", "link_stack"]
 FOMS = (
     "throughput", "throughput_std", "bandwidth", "bandwidth_std", "bandwidth_min",
     "bandwidth_median", "bandwidth_max", "bandwidth_lr", "wall_iter_s", "wall_iter_s_std",
-    "exchange_s", "bytes_sent", "merged_rows", "data_processed",
+    "exchange_s", "bytes_sent", "merged_rows", "data_processed", "bandwidth_transfer", "sync_s",
 )
 
 
