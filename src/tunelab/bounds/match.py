@@ -131,8 +131,11 @@ def bound_label(bound: Bound) -> str:
 
 
 def headroom_word(fraction: float) -> str:
-    """What a fraction of bound leaves: ``little room left`` (>= 0.8), ``some room``
-    (>= 0.5), ``room to gain`` below."""
+    """What a fraction of bound leaves: ``little room left`` (0.8 to 1.1), ``some room``
+    (>= 0.5), ``room to gain`` below; above 1.1 the bound itself is in doubt."""
+    if fraction > 1.1:
+        return ("above the measured limit: the bound was measured at a busier moment or in "
+                "another way; measure it again with `tunelab bounds --refresh`")
     if fraction >= 0.8:
         return "little room left"
     if fraction >= 0.5:
