@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 __all__ = ["bounds_view", "rate_text"]
 
+_ORDER = ("gemm", "memory", "link", "storage")
+
 
 def rate_text(value: float, unit: str) -> str:
     """``441.6 GFLOP/s``, ``3.21 GB/s`` (10^9), ``812 MB/s`` (10^6) below 1 GB/s."""
@@ -34,7 +36,7 @@ def bounds_view(profile: Profile, *, path: str = "", measured_now: bool = True) 
 
     rows: list[dict[str, Cell]] = []
     records = []
-    for b in profile.bounds:
+    for b in sorted(profile.bounds, key=lambda b: _ORDER.index(b.kind)):
         rows.append({"kind": b.kind, "what": bound_label(b), "value": rate_text(b.value, b.unit),
                      "best": rate_text(b.best, b.unit), "n": str(len(b.samples)),
                      "method": b.method})

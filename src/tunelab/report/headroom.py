@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunelab.report.formats import point_label
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
     from tunelab.report.results import StudyResults
     from tunelab.stats import BestResult
 
-__all__ = ["headroom_doc", "headroom_lines", "headroom_of", "with_best_headroom",
-           "with_headroom"]
+__all__ = ["headroom_doc", "headroom_lines", "headroom_of", "headroom_report",
+           "with_best_headroom", "with_headroom"]
 
 _LIMIT_WORDS = {"gemm": "arithmetic", "memory": "memory's", "storage": "storage's"}
 
@@ -223,3 +224,29 @@ def with_best_headroom(view: View, results: StudyResults, best: BestResult | Non
             records = ({**records[0], "fraction_of_bound": top.fraction,
                         "bound": top.label}, *records[1:])
     return View((*view.blocks, Lines(tuple(lines))), document, records)
+
+
+def headroom_report(results: StudyResults, best: BestResult | None,
+                    path: Path) -> tuple[list[str], tuple[Path, str] | None]:
+    """The HTML report's headroom: its sentences (the best point's, where the bounds come
+    from, which bound each fraction divides by) and a figure with its caption beside
+    ``path`` (``<stem>-headroom.png``: a roofline, else fractions of bound), or None."""
+    from tunelab.report.roofline import headroom_plot, roofline_data
+
+    data, line = headroom_of(results)
+    lines = headroom_lines(data, line, best)
+    if data is None or data.profile is None:
+        return lines, None
+    lines += _bound_notes(data)
+    png = headroom_plot(data, path.with_name(f"{path.stem}-headroom.png"))
+    if png is None:
+        return lines, None
+    if roofline_data(data):
+        caption = ("Roofline: each point's FLOP/s against its FLOPs per byte, under the "
+                   "machine's roofs (the GEMM bound, flat; the byte bound x intensity, "
+                   "slanted), as `tunelab bounds` measured them.")
+    else:
+        caption = ("Each point's mean rate as a fraction of the machine's limit it leans on "
+                   "most (1 = the limit `tunelab bounds` measured; 0.8 and above: little room "
+                   "left).")
+    return lines, (png, caption)
