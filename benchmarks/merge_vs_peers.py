@@ -10,10 +10,10 @@ Every round runs, one after the other (so a busy moment of the machine hits ever
    ``dask scheduler`` / ``dask worker`` command lines (dask-cuda's own cluster needs a GPU);
    skipped with a message when dask-cuda does not import;
 3. the link's limits at the size of one exchanged message (one column of one partition,
-   8 bytes x rows for that worker), measured by ``tunelab bounds``' own link probe over the
-   same PML: one way (a ping-pong) and both ways at once (an all-to-all exchange of one
-   message per peer, every exchange timed after a barrier as the merge times its own), and
-   ``ucx_perftest -t tag_bw`` (one way, UCX alone).
+   8 bytes x rows for that worker), measured by ``tunelab bounds``' own link probes over the
+   same stack (ob1, the UCX PML, plain TCP sockets): one way (a ping-pong) and both ways at
+   once (an all-to-all exchange of one message per peer, every exchange timed after a
+   barrier as the merge times its own), and ``ucx_perftest -t tag_bw`` (one way, UCX alone).
 
 It prints medians over the rounds: throughput and bandwidth per row, each bandwidth as a
 fraction of its own bound (the MPI rows of the both-ways bound over the same PML, the others
@@ -140,12 +140,13 @@ def ucx_perftest(size: int) -> float | None:
     return float(m.group(1)) * MiB if m else None
 
 
-def mpi_bounds(size: int, pml: str) -> dict[str, float]:
-    """The link's limits over one PML at one message size, by the code of ``tunelab bounds``
-    (:mod:`tunelab.bounds.link`): one way (an mpi4py ping-pong) and both ways at once (an
-    all-to-all of one message per peer, each exchange timed on its own after a barrier, as
-    the merge times its exchange), bytes/s per rank, medians of 5 blocks."""
-    if shutil.which("mpirun") is None:
+def link_bounds(size: int, stack: str) -> dict[str, float]:
+    """The link's limits over one stack (``mpi-ob1``, ``mpi-ucx``, ``tcp``) at one message
+    size, by the code of ``tunelab bounds`` (:mod:`tunelab.bounds.link`): one way (a
+    ping-pong) and both ways at once (an all-to-all of one message per peer, each exchange
+    timed on its own after a barrier, as the merge times its exchange), bytes/s per rank,
+    medians of 5 blocks."""
+    if stack != "tcp" and shutil.which("mpirun") is None:
         print("  - mpirun not installed; skipped")
         return {}
     sys.path.insert(0, str(SRC))
@@ -153,10 +154,10 @@ def mpi_bounds(size: int, pml: str) -> dict[str, float]:
     from tunelab.errors import TunelabError
 
     try:
-        run = link_rates(f"mpi-{pml}", patterns=["oneway", "alltoall"], sizes=[size],
-                         ranks=2, repeats=5, block_bytes=256 << 20)
+        run = link_rates(stack, patterns=["oneway", "alltoall"], sizes=[size], ranks=2,
+                         repeats=5, block_bytes=256 << 20)
     except TunelabError as exc:
-        print(f"  ! MPI link bounds ({pml}) failed: {exc}")
+        print(f"  ! link bounds ({stack}) failed: {exc}")
         return {}
     return {r.pattern: statistics.median(r.samples) for r in run.results}
 
@@ -233,17 +234,18 @@ def main() -> None:
         value = ucx_perftest(msg)
         if value:
             bw.setdefault("ucx_perftest tag_bw", []).append(value)
-        for pml in ("ob1", "ucx"):
-            limits = mpi_bounds(msg, pml)
+        for stack, prefix in (("mpi-ob1", "MPI"), ("mpi-ucx", "MPI"), ("tcp", "TCP")):
+            limits = link_bounds(msg, stack)
             for pattern, name in (("oneway", "one way"), ("alltoall", "both ways")):
                 if pattern in limits:
-                    bw.setdefault(f"MPI {name} {pml}", []).append(limits[pattern])
+                    bw.setdefault(f"{prefix} {name} {stack[-3:]}", []).append(limits[pattern])
 
     def fmt(v: float | None) -> str:
         return "—" if v is None else f"{v / MiB:10.1f}"
 
     bound_names = ("ucx_perftest tag_bw", "MPI one way ob1", "MPI both ways ob1",
-                   "MPI one way ucx", "MPI both ways ucx")
+                   "MPI one way ucx", "MPI both ways ucx", "TCP one way tcp",
+                   "TCP both ways tcp")
     bounds = {k: _med(bw.get(k, [])) for k in bound_names}
     best_bound = max((v for k, v in bounds.items() if v and "both" not in k), default=None)
 
@@ -251,6 +253,8 @@ def main() -> None:
         for pml in ("ob1", "ucx"):
             if label.endswith(f"mpi {pml}"):
                 return bounds[f"MPI {kind} {pml}"]
+        if label.endswith(" tcp") and "dask" not in label:
+            return bounds[f"TCP {kind} tcp"]
         return best_bound
 
     print(f"  load average at the end {os.getloadavg()[0]:.2f} (other work on the machine "
@@ -268,20 +272,21 @@ def main() -> None:
         print(f"{label:<26} {fmt(t):>17} {fmt(b):>16} {share}  {runs}")
     print("-" * 100)
     dcuda = _med(tp.get("dask-cuda merge (cpu)", []))
-    for label in ("tunelab mpi ob1", "tunelab mpi ucx"):
+    for label in ("tunelab mpi ob1", "tunelab mpi ucx", "tunelab tcp"):
         pml = label[-3:]
         b, both, one = _med(bw.get(label, [])), bound_of(label), bound_of(label, "one way")
         if not (b and both):
             continue
-        rounds = [x / y for x, y in zip(bw.get(label, []), bw.get(f"MPI both ways {pml}", []),
-                                        strict=False)]
-        print(f"bandwidth {label} / MPI both-ways bound {pml}: {b / both:5.2f} "
+        stack = "TCP" if pml == "tcp" else "MPI"
+        rounds = [x / y for x, y in zip(bw.get(label, []),
+                                        bw.get(f"{stack} both ways {pml}", []), strict=False)]
+        print(f"bandwidth {label} / {stack} both-ways bound {pml}: {b / both:5.2f} "
               f"(target >= 0.70: {'met' if b >= 0.7 * both else 'MISSED'}; per round "
               f"{', '.join(f'{x:.2f}' for x in rounds)})"
               + (f"; / one-way ping-pong {pml}: {b / one:5.2f}" if one else ""))
         t = _med(transfer.get(label, []))
         if t:
-            print(f"  its transfer (after every peer arrived) / MPI both-ways bound {pml}: "
+            print(f"  its transfer (after every peer arrived) / {stack} both-ways bound {pml}: "
                   f"{t / both:5.2f}; the rest of the exchange waited for the slower peer")
     if dcuda:
         for label in [p[0] for p in plan if p[0].startswith("tunelab")]:

@@ -16,8 +16,26 @@ def test_stacks_select_the_pml_as_the_merge_benchmark_does():
     assert stack_env("mpi-ob1") == {"OMPI_MCA_pml": "ob1"}
     assert stack_env("mpi-ucx") == {"OMPI_MCA_pml": "ucx", "OMPI_MCA_pml_ucx_tls": "any",
                                     "OMPI_MCA_pml_ucx_devices": "any"}
-    with pytest.raises(TunelabError, match="unknown link stack 'tcp'"):
-        stack_env("tcp")
+    assert stack_env("tcp") == {}
+    with pytest.raises(TunelabError, match="unknown link stack 'infiniband'"):
+        stack_env("infiniband")
+
+
+def test_tcp_probe_measures_every_pattern_over_sockets():
+    run = link_rates("tcp", patterns=["oneway", "bothways", "alltoall"], sizes=[4096, 65536],
+                     ranks=3, repeats=2, block_bytes=1 << 19)
+    got = {(r.pattern, r.message_bytes): r for r in run.results}
+    assert set(got) == {(p, s) for p in ("oneway", "bothways", "alltoall")
+                        for s in (4096, 65536)}
+    assert all(len(r.samples) == 2 and min(r.samples) > 0 and r.ranks == 3
+               for r in run.results)
+    assert "tunelab.bounds.tcpprobe" in run.argv
+
+
+def test_tcp_probe_failure_is_one_line():
+    with pytest.raises(TunelabError, match="the tcp link probe failed") as info:
+        link_rates("tcp", patterns=["oneway"], sizes=[-5], ranks=2, repeats=1)
+    assert "\n" not in str(info.value)
 
 
 def test_probe_refuses_an_unknown_pattern(capsys: pytest.CaptureFixture[str]):

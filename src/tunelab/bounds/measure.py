@@ -151,11 +151,12 @@ def _memory(plan: Plan, say: Progress) -> list[Bound]:
 def _link(plan: Plan, say: Progress, notes: list[str]) -> list[Bound]:
     from tunelab.bounds.link import link_rates
 
-    if shutil.which("mpirun") is None:
-        notes.append("link: mpirun is not installed (apt-get install -y openmpi-bin)")
-        return []
     out = []
     for stack in plan.stacks:
+        if stack != "tcp" and shutil.which("mpirun") is None:
+            notes.append(f"link {stack}: mpirun is not installed (apt-get install -y "
+                         "openmpi-bin)")
+            continue
         say(f"link {stack}: {', '.join(plan.patterns)} at "
             f"{', '.join(_size_text(s) for s in plan.sizes)}")
         try:
@@ -166,11 +167,12 @@ def _link(plan: Plan, say: Progress, notes: list[str]) -> list[Bound]:
             notes.append(f"link {stack}: {exc}")
             continue
         where = f"{run.nodes} nodes" if run.nodes > 1 else "one machine"
+        how = "mpirun -np" if stack != "tcp" else "sockets, ranks:"
         for r in run.results:
             variant = {"stack": stack, "pattern": r.pattern, "ranks": r.ranks,
                        "nodes": run.nodes, "message_bytes": r.message_bytes}
             out.append(Bound("link", variant, median_of(r.samples), r.samples,
-                             f"linkprobe {r.pattern} over mpirun -np {r.ranks} ({where}), "
+                             f"link probe {r.pattern} over {how} {r.ranks} ({where}), "
                              f"{_size_text(r.message_bytes)} messages"))
     return out
 

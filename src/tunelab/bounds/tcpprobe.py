@@ -115,7 +115,7 @@ def _block(g: _Group, pattern: str, send: np.ndarray, recv: list[np.ndarray],
            iters: int) -> float:
     """One block of ``iters`` exchanges; this rank's bytes sent per second (0 when idle)."""
     nbytes = send.nbytes
-    out, ins = memoryview(send), [memoryview(r) for r in recv]
+    out, ins = send.data, [r.data for r in recv]
     g.barrier()
     if pattern == "oneway":
         if g.rank > 1:

@@ -43,8 +43,8 @@ def bounds(
                                                 "e.g. 1,8 (default: the cores; thorough "
                                                 "adds 1).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    stacks: Annotated[str | None, typer.Option(help="Link stacks: mpi-ob1, mpi-ucx "
-                                               "(default both).")] = None,
+    stacks: Annotated[str | None, typer.Option(help="Link stacks: mpi-ob1, mpi-ucx, tcp "
+                                               "(default all).")] = None,
     sizes: Annotated[str | None, typer.Option(help="Link message sizes, e.g. 64K,4M "
                                               "(default 1M,4M quick; 64K,1M,4M,16M).")] = None,
     ranks: Annotated[int | None, typer.Option(help="Ranks of the link probe (default 2, or "
