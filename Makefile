@@ -9,6 +9,7 @@ setup:
 demo: setup
 	$(VENV)/tunelab run examples/qe-si.yaml --dir runs/demo
 	$(VENV)/tunelab report runs/demo
+	@echo "make demo: tunelab is $(VENV)/tunelab; '. $(VENV)/activate' puts it on your PATH" >&2
 
 test: setup
 	$(VENV)/python -m pytest -q

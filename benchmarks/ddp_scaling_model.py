@@ -10,12 +10,16 @@ then prints:
 * the step-time model fitted without the 8-worker points, its parameters, its error on the
   held-out points, and the measured vs predicted scale-out/scale-up ratio at 8 workers (the
   issue's target: within 10 %);
-* the same model fitted on every point, predicting 32 workers, beside the seed's figures.
+* the model's validity (:func:`tunelab.scaling.validate`): fitted without the largest worker
+  count (extrapolation, 2x) and without each interior one (interpolation), the errors;
+* the model fitted on every point, forecasting 8 to 64 workers with 95 % prediction
+  intervals — or saying why it cannot — beside the seed's figures.
 
 Usage (root, ~25 min on 2 quiet cores)::
 
     python benchmarks/ddp_scaling_model.py --dir runs/scaling-resnet50
     python benchmarks/ddp_scaling_model.py --dir runs/scaling-resnet50 --no-run   # analyse only
+    python benchmarks/ddp_scaling_model.py --recorded   # the means in docs/workloads/ddp.md
 """
 
 from __future__ import annotations
@@ -26,17 +30,67 @@ import sys
 from pathlib import Path
 
 from tunelab.scaling import (
+    Observation,
     StepModel,
     fit_step_model,
+    forecast,
+    holdout,
     layout_gaps,
-    model_check,
     observations,
     scaling_table,
+    validate,
 )
 from tunelab.store import open_store
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scaling-resnet50.yaml"
 GB = 1e9
+
+# The 10 Gbit/s study of docs/workloads/ddp.md as recorded there (mean images/s of 3 runs
+# per point, 2 shared cores, emulated V100 compute 0.17 s, 102.2 MB of gradients per step):
+# (workers, nodes, images/s).
+RECORDED = ((1, 1, 237.2), (2, 1, 347.1), (2, 2, 208.8), (4, 1, 378.9), (4, 2, 303.9),
+            (4, 4, 328.9), (8, 1, 517.9), (8, 2, 415.1), (8, 4, 391.1), (16, 1, 614.2),
+            (16, 2, 572.0), (16, 4, 542.2))
+
+
+def recorded_observations() -> list[Observation]:
+    """The recorded means as the model's observations (weak scaling, 64 images per worker;
+    the measured compute of an emulated step, 0.171 s)."""
+    return [Observation(workers=n, nodes=k, n=3, step_s=64 * n / x, compute_s=0.171,
+                        grad_bytes=102.2e6, samples_per_step=64.0 * n, throughput=x, hosts=1,
+                        host_cores=2.0, gpu=False, link_limit_bw=10e9 / 8)
+            for n, k, x in RECORDED]
+
+
+def _validity(obs: list[Observation], cores: float | None) -> None:
+    """The model's checks on held-out sizes and its forecasts beyond them."""
+    check = validate(obs, shared_cores=cores)
+    print("\nValidity (tunelab.scaling.validate): fitted without sizes, predicting them")
+    if check.extrapolation is None:
+        print(f"  extrapolation: no check: {check.why_not}")
+    else:
+        e = check.extrapolation
+        errors = ", ".join(f"{p.nodes} node(s) {100 * p.error:+.1f}%"
+                           for p in e.points if p.held_out)
+        print(f"  extrapolation {e.factor:g}x (without {max(e.held)} workers): {errors}; "
+              f"max {100 * e.max_error:.1f}%")
+    for h in check.interpolation:
+        errors = ", ".join(f"{p.nodes} node(s) {100 * p.error:+.1f}%"
+                           for p in h.points if p.held_out)
+        print(f"  interpolation (without {h.held[0]} workers): {errors}")
+    model = fit_step_model(obs, shared_cores=cores)
+    print(f"  forecasts of the model fitted on every point (95 % prediction intervals; "
+          f"fit residual sd {100 * model.residual_sd:.1f}% on {model.residual_df} df):")
+    most = max(o.workers for o in obs)
+    for n, k in ((most // 2, 1), (most, 4), (2 * most, 2), (2 * most, 4), (4 * most, 4)):
+        f = forecast(obs, n, k, model=model, validation=check, shared_cores=cores)
+        if f.throughput is None:
+            print(f"  {n:>3} workers on {k} node(s): {f.cannot}")
+            continue
+        interval = (f" [{f.low:.0f}, {f.high:.0f}]" if f.low is not None and f.high is not None
+                    else "")
+        print(f"  {n:>3} workers on {k} node(s): {f.throughput:.0f}{interval} images/s"
+              + (f" ({f.note})" if f.note else ""))
 
 
 def _run(study_file: Path, directory: Path) -> None:
@@ -57,10 +111,17 @@ def main() -> int:
     ap.add_argument("--other-link", type=Path, default=None, metavar="DIR",
                     help="a study of the same workers on another link limit: compare its "
                          "scale-out/scale-up ratios with the model's, given only that limit")
+    ap.add_argument("--recorded", action="store_true",
+                    help="analyse the means recorded in docs/workloads/ddp.md (no runs)")
     ap.add_argument("--cores", type=float, default=None,
                     help="cores of the machine the virtual nodes share (default: from the "
                          "runs' host_cores, else this machine's)")
     args = ap.parse_args()
+    if args.recorded:
+        obs = recorded_observations()
+        _held_out(obs, args.hold_out, args.cores or 2.0)
+        _validity(obs, args.cores or 2.0)
+        return 0
     if not args.no_run:
         _run(args.study, args.dir)
     with open_store(args.dir) as store:
@@ -84,42 +145,13 @@ def main() -> int:
     cores = args.cores
     if cores is None and not any(o.host_cores for o in obs):
         cores = float(os.cpu_count() or 1)  # runs recorded before host_cores existed
-    check = model_check(obs, hold_out=[args.hold_out], extrapolate=[(32, 2), (32, 4)],
-                        shared_cores=cores)
-    m = check.model
-    print(f"\nModel fitted without the {args.hold_out}-worker points "
-          f"(on {sorted(set(m.fitted_on))}):")
-    print(f"  overhead {m.overhead_s * 1e3:.1f} ms, host all-reduce bandwidth "
-          f"{m.host_bw / GB:.3f} GB/s (one CPU of {m.shared_cores:g} cores shared by all), "
-          f"link bandwidth "
-          f"{m.link_bw / GB:.3f} GB/s ({8 * m.link_bw / GB:.2f} Gbit/s), compute "
-          f"{m.compute_s * 1e3:.0f} ms, fit residual {m.residual_pct:.1f}%")
-    for p in check.points:
-        if p.held_out and p.measured == p.measured:
-            print(f"  held out {p.workers:>2} workers on {p.nodes} node(s): predicted "
-                  f"{p.predicted:7.1f} images/s, measured {p.measured:7.1f} "
-                  f"({p.error_pct:+.1f}%)")
-    print(f"  held-out error: mean {check.held_out_error_pct:.1f}%, max "
-          f"{check.held_out_max_error_pct:.1f}%")
-    ok = True
-    for n, ref, k, measured, predicted in check.ratios:
-        if n != args.hold_out:
-            continue
-        err = 100 * (predicted / measured - 1)
-        ok = ok and abs(err) <= 10
-        print(f"  RATIO {n} workers, {k} nodes / {ref} node: measured {measured:.3f}, "
-              f"predicted {predicted:.3f} ({err:+.1f}%) "
-              f"{'within' if abs(err) <= 10 else 'OUTSIDE'} 10%")
+    ok = _held_out(obs, args.hold_out, cores)
+    _validity(obs, cores)
 
     full = fit_step_model(obs, shared_cores=cores)
     print(f"\nModel fitted on every point: overhead {full.overhead_s * 1e3:.1f} ms, host "
           f"{full.host_bw / GB:.3f} GB/s, link {full.link_bw / GB:.3f} GB/s, residual "
           f"{full.residual_pct:.1f}%")
-    base = full.throughput(1, 1)
-    for n, k in ((8, 1), (16, 2), (16, 4), (32, 2), (32, 4)):
-        x = full.throughput(n, k)
-        print(f"  predict {n:>2} workers on {k} node(s): {x:7.1f} images/s, speedup "
-              f"{x / base:5.2f}, efficiency {100 * x / base / n:5.1f}%")
     if args.other_link is not None:
         _other_link(full, args.other_link)
     _versus_seed("this machine (fitted)", full)
@@ -130,6 +162,34 @@ def main() -> int:
                       link_limit_bw=12.5e9)
     _versus_seed("the seed's cluster (nominal V100/NVLink/EDR, not fitted)", seed)
     return 0 if ok else 1
+
+
+def _held_out(obs: list[Observation], held: int, cores: float | None) -> bool:
+    """The model fitted without the ``held``-worker points: its parameters, its errors there,
+    and the scale-out/scale-up ratios there (True when those are within 10 %)."""
+    check = holdout(obs, [held], shared_cores=cores)
+    m = check.model
+    print(f"\nModel fitted without the {held}-worker points (on {sorted(set(m.fitted_on))}):")
+    print(f"  overhead {m.overhead_s * 1e3:.1f} ms, host all-reduce bandwidth "
+          f"{m.host_bw / GB:.3f} GB/s (one CPU of {m.shared_cores:g} cores shared by all), "
+          f"link bandwidth {m.link_bw / GB:.3f} GB/s ({8 * m.link_bw / GB:.2f} Gbit/s), "
+          f"compute {m.compute_s * 1e3:.0f} ms (contention {m.contention:.3f} per worker "
+          f"sharing a host), fit residual {m.residual_pct:.1f}%")
+    for p in check.points:
+        if p.held_out:
+            print(f"  held out {p.workers:>2} workers on {p.nodes} node(s): predicted "
+                  f"{p.predicted:7.1f} images/s, measured {p.measured:7.1f} "
+                  f"({100 * p.error:+.1f}%)")
+    print(f"  held-out error: mean {100 * check.mean_error:.1f}%, max "
+          f"{100 * check.max_error:.1f}%")
+    ok = True
+    for n, ref, k, measured, predicted in check.ratios:
+        err = 100 * (predicted / measured - 1)
+        ok = ok and abs(err) <= 10
+        print(f"  RATIO {n} workers, {k} nodes / {ref} node: measured {measured:.3f}, "
+              f"predicted {predicted:.3f} ({err:+.1f}%) "
+              f"{'within' if abs(err) <= 10 else 'OUTSIDE'} 10%")
+    return ok
 
 
 def _other_link(model: StepModel, directory: Path) -> None:

@@ -1,113 +1,321 @@
-"""How often tunelab's verdicts are wrong, and how often they find a real change: simulation.
+"""How often tunelab's verdicts are wrong, how often they find a real change, and how well the
+noise watch tells disturbed runs from quiet ones: seeded simulations through the real
+``tunelab.stats`` functions, and real runs on this machine's cores.
 
-Seeded trials through the real ``tunelab.stats`` functions:
+1. A/A, per study: a baseline and 20 points all equal to it, n rounds, 5 % noise (normal,
+   lognormal, Student t with 3 df), without and with drift (the machine slows 10 % over the
+   study, run by run in the interleaved order), fixed repeats and ``repeats: auto`` — the
+   share of studies with *any* false faster/slower verdict and its 95 % upper bound (Wilson).
+   Beside it, for reference: one point against the baseline, and 20 points of unequal noise.
+2. Power: the same study with one point truly 5 % or 10 % faster, at 2 % or 5 % noise, with
+   n = 3, 5, 10 fixed rounds and with ``repeats: auto`` (3 to 10 rounds): the share of
+   studies calling that point faster, the median minimum detectable change the study
+   reported for it, and (auto) the mean rounds per point it ran.
+3. A busy machine: a bounded load started by the benchmark on the cores the runs may use
+   (busy processes pinned to each core, killed at the end), a small real study run through
+   the real runner and noise watch — the share of runs flagged disturbed; then runs on a
+   quiet machine (each started after ``--wait-quiet``'s wait for quiet cores, if the machine
+   gets quiet within the budget) — the share flagged.
 
-1. A/A: two samples of the same distribution, ``compare`` — false verdicts per comparison
-   (normal 5 %, lognormal sigma 0.2, 2 % noise with 10 % of runs 2x slower; n = 3, 5, 10).
-2. Family-wise: 20 points equal to the baseline (n = 5, 5 % noise), ``compare_to_baseline``
-   with and without the Benjamini–Hochberg step — share of studies with at least one false
-   verdict, and false verdicts per study.
-3. Drift between rounds: the machine slows 3 % per round and the baseline ran in twice as many
-   rounds as the point; false verdicts with the rounds (paired) and without (unpaired).
-4. Power: a real 5 % change found, at 5 % noise (n = 3, 5, 10) and at 2 % noise with 2x
-   outliers (n = 5, 10), and the power hint's repeats for it.
-
-    .venv/bin/python benchmarks/verdict_errors.py [--trials 1000]
+    .venv/bin/python benchmarks/verdict_errors.py [--studies 2000] [--power-studies 500]
+        [--busy-runs 20] [--quiet-runs 50] [--quiet-budget 300] [--skip-busy]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from statistics import median
 
 import numpy as np
 import pandas as pd
 
-from tunelab.stats import Verdict, compare, compare_to_baseline, repeats_needed
+from tunelab.stats import SequentialPlan, Verdict, compare_to_baseline, still_undecided
 
 CALLS = (Verdict.BETTER, Verdict.WORSE)
+BASE = json.dumps({"p": 0})
+PLAN = SequentialPlan(3, 10)
 
 
-def noise(kind: str, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Run times around 10 s."""
-    if kind == "normal 5%":
-        return 10.0 * (1.0 + rng.normal(0.0, 0.05, shape))
-    if kind == "lognormal 0.2":
-        return 10.0 * np.exp(rng.normal(0.0, 0.2, shape))
-    outlier = rng.random(shape) < 0.1
-    return 10.0 * (1.0 + rng.normal(0.0, 0.02, shape)) * np.where(outlier, 2.0, 1.0)
+# ---------------------------------------------------------------- simulated studies
 
 
-def rate(pairs: list[tuple[np.ndarray, np.ndarray]], rounds: bool = False) -> float:
-    """Share of (a, b) pairs that ``compare`` calls better or worse."""
-    hits = 0
-    for i, (a, b) in enumerate(pairs):
-        r = (np.arange(a.size), np.arange(b.size)) if rounds else None
-        hits += compare(a, b, "minimize", n_resamples=999, seed=i, rounds=r).verdict in CALLS
-    return hits / len(pairs)
+def noise(kind: str, rng: np.random.Generator, shape: tuple[int, ...], cv: float) -> np.ndarray:
+    """Multiplicative run-to-run noise around 1 with sd ``cv``."""
+    if kind == "normal":
+        return 1.0 + rng.normal(0.0, cv, shape)
+    if kind == "lognormal":
+        return np.exp(rng.normal(0.0, cv, shape))
+    return np.exp(cv * rng.standard_t(3, shape) / math.sqrt(3))  # t, 3 df, sd cv
 
 
-def runs_table(samples: dict[str, np.ndarray]) -> pd.DataFrame:
-    """A runs table in the store's layout (point = {"p": name}, repeat = round)."""
-    rows = []
-    for name, values in samples.items():
-        for r, v in enumerate(values):
-            rows.append({"point": json.dumps({"p": name}), "status": "ok", "repeat": r,
-                         "fom.wall_s": float(v)})
-    return pd.DataFrame(rows)
+def drift(rng: np.random.Generator, points: int, rounds: int, total: float) -> np.ndarray:
+    """The slowdown of each (point, round) run: ``total`` over the study, run by run in the
+    interleaved order (round by round, points shuffled within a round)."""
+    order = np.empty((points, rounds))
+    for r in range(rounds):
+        order[rng.permutation(points), r] = r * points + np.arange(points)
+    return 1.0 + total * order / (points * rounds)
+
+
+def values(rng: np.random.Generator, kind: str, cv: float | np.ndarray, points: int = 21,
+           rounds: int = 10, drifts: float = 0.0) -> np.ndarray:
+    """Run times (s) of a study: ``values[point, round]``, point 0 the baseline."""
+    cvs = np.broadcast_to(np.asarray(cv, dtype=float), (points,))
+    raw = np.stack([noise(kind, rng, (rounds,), float(c)) for c in cvs])
+    return 10.0 * raw * (drift(rng, points, rounds, drifts) if drifts else 1.0)
+
+
+def table(v: np.ndarray, mask: np.ndarray) -> pd.DataFrame:
+    """The runs table of the (point, round) runs in ``mask``."""
+    pi, ri = np.nonzero(mask)
+    return pd.DataFrame({"point": [json.dumps({"p": int(i)}) for i in pi], "status": "ok",
+                         "repeat": ri, "fom.wall_s": v[pi, ri]})
+
+
+def fixed(v: np.ndarray, n: int) -> tuple[pd.DataFrame, SequentialPlan | None]:
+    mask = np.zeros(v.shape, dtype=bool)
+    mask[:, :n] = True
+    return table(v, mask), None
+
+
+def auto(v: np.ndarray) -> tuple[pd.DataFrame, SequentialPlan]:
+    """What the runner does for ``repeats: auto``: every point for the first rounds, then
+    the baseline and the points still undecided, round by round, up to the budget."""
+    mask = np.zeros(v.shape, dtype=bool)
+    mask[:, : PLAN.min_rounds] = True
+    for r in range(PLAN.min_rounds, PLAN.max_rounds):
+        undecided = still_undecided(table(v, mask), "wall_s", "minimize", BASE, PLAN)
+        if not undecided:
+            break
+        mask[0, r] = True
+        mask[[json.loads(k)["p"] for k in undecided], r] = True
+    return table(v, mask), PLAN
+
+
+def judged(runs: pd.DataFrame, plan: SequentialPlan | None) -> dict[int, object]:
+    out = compare_to_baseline(runs, "wall_s", "minimize", BASE, plan=plan)
+    return {pc.summary.params["p"]: pc.comparison for pc in out if not pc.is_baseline}
+
+
+def wilson_upper(hits: int, trials: int, z: float = 1.959964) -> float:
+    """Upper end of the Wilson 95 % interval of a proportion."""
+    p = hits / trials
+    centre = p + z * z / (2 * trials)
+    spread = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    return (centre + spread) / (1 + z * z / trials)
+
+
+def aa_row(label: str, studies: int, seed: int,
+           make: Callable[[np.random.Generator], tuple[pd.DataFrame, SequentialPlan | None]]
+           ) -> None:
+    rng = np.random.default_rng(seed)
+    false = calls = 0
+    started = time.perf_counter()
+    for _ in range(studies):
+        runs, plan = make(rng)
+        k = sum(c.verdict in CALLS for c in judged(runs, plan).values())  # type: ignore[attr-defined]
+        false += k > 0
+        calls += k
+    upper = wilson_upper(false, studies)
+    print(f"   {label:44s} {false / studies:6.3f}  {upper:6.3f}  "
+          f"{'meets' if upper <= 0.05 else 'MISSES'}  ({calls / studies:.3f} false calls "
+          f"per study, {time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def section_aa(studies: int) -> None:
+    print(f"1. A/A: baseline + 20 equal points, 5 % noise; share of {studies} studies with "
+          "any false verdict")
+    print(f"   {'case':44s} {'rate':>6s}  {'95% UB':>6s}  target <= 0.05")
+    seed = 100
+    for kind in ("normal", "lognormal", "t3"):
+        for d in (0.0, 0.10):
+            for n in (3, 5):
+                seed += 1
+                label = f"{kind}, n = {n}" + (", drift +10 %" if d else "")
+                aa_row(label, studies, seed, lambda rng, k=kind, d=d, n=n:
+                       fixed(values(rng, k, 0.05, rounds=n, drifts=d), n))
+    for kind, d in (("normal", 0.0), ("normal", 0.10), ("t3", 0.10)):
+        seed += 1
+        label = f"{kind}, repeats: auto 3-10" + (", drift +10 %" if d else "")
+        aa_row(label, studies, seed, lambda rng, k=kind, d=d:
+               auto(values(rng, k, 0.05, drifts=d)))
+    print("   reference (not targets):")
+    aa_row("one point vs baseline, normal, n = 5", studies, 200,
+           lambda rng: fixed(values(rng, "normal", 0.05, points=2, rounds=5), 5))
+    aa_row("20 points of unequal noise (2-8 %), n = 5", studies, 201,
+           lambda rng: fixed(values(rng, "normal", np.linspace(0.02, 0.08, 21), rounds=5), 5))
+
+
+def section_power(studies: int) -> None:
+    print(f"\n2. Power: baseline + 20 points, one truly faster; share of {studies} studies "
+          "calling it faster [median detectable change reported for it; auto: mean rounds "
+          "per point]")
+    print(f"   {'change, noise':16s} {'n = 3':>16s} {'n = 5':>16s} {'n = 10':>16s} "
+          f"{'auto (3-10)':>24s}")
+    seed = 300
+    for change in (0.05, 0.10):
+        for cv in (0.02, 0.05):
+            cells = []
+            for n in (3, 5, 10, 0):
+                seed += 1
+                rng = np.random.default_rng(seed)
+                found, rounds, seen = 0, 0, []
+                for _ in range(studies):
+                    v = values(rng, "normal", cv)
+                    v[7] /= 1 + change
+                    runs, plan = auto(v) if n == 0 else fixed(v, n)
+                    c = judged(runs, plan)[7]
+                    found += c.verdict is Verdict.BETTER  # type: ignore[attr-defined]
+                    seen.append(c.detectable)  # type: ignore[attr-defined]
+                    rounds += len(runs)
+                text = f"{found / studies:.2f} [{median(seen):.1%}]"
+                if n == 0:
+                    text += f" {rounds / studies / 21:4.1f} rds"
+                cells.append(text)
+            print(f"   {change:.0%}, CV {cv:.0%}     {cells[0]:>16s} {cells[1]:>16s} "
+                  f"{cells[2]:>16s} {cells[3]:>24s}", flush=True)
+
+
+# ---------------------------------------------------------------- a real busy machine
+
+
+SPIN = """\
+import sys, time
+t = time.process_time()
+while time.process_time() - t < 0.3:
+    pass
+print("x=" + sys.argv[1])
+"""
+
+STUDY = """\
+name: {name}
+workload:
+  name: command
+  options:
+    argv: [{python}, {spin}, "{{x}}"]
+    foms: {{x: 'x=(?P<value>[0-9]+)'}}
+parameters: {{x: [{xs}]}}
+repeats: 1
+objective: {{fom: wall_s, direction: minimize}}
+"""
+
+
+def _spin(cpu: int | None, duty: float) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    while True:
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.01 * duty:
+            pass
+        if duty < 1:
+            time.sleep(0.01 * (1 - duty))
+
+
+@contextlib.contextmanager
+def load(cpus: list[int | None], duty: float = 1.0) -> Iterator[None]:
+    """A bounded load: one busy process per entry of ``cpus`` (pinned to that core, or free
+    to move for None), busy ``duty`` of the time; killed on the way out."""
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_spin, args=(cpu, duty), daemon=True) for cpu in cpus]
+    for p in procs:
+        p.start()
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.join(5)
+
+
+def study_runs(tmp: Path, name: str, runs: int, *, wait_quiet: bool = False) -> pd.DataFrame:
+    """Run a small real study of ``runs`` CPU-bound runs through the real runner and noise
+    watch; its runs table."""
+    from tunelab.execute.runner import run_study
+    from tunelab.execute.study import prepare_study
+    from tunelab.spec import load_study
+    from tunelab.store import open_store
+
+    (tmp / "spin.py").write_text(SPIN)
+    path = tmp / f"{name}.yaml"
+    path.write_text(STUDY.format(name=name, python=sys.executable, spin=tmp / "spin.py",
+                                 xs=", ".join(str(i) for i in range(1, runs + 1))))
+    run_study(prepare_study(load_study(path)), tmp / name, wait_quiet=wait_quiet)
+    with open_store(tmp / name) as store:
+        return store.runs_frame()
+
+
+def section_busy(runs: int, quiet_runs: int, quiet_budget: float) -> None:
+    from tunelab.noise import DISTURB_SHARE, QUIET_SHARE, NoiseWatch
+
+    watch = NoiseWatch()
+    cores = watch.cpu_list
+    print(f"\n3. A busy machine: runs of 0.3 CPU-s on cores {cores} through the real runner; "
+          f"flagged when others took more than {DISTURB_SHARE:.0%} of the run's cores")
+    before = watch.others_now(2.0)
+    print(f"   before the benchmark's load, others took "
+          f"{'?' if before is None else f'{before:.0%}'} of cores {cores} (2 s)")
+    own = sorted(os.sched_getaffinity(0))
+    loads: list[tuple[str, list[int | None], float]] = [
+        ("2 busy processes pinned to each core", [c for c in own for _ in range(2)], 1.0),
+        ("1 busy process pinned to each core", list(own), 1.0),
+        ("1 busy process, free to move", [None], 1.0),
+        ("1 process per core busy half the time", list(own), 0.5)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (label, cpus, duty) in enumerate(loads):
+            with load(cpus, duty):
+                frame = study_runs(Path(tmp), f"busy{i}", runs)
+            flags = frame["noise.disturbed"].to_numpy(dtype=float)
+            shares = frame["noise.others_share"].to_numpy(dtype=float)
+            print(f"   {label:40s} flagged {int(flags.sum()):3d} of {len(flags):3d} "
+                  f"({flags.mean():.0%}; target >= 95 %), others took a median "
+                  f"{np.nanmedian(shares):.0%} of the cores", flush=True)
+        flagged = total = 0
+        waited = time.monotonic()
+        shares_q: list[float] = []
+        while total < quiet_runs and time.monotonic() - waited < quiet_budget:
+            share = watch.others_now(1.0)
+            if share is None or share > QUIET_SHARE:
+                continue
+            frame = study_runs(Path(tmp), f"quiet{total}", 1)
+            total += 1
+            flagged += int(frame["noise.disturbed"].sum())
+            shares_q.extend(frame["noise.others_share"].to_list())
+        if total == 0:
+            print(f"   quiet machine: not measured: in {quiet_budget:.0f} s the cores were "
+                  f"never quiet (others took more than {QUIET_SHARE:.0%} in every 1 s window)")
+        else:
+            print(f"   quiet machine (runs started after 1 s with others <= {QUIET_SHARE:.0%}): "
+                  f"flagged {flagged} of {total} ({flagged / total:.0%}; target <= 1 %), "
+                  f"others took a median {median(shares_q):.1%} during them")
 
 
 def main() -> None:
     """Print every figure."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--family-trials", type=int, default=300)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--studies", type=int, default=2000, help="studies per A/A cell")
+    parser.add_argument("--power-studies", type=int, default=500, help="studies per power cell")
+    parser.add_argument("--busy-runs", type=int, default=20, help="runs per load")
+    parser.add_argument("--quiet-runs", type=int, default=50)
+    parser.add_argument("--quiet-budget", type=float, default=300.0,
+                        help="seconds to look for quiet cores")
+    parser.add_argument("--skip-busy", action="store_true", help="simulations only")
     args = parser.parse_args()
-    t = args.trials
-    print(f"1. A/A false verdicts per comparison ({t} trials each)")
-    for kind in ("normal 5%", "lognormal 0.2", "2% + 2x outliers"):
-        cells = []
-        for n in (3, 5, 10):
-            rng = np.random.default_rng(n)
-            pairs = [(noise(kind, rng, (n,)), noise(kind, rng, (n,))) for _ in range(t)]
-            cells.append(f"n={n}: {rate(pairs):.3f}")
-        print(f"   {kind:18s} " + "  ".join(cells))
-
-    ft = args.family_trials
-    print(f"\n2. 20 points equal to the baseline, n = 5, 5 % noise ({ft} studies)")
-    for fdr in (False, True):
-        rng = np.random.default_rng(42)
-        any_call, calls = 0, 0
-        for _ in range(ft):
-            samples = {f"p{i}": noise("normal 5%", rng, (5,)) for i in range(21)}
-            out = compare_to_baseline(runs_table(samples), "wall_s", "minimize",
-                                      json.dumps({"p": "p0"}), n_resamples=199, fdr=fdr)
-            k = sum(pc.comparison.verdict in CALLS for pc in out if not pc.is_baseline)
-            any_call += k > 0
-            calls += k
-        label = "with Benjamini–Hochberg" if fdr else "without adjustment  "
-        print(f"   {label}: {any_call / ft:.3f} of studies call a point different "
-              f"({calls / ft:.2f} false calls per study)")
-
-    print(f"\n3. Drift 3 %/round, baseline in 2n rounds, point in n ({t} trials each)")
-    for n in (3, 5, 10):
-        rng = np.random.default_rng(100 + n)
-        drift = 1.0 + 0.03 * np.arange(2 * n)
-        pairs = [(noise("normal 5%", rng, (2 * n,)) * drift, noise("normal 5%", rng, (n,))
-                  * drift[:n]) for _ in range(t)]
-        print(f"   n={n}: paired {rate(pairs, rounds=True):.3f}   unpaired {rate(pairs):.3f}")
-
-    print(f"\n4. Power: a real 5 % change ({t} trials each)")
-    for kind, ns in (("normal 5%", (3, 5, 10)), ("2% + 2x outliers", (5, 10))):
-        cells = []
-        for n in ns:
-            rng = np.random.default_rng(200 + n)
-            pairs = [(noise(kind, rng, (n,)), noise(kind, rng, (n,)) / 1.05) for _ in range(t)]
-            cells.append(f"n={n}: {rate(pairs):.2f}")
-        print(f"   {kind:18s} " + "  ".join(cells))
-    print(f"   power hint: 5 % change at 5 % noise needs {repeats_needed(0.05, 0.05)} repeats "
-          f"per point (unpaired), {repeats_needed(0.05, 0.05, paired=True)} paired at 5 % "
-          "per-round noise")
+    section_aa(args.studies)
+    section_power(args.power_studies)
+    if not args.skip_busy:
+        section_busy(args.busy_runs, args.quiet_runs, args.quiet_budget)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def test_piped_compare_prints_whole_rows_whatever_columns_says(done_study):
         res = subprocess.run([PY, "-m", "tunelab", "compare", str(done_study)],
                              capture_output=True, text=True, env=env)
         assert res.returncode == 0, res.stderr
-        rows = [line for line in res.stdout.splitlines() if line.endswith(" better")]
+        rows = [line for line in res.stdout.splitlines() if " better " in f"{line} "]
         assert len(rows) == 2  # x=1 and x=2 are better than the baseline x=3
         for row in rows:  # the whole record: point, mean ± sd, speedup, interval, p, verdict
             assert "±" in row and "×" in row and "[" in row and "]" in row
@@ -68,14 +68,14 @@ def test_piped_compare_prints_whole_rows_whatever_columns_says(done_study):
 def test_compare_json_has_the_documented_schema(done_study):
     res = tunelab("compare", done_study, "--format", "json")
     doc = json.loads(res.stdout)
-    assert doc["schema"] == "tunelab.compare" and doc["version"] == 1
+    assert doc["schema"] == "tunelab.compare" and doc["version"] == 2
     assert doc["objective"] == {"fom": "value", "direction": "minimize"}
     assert doc["baseline"] == {"mode": "ok", "x": 3}
     by_x = {p["point"]["x"]: p for p in doc["points"]}
     assert by_x[3]["is_baseline"] and by_x[3]["verdict"] == "baseline"
     one = by_x[1]
-    for key in ("n", "mean", "sd", "median", "speedup", "ci_low", "ci_high", "p", "verdict",
-                "failures"):
+    for key in ("n", "mean", "sd", "median", "speedup", "ci_low", "ci_high", "p", "p_raw",
+                "test", "adjustment", "detectable", "verdict", "failures", "disturbed"):
         assert key in one
     assert one["n"] == 3 and one["mean"] == pytest.approx(2.0)
     assert one["speedup"] == pytest.approx(3.0) and one["verdict"] == "better"

@@ -1,76 +1,136 @@
-"""Noise watch: the arithmetic of the shares, the flag, waiting, and the store's schema 2."""
+"""Noise watch: absolute evidence on the run's own cores, the flag, waiting for quiet cores,
+the store, the views — and a real busy machine: a bounded load pinned to the run's cores."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import multiprocessing
+import os
 import sqlite3
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tunelab import noise
-from tunelab.noise import DISTURB_MARGIN, NoiseWatch
+from tunelab.noise import DISTURB_SHARE, NoiseWatch, cpu_list_text, judge
 from tunelab.report.results import results_from_frame
 from tunelab.store import RunRecord, open_store
 from tunelab.workload import Objective
 
 
 class FakeMachine:
-    """A 2-core machine whose CPU counters the test advances by hand."""
+    """Two cores whose counters the test advances by hand: ``others`` and ``own`` are shares
+    of the two cores; the run's own CPU time shows in its cgroup."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.now = 0.0
-        self.busy = 0.0
-        self.steal = 0.0
-        self.own = 0.0
-        monkeypatch.setattr(noise, "_cpu_seconds", lambda: (self.busy, self.steal))
-        monkeypatch.setattr(noise, "_own_seconds", lambda: self.own)
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, cgroup: bool = True) -> None:
+        self.now = self.busy = self.steal = self.own = self.waited = 0.0
+        self.others_while_sleeping = 0.1
+        monkeypatch.setattr(noise, "_cpu_seconds", lambda cpus: (self.busy, self.steal))
+        monkeypatch.setattr(noise, "_cgroup_usage",
+                            lambda path: self.own if cgroup and path is not None else None)
+        monkeypatch.setattr(noise, "_rusage", lambda who: self.own if not cgroup
+                            and who == noise.resource.RUSAGE_CHILDREN else 0.0)
+        monkeypatch.setattr(noise, "_pressure", lambda path: self.waited)
         monkeypatch.setattr(noise, "_load", lambda: 1.5)
         monkeypatch.setattr(noise, "_mhz", lambda: 2400.0)
 
-    def advance(self, seconds: float, others: float, own: float = 0.0) -> None:
-        """``seconds`` pass; other processes use ``others`` of the machine, we ``own``."""
+    def advance(self, seconds: float, others: float, own: float = 0.0,
+                steal: float = 0.0) -> None:
         self.now += seconds
         self.busy += (others + own) * seconds * 2
         self.own += own * seconds * 2
+        self.steal += steal * seconds * 2
+        self.waited += min(others, 1.0) * seconds
 
     def sleep(self, seconds: float) -> None:
         self.advance(seconds, self.others_while_sleeping)
 
-    others_while_sleeping = 0.1
+    def watch(self) -> NoiseWatch:
+        return NoiseWatch([0, 1], clock=lambda: self.now, sleep=self.sleep)
 
 
-def test_a_run_is_disturbed_when_others_use_more_of_the_machine(monkeypatch):
+def test_cpu_lists_are_written_as_linux_does() -> None:
+    assert cpu_list_text([0, 1]) == "0-1"
+    assert cpu_list_text([3, 0, 1, 2, 6, 8, 9]) == "0-3,6,8-9"
+    assert cpu_list_text([5]) == "5"
+
+
+def test_judge_flags_others_beyond_the_share_and_says_why() -> None:
+    assert judge(DISTURB_SHARE + 0.01, 0.0, "0-1") == (
+        True, f"others took {DISTURB_SHARE + 0.01:.0%} of cores 0-1")
+    assert judge(DISTURB_SHARE, 0.0, "0-1") == (False, None)
+    assert judge(0.0, 0.2, "2") == (True, "the hypervisor stole 20% of cores 2")
+    assert judge(None, None, "0") == (False, None)
+
+
+def test_a_machine_busy_from_the_start_flags_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Others take 80 % of the cores before the study and throughout: the watch judged
+    against the start would call this normal; on absolute evidence every run is flagged."""
     m = FakeMachine(monkeypatch)
-    watch = NoiseWatch(2, clock=lambda: m.now, sleep=m.sleep)  # reference: others at 10 %
-    before = watch.start()
-    m.advance(10, others=0.2, own=0.5)  # our run used half the machine: not counted
-    quiet = watch.stop(before)
-    assert quiet.others_cpu == pytest.approx(0.2) and not quiet.disturbed
-    assert quiet.load_before == 1.5 and quiet.mhz_after == 2400.0
-    before = watch.start()
-    m.advance(10, others=0.1 + DISTURB_MARGIN + 0.05, own=0.5)
-    busy = watch.stop(before)
-    assert busy.disturbed and busy.as_dict()["disturbed"] == 1.0
-    assert watch.reference == (pytest.approx(0.1), pytest.approx(0.0))
+    m.others_while_sleeping = 0.8
+    watch = m.watch()
+    assert watch.busy_now() is not None and "80% of cores 0-1" in watch.busy_now()  # type: ignore[operator]
+    for _ in range(3):
+        before = watch.start(Path("/cg"))
+        m.advance(10, others=0.8, own=0.2)
+        sample = watch.stop(before)
+        assert sample.disturbed and sample.evidence == "others took 80% of cores 0-1"
+        assert sample.others_share == pytest.approx(0.8) and sample.own_share == pytest.approx(0.2)
+        assert sample.psi_some == pytest.approx(0.8) and sample.cpus == 2
 
 
-def test_wait_quiet_waits_for_a_quiet_machine_or_gives_up(monkeypatch):
+def test_the_runs_own_cpu_time_is_not_counted_as_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cgroup in (True, False):  # from the cgroup's cpu.stat, else from the children's rusage
+        m = FakeMachine(monkeypatch, cgroup=cgroup)
+        m.others_while_sleeping = 0.0
+        watch = m.watch()
+        assert watch.busy_now() is None
+        before = watch.start(Path("/cg"))
+        m.advance(10, others=0.05, own=0.95)
+        quiet = watch.stop(before)
+        assert not quiet.disturbed and quiet.evidence is None
+        assert quiet.others_share == pytest.approx(0.05) and quiet.own_share == pytest.approx(0.95)
+        row = quiet.as_dict()
+        assert row["disturbed"] == 0.0 and row["cpu_list"] == "0-1"
+        assert row["others_cpu"] == row["others_share"]
+
+
+def test_stolen_cores_are_a_disturbance(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = FakeMachine(monkeypatch)
+    watch = m.watch()
+    before = watch.start(Path("/cg"))
+    m.advance(10, others=0.0, own=0.6, steal=0.3)
+    sample = watch.stop(before)
+    assert sample.disturbed and "hypervisor stole 30%" in (sample.evidence or "")
+
+
+def test_wait_quiet_waits_for_quiet_cores_or_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
     m = FakeMachine(monkeypatch)
     m.others_while_sleeping = 0.9
-    watch = NoiseWatch(2, clock=lambda: m.now, sleep=m.sleep)
-    assert watch.wait_quiet(level=0.15, max_wait_s=30) == pytest.approx(30, abs=1.01)
-    m.others_while_sleeping = 0.05
-    assert watch.wait_quiet(level=0.15, max_wait_s=30) == pytest.approx(1.0)
+    watch = m.watch()
+    assert watch.wait_quiet(level=0.05, max_wait_s=30) == pytest.approx(30, abs=1.01)
+    m.others_while_sleeping = 0.01
+    assert watch.wait_quiet(level=0.05, max_wait_s=30) == pytest.approx(1.0)
 
 
-def test_the_real_machine_is_readable():
+def test_a_real_sample_is_consistent() -> None:
+    """Whatever this machine is doing: shares within [0, 1], flagged exactly when others
+    took more than the set share, the evidence saying so."""
     watch = NoiseWatch()
     sample = watch.stop(watch.start())
-    assert sample.others_cpu is None or 0.0 <= sample.others_cpu <= 1.0
-    assert sample.load_before is None or sample.load_before >= 0
+    assert sample.cpu_list and sample.cpus == len(os.sched_getaffinity(0))
+    if sample.others_share is not None:
+        assert 0.0 <= sample.others_share <= 1.0
+        assert sample.disturbed == (sample.others_share > DISTURB_SHARE
+                                    or (sample.steal or 0.0) > noise.STEAL_SHARE)
+        assert (sample.evidence is not None) == sample.disturbed
 
+
+# ---------------------------------------------------------------- the store and the views
 
 OLD_SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -90,15 +150,19 @@ INSERT INTO foms VALUES (1, 'wall_s', 1.0);
 
 
 def _record(point: dict[str, int], repeat: int, value: float, disturbed: bool) -> RunRecord:
+    share = 0.7 if disturbed else 0.01
     return RunRecord(
         point_key=json.dumps(point), params=point, repeat=repeat, status="ok", reason=None,
         rc=0, wall_s=value, started_at="t", ended_at="t", host="h", command=[], env={},
         run_dir="r", foms={"wall_s": value},
-        noise={"load_before": 1.0, "load_after": 2.0, "others_cpu": 0.5, "steal": 0.0,
-               "mhz_before": None, "mhz_after": None, "disturbed": 1.0 if disturbed else 0.0})
+        noise={"cpus": 2.0, "cpu_list": "0-1", "others_share": share, "others_cpu": share,
+               "own_share": 0.3, "psi_some": 0.5, "steal": 0.0, "load_before": 1.0,
+               "load_after": 2.0, "mhz_before": None, "mhz_after": None,
+               "evidence": f"others took {share:.0%} of cores 0-1" if disturbed else None,
+               "disturbed": 1.0 if disturbed else 0.0})
 
 
-def test_a_schema_1_store_is_migrated_in_place(tmp_path: Path):
+def test_a_schema_1_store_is_migrated_in_place(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "tunelab.db")
     conn.executescript(OLD_SCHEMA)
     conn.close()
@@ -107,39 +171,135 @@ def test_a_schema_1_store_is_migrated_in_place(tmp_path: Path):
         store.record_run(_record({"x": 1}, 1, 1.1, disturbed=True))
         frame = store.runs_frame()
     assert len(frame) == 2
-    assert math.isnan(frame.loc[0, "noise.others_cpu"])  # the old run has no sample
-    assert frame.loc[1, "noise.others_cpu"] == 0.5 and frame.loc[1, "noise.disturbed"] == 1
+    assert math.isnan(frame.loc[0, "noise.others_share"])  # the old run has no sample
+    assert frame.loc[1, "noise.others_share"] == 0.7 and frame.loc[1, "noise.disturbed"] == 1
+    assert frame.loc[1, "noise.evidence"] == "others took 70% of cores 0-1"
     assert math.isnan(frame.loc[1, "noise.mhz_after"])
 
 
-def test_disturbed_runs_are_counted_and_warned_about(tmp_path: Path):
+def _busy_study(tmp_path: Path) -> Path:
+    with open_store(tmp_path, create=True) as store:
+        for r in range(4):
+            store.record_run(_record({"x": 1}, r, 10.0 + r / 10, disturbed=r == 0))
+            store.record_run(_record({"x": 2}, r, 8.0 + r / 10, disturbed=r in (0, 2)))
+    return tmp_path
+
+
+def test_disturbed_runs_are_counted_said_and_left_out_on_request(tmp_path: Path) -> None:
+    with open_store(_busy_study(tmp_path)) as store:
+        frame = store.runs_frame()
+    kept = results_from_frame(frame, Objective("wall_s"), json.dumps({"x": 1}))
+    by_x = {s.params["x"]: s for s in kept.summaries}
+    assert (by_x[1].disturbed, by_x[2].disturbed) == (1, 2) and by_x[2].n == 4
+    assert kept.disturbance is not None and kept.disturbance.disturbed == 3
+    assert kept.disturbance.from_start is False  # the study's second run was quiet
+    warning = next(n for n in kept.notes if "runs were disturbed" in n)
+    assert "3 of 8 runs" in warning and "others took 70% of cores 0-1" in warning
+    assert "--exclude-disturbed" in warning
+    left = results_from_frame(frame, Objective("wall_s"), json.dumps({"x": 1}),
+                              exclude_disturbed=True)
+    by_x = {s.params["x"]: s for s in left.summaries}
+    assert (by_x[1].n, by_x[2].n, by_x[2].left_out) == (3, 2, 2)
+    assert any("the 3 disturbed ok runs are left out" in n for n in left.notes)
+
+
+def test_a_machine_busy_from_the_start_is_said_from_the_runs_table(tmp_path: Path) -> None:
     with open_store(tmp_path, create=True) as store:
         for r in range(3):
-            store.record_run(_record({"x": 1}, r, 10.0 + r / 10, disturbed=False))
-            store.record_run(_record({"x": 2}, r, 8.0 + r / 10, disturbed=r == 2))
+            for x in (1, 2):
+                store.record_run(_record({"x": x}, r, 10.0 + x + r / 10, disturbed=True))
         frame = store.runs_frame()
-    results = results_from_frame(frame, Objective("wall_s"), json.dumps({"x": 1}),
-                                 n_resamples=200)
-    by_x = {s.params["x"]: s for s in results.summaries}
-    assert by_x[1].disturbed == 0 and by_x[2].disturbed == 1
-    warning = [n for n in results.notes if n.startswith("Warning: runs taken while")]
-    assert warning and "x=2 (1 of 3)" in warning[0]
+    results = results_from_frame(frame, Objective("wall_s"), json.dumps({"x": 1}))
+    assert results.disturbance is not None and results.disturbance.from_start
+    assert results.trust[0].startswith("The machine was busy from the start: 6 of 6 runs")
 
 
-def test_a_pruned_run_rebuilds_an_old_runs_table_keeping_every_row(tmp_path: Path):
-    conn = sqlite3.connect(tmp_path / "tunelab.db")
-    conn.executescript(OLD_SCHEMA)
-    conn.close()
-    pruned = RunRecord(
-        point_key='{"x": 2}', params={"x": 2}, repeat=0, status="pruned",
-        reason="pruned at step 2", rc=None, wall_s=0.5, started_at="t", ended_at="t",
-        host="h", command=[], env={}, run_dir="r", foms={"wall_s": 0.5})
-    with open_store(tmp_path, write=True) as store:
-        store.record_run(pruned)
-        assert store.status_counts() == {"ok": 1, "pruned": 1}
-        frame = store.runs_frame()
-    assert list(frame["run_id"]) == [1, 2] and frame.loc[0, "fom.wall_s"] == 1.0
-    conn = sqlite3.connect(tmp_path / "tunelab.db")
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-    conn.close()
+def test_disturbed_runs_can_be_discarded_to_run_again(tmp_path: Path) -> None:
+    with open_store(_busy_study(tmp_path), write=True) as store:
+        runs = store.disturbed_runs()
+        assert [(json.loads(k)["x"], r) for k, r, _ in runs] == [(1, 0), (2, 0), (2, 2)]
+        store.discard_runs(runs, "now")
+        assert store.disturbed_runs() == [] and len(store.runs_frame()) == 5
+        assert (2, 2) not in {(json.loads(k)["x"], r) for k, r in store.completed()}
+        noted = json.loads(store.get_meta("discarded_runs") or "[]")
+        assert len(noted) == 3 and noted[0]["evidence"].startswith("others took")
+
+
+# ---------------------------------------------------------------- a real busy machine
+
+
+def _spin(cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy_cores(per_core: int = 2) -> Iterator[None]:
+    """A bounded load: ``per_core`` busy processes pinned to each core this process may
+    use (its runs inherit these cores), killed on the way out."""
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_spin, args=(cpu,), daemon=True)
+             for cpu in sorted(os.sched_getaffinity(0)) for _ in range(per_core)]
+    for p in procs:
+        p.start()
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.join(5)
+
+
+SPIN = """\
+import sys, time
+t = time.process_time()
+while time.process_time() - t < 0.4:
+    pass
+print("x=" + sys.argv[1])
+"""
+
+STUDY = """\
+name: busy
+workload:
+  name: command
+  options:
+    argv: [{python}, {spin}, "{{x}}"]
+    foms: {{x: 'x=(?P<value>[0-9]+)'}}
+parameters: {{x: [1, 2]}}
+repeats: 2
+baseline: {{x: 1}}
+objective: {{fom: wall_s, direction: minimize}}
+"""
+
+
+@pytest.mark.slow
+def test_runs_on_cores_another_load_takes_are_flagged_and_said(tmp_path: Path) -> None:
+    """Two busy processes per core of the study, for the whole study: every run is
+    flagged with its evidence, the start says the machine is busy, compare says so from
+    the runs table, and --exclude-disturbed leaves every run out."""
+    from tunelab.execute.runner import run_study
+    from tunelab.execute.study import prepare_study
+    from tunelab.report.results import load_results
+    from tunelab.spec import load_study
+
+    (tmp_path / "spin.py").write_text(SPIN)
+    path = tmp_path / "busy.yaml"
+    path.write_text(STUDY.format(python=sys.executable, spin=tmp_path / "spin.py"))
+    notes: list[str] = []
+    with busy_cores():
+        outcome = run_study(prepare_study(load_study(path)), tmp_path / "s",
+                            on_note=notes.append)
+    assert outcome.counts == {"ok": 4}
+    assert notes and "the machine is busy" in notes[0]
+    results = load_results(tmp_path / "s")
+    flags = results.runs["noise.disturbed"].tolist()
+    assert flags == [1, 1, 1, 1]
+    assert all(e.startswith("others took") for e in results.runs["noise.evidence"])
+    assert (results.runs["noise.others_share"] > DISTURB_SHARE).all()
+    assert results.trust[0].startswith("The machine was busy from the start: 4 of 4 runs")
+    left = load_results(tmp_path / "s", exclude_disturbed=True)
+    assert all(s.n == 0 and s.left_out == 2 for s in left.summaries)
+    assert "No run left to judge: the 4 ok runs were disturbed" in left.notes[-1]
+    assert any("(2 disturbed, left out)" in n for n in left.notes)  # the baseline's

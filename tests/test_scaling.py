@@ -1,5 +1,6 @@
 """tunelab.scaling: speedup/efficiency/Karp–Flatt with intervals, layout gaps with verdicts,
-and the step-time model recovering known parameters and predicting held-out points."""
+the step-time model recovering known parameters, and its validity: held-out sizes,
+prediction intervals, refusals beyond what it can predict."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ import pandas as pd
 import pytest
 
 from tunelab.scaling import (
+    MAX_FACTOR,
     StepModel,
     fit_step_model,
+    forecast,
+    holdout,
     karp_flatt,
     layout_gaps,
-    model_check,
     observations,
     ring_factor,
     scaling_table,
+    validate,
 )
 from tunelab.stats import StatsError, Verdict
 
@@ -43,7 +47,7 @@ def make_runs(model: StepModel, layouts: list[tuple[int, int]], repeats: int = 4
                 "point": json.dumps(params, sort_keys=True), "repeat": rep,
                 "status": status, **params,
                 "fom.throughput": math.nan if status != "ok" else 64 * n / t,
-                "fom.step_s": t, "fom.compute_s": model.compute_s,
+                "fom.step_s": t, "fom.compute_s": model.compute(n, k),
                 "fom.grad_bytes": S, "fom.hosts": 1.0, "fom.host_cores": 2.0, "fom.gpu": 0.0,
             })
     return pd.DataFrame(rows)
@@ -64,7 +68,7 @@ def test_ring_factor_and_karp_flatt() -> None:
 
 def test_scaling_table_speedup_efficiency_with_intervals() -> None:
     runs = make_runs(TRUE, LAYOUTS)
-    table = {(p.workers, p.nodes): p for p in scaling_table(runs, n_resamples=999)}
+    table = {(p.workers, p.nodes): p for p in scaling_table(runs)}
     base = table[(1, 1)]
     assert base.speedup == pytest.approx(1.0) and base.ideal == 1
     p = table[(8, 1)]
@@ -82,7 +86,7 @@ def test_scaling_table_counts_only_ok_runs_and_splits_series() -> None:
     a = make_runs(TRUE, LAYOUTS[:3], extra={"link": 1}, fail=(2, 1))
     b = make_runs(TRUE.with_(link_bw=1e8), LAYOUTS[:3], extra={"link": 10}, seed=1)
     b["run_id"] += len(a)
-    table = scaling_table(pd.concat([a, b], ignore_index=True), n_resamples=999)
+    table = scaling_table(pd.concat([a, b], ignore_index=True))
     series = {p.series for p in table}
     assert series == {"link=1", "link=10"}
     two = next(p for p in table if p.series == "link=1" and (p.workers, p.nodes) == (2, 1))
@@ -92,7 +96,7 @@ def test_scaling_table_counts_only_ok_runs_and_splits_series() -> None:
 def test_layout_gap_verdicts() -> None:
     slow_link = TRUE.with_(link_bw=0.2e9)  # scale-out clearly slower
     runs = make_runs(slow_link, LAYOUTS, noise=0.005)
-    gaps = {(g.workers, g.nodes): g for g in layout_gaps(runs, n_resamples=999)}
+    gaps = {(g.workers, g.nodes): g for g in layout_gaps(runs)}
     assert set(gaps) == {(2, 2), (4, 2), (4, 4), (8, 2), (8, 4)}
     g = gaps[(8, 2)]
     assert g.ref_nodes == 1
@@ -102,7 +106,7 @@ def test_layout_gap_verdicts() -> None:
     # links as fast as the inside of a node, one core per worker: no difference to show
     same = make_runs(TRUE.with_(link_bw=TRUE.host_bw, shared_cores=0), LAYOUTS, noise=0.01,
                      seed=3)
-    for gap in layout_gaps(same, n_resamples=999):
+    for gap in layout_gaps(same):
         assert gap.verdict == Verdict.INDISTINGUISHABLE
 
 
@@ -119,15 +123,62 @@ def test_fit_recovers_known_parameters() -> None:
 
 
 def test_model_predicts_held_out_and_ratio_within_10_percent() -> None:
-    runs = make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.02, seed=5)
-    check = model_check(observations(runs), hold_out=[8], extrapolate=[(32, 4)])
-    assert {p.workers for p in check.points if p.held_out} == {8, 32}
-    assert check.held_out_error_pct < 5
+    obs = observations(make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.02, seed=5))
+    check = holdout(obs, [8])
+    assert {p.workers for p in check.points if p.held_out} == {8}
+    assert check.mean_error < 0.05 and check.factor == 0.5  # 8 lies inside: interpolation
     ratio = next(r for r in check.ratios if r[:3] == (8, 1, 2))
     assert abs(ratio[4] / ratio[3] - 1) < 0.10
-    p32 = next(p for p in check.points if p.workers == 32)
-    assert math.isnan(p32.measured)
-    assert p32.predicted == pytest.approx(TRUE.throughput(32, 4), rel=0.1)
+    f = forecast(obs, 32, 4)
+    assert f.throughput is not None and f.low is not None and f.high is not None
+    assert f.low <= TRUE.throughput(32, 4) <= f.high and f.factor == 2.0 and not f.cannot
+
+
+def test_validation_holds_out_the_largest_size_and_extrapolates_2x() -> None:
+    obs = observations(make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.02, seed=6))
+    check = validate(obs)
+    assert check.extrapolation is not None and check.extrapolation.held == (16,)
+    assert check.extrapolation.factor == 2.0 and check.extrapolation.max_error < 0.05
+    assert [h.held for h in check.interpolation] == [(2,), (4,), (8,)]
+    far = forecast(obs, 64, 4, validation=check)
+    assert far.throughput == pytest.approx(TRUE.throughput(64, 4), rel=0.1)
+    assert f"no check reached further than {MAX_FACTOR:g}x" in far.note
+
+
+def test_a_knee_beyond_the_fitted_sizes_makes_the_model_refuse_to_extrapolate() -> None:
+    """Step times jump at 16 workers (say, memory bandwidth runs out): fitted on 1–8 the
+    model misses 16 by far more than 15 %, so it predicts nothing beyond 16, and says why;
+    inside the measured sizes it still answers, with an interval."""
+    runs = make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.01, seed=7)
+    knee = runs["workers"] == 16
+    runs.loc[knee, "fom.step_s"] *= 1.6
+    runs.loc[knee, "fom.throughput"] /= 1.6
+    obs = observations(runs)
+    f = forecast(obs, 32, 4)
+    assert f.throughput is None and f.low is None
+    assert f.cannot.startswith("cannot predict 32 workers on 4 node(s)")
+    assert "without the 16-worker points" in f.cannot and "more than 15%" in f.cannot
+    inside = forecast(obs, 8, 2)
+    assert inside.throughput is not None and inside.factor < 1 and not inside.cannot
+
+
+def test_too_few_sizes_to_check_cannot_be_extrapolated() -> None:
+    obs = observations(make_runs(TRUE, [(1, 1), (2, 1), (2, 2)], noise=0.01))
+    f = forecast(obs, 4, 1)
+    assert f.throughput is None and "only 2 worker count(s) measured (1, 2)" in f.cannot
+    assert forecast(obs, 2, 1).throughput is not None
+    assert forecast([], 2, 1).cannot == "cannot predict: no measured point"
+
+
+def test_contention_on_a_shared_host_is_fitted_and_extrapolates() -> None:
+    """Real compute on shared cores: each worker computes 6 % slower per other worker on
+    its host; fitted on 1–8 workers, the model finds it and predicts 16 within 5 %."""
+    true = TRUE.with_(contention=0.06, shared_host=True)
+    obs = observations(make_runs(true, LAYOUTS, noise=0.005, seed=8))
+    model = fit_step_model(obs)
+    assert model.contention == pytest.approx(0.06, rel=0.05)
+    assert model.throughput(16, 4) == pytest.approx(true.throughput(16, 4), rel=0.05)
+    assert TRUE.compute(8, 1) == pytest.approx(0.17)  # no contention: compute is fixed
 
 
 def test_model_cannot_fit_from_nothing() -> None:
@@ -161,12 +212,12 @@ def test_plot_data_and_pngs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from tunelab.report.scaling import scaling_plot_data, scaling_plots
 
     runs = make_runs(TRUE, LAYOUTS, noise=0.01)
-    data = scaling_plot_data(runs, n_resamples=199, predict_to=32)
+    data = scaling_plot_data(runs, predict_to=32)
     assert data.model is not None and not data.note
     assert {(k, n) for _, k, n, _ in data.predicted} >= {(1, 32), (2, 32), (4, 32), (4, 4)}
     assert (2, 1) not in {(k, n) for _, k, n, _ in data.predicted}  # 1 worker on 2 nodes
     assert len(data.gaps) == 5
-    paths = scaling_plots(runs, tmp_path, n_resamples=199)
+    paths = scaling_plots(runs, tmp_path)
     assert [p.name for p in paths] == ["scaling-throughput.png", "scaling-efficiency.png",
                                        "scaling-layouts.png"]
     for p in paths:

@@ -71,7 +71,11 @@ def test_malformed_yaml_gives_the_line(write_study):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("repeats: 0\n", r":5: 'repeats': input should be greater than or equal to 1"),
+        ("repeats: 0\n", r":5: 'repeats': must be a whole number from 1 to .*got 0$"),
+        ("repeats: lots\n", r":5: 'repeats': .*'auto', or \{min: M, max: N\}.*got 'lots'"),
+        ("repeats: {min: 2}\n", r":5: 'repeats': .*3 <= M <= N.*got \{min: 2, max: 10\}"),
+        ("repeats: {most: 4}\n", r":5: 'repeats': unknown field 'most'; it takes min and"),
+        ("repeats: auto\n", r":5: repeats: auto .* the study needs a 'baseline:'"),
         ("colour: red\n", r":5: unknown field 'colour'; valid fields here: name, "),
         ("parameters:\n  np: 3\n", r":6: parameter 'np': must be a list of values"),
         ("parameters:\n  np: {type: float}\n", r"'type' must be one of int, pow2, bool"),
@@ -109,6 +113,16 @@ def test_durations():
     for bad in ("", "-1", "1x", 0, True):
         with pytest.raises(ValueError):
             parse_duration(bad)
+
+
+def test_repeats_auto_reads_its_bounds(write_study):
+    body = HEAD + "parameters: {np: [1, 2]}\nbaseline: {np: 1}\n"
+    auto = load_study(write_study(body + "repeats: auto\n", "a.yaml"))
+    assert auto.auto_repeats == (3, 10) and auto.repeats == 10
+    bounded = load_study(write_study(body + "repeats: {min: 4, max: 20}\n", "b.yaml"))
+    assert bounded.auto_repeats == (4, 20) and bounded.repeats == 20
+    fixed = load_study(write_study(body + "repeats: 5\n", "c.yaml"))
+    assert fixed.auto_repeats is None and fixed.repeats == 5
 
 
 def test_identity_ignores_repeats(write_study):

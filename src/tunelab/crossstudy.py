@@ -3,7 +3,10 @@
 :func:`compare_studies` is pure: two runs tables and an objective in, a frozen
 :class:`StudyComparison` out. Each point that both studies measured is judged with the same
 statistics as a comparison with the baseline inside one study (:func:`tunelab.stats.compare`:
-ratio of means, confidence interval, Mann–Whitney p, verdict); points measured by only one
+Welch's t of the log ratio of means — the two studies' rounds ran at different times, so
+nothing pairs them — its interval, p and verdict), and the verdicts of all common points are
+adjusted together by Holm (:func:`tunelab.stats.holm_adjust`), so at most ``1 - confidence``
+of comparisons of two equal studies call any point different; points measured by only one
 study are listed, not judged. Two studies whose figure of merit or direction differ cannot be
 compared: :func:`check_comparable` refuses them with one line.
 """
@@ -11,16 +14,17 @@ compared: :func:`check_comparable` refuses them with one line.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tunelab.stats import (
-    DEFAULT_RESAMPLES,
     Comparison,
     PointSummary,
     StatsError,
+    Verdict,
     compare,
     fom_column,
+    holm_adjust,
     summarize,
 )
 
@@ -88,6 +92,15 @@ def _values(runs: pd.DataFrame, fom: str, point_key: str) -> list[float]:
     return [float(v) for v in ok[column].dropna()] if column in ok.columns else []
 
 
+def _holm(c: Comparison, p_adjusted: float) -> Comparison:
+    """``c`` with its Holm-adjusted p deciding the verdict."""
+    if c.verdict is Verdict.INSUFFICIENT:
+        return c
+    keep = p_adjusted < 1 - c.confidence
+    verdict = c.verdict if keep else Verdict.INDISTINGUISHABLE
+    return replace(c, p_adjusted=p_adjusted, adjustment="Holm", verdict=verdict)
+
+
 def compare_studies(
     runs_a: pd.DataFrame,
     runs_b: pd.DataFrame,
@@ -97,8 +110,6 @@ def compare_studies(
     name_b: str = "B",
     noise_threshold: float = 0.02,
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
 ) -> StudyComparison:
     """Judge every point of ``runs_b`` that ``runs_a`` also measured, B against A.
 
@@ -114,10 +125,13 @@ def compare_studies(
         try:
             comparison = compare(_values(runs_a, fom, key), _values(runs_b, fom, key),
                                  objective.direction, noise_threshold=noise_threshold,
-                                 confidence=confidence, n_resamples=n_resamples, seed=seed)
+                                 confidence=confidence)
         except StatsError as exc:
             raise StatsError(f"point {key}: {exc}") from exc
         judged.append((key, comparison))
+    if len(judged) > 1:
+        adjusted = holm_adjust([c.p_value for _, c in judged])
+        judged = [(key, _holm(c, p)) for (key, c), p in zip(judged, adjusted, strict=True)]
     judged.sort(key=lambda kc: (kc[1].speedup != kc[1].speedup,  # NaN last
                                 -kc[1].speedup if kc[1].speedup == kc[1].speedup else 0.0,
                                 kc[0]))

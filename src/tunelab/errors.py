@@ -41,7 +41,14 @@ class StudyError(TunelabError):
 
 
 class SpaceError(TunelabError):
-    """A parameter space that has no valid point, or a point that is not in it."""
+    """A parameter space that has no valid point, or a point that is not in it.
+
+    ``subject`` names the part of the study at fault, when one is: ``("derived", name)`` or
+    ``("constraint", label)``, so that the error can be located in the study file."""
+
+    def __init__(self, message: str, subject: tuple[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.subject = subject
 
 
 class WorkloadError(TunelabError):

@@ -9,7 +9,8 @@ time with a message naming the offending part.
 Expressions are bounded (see :mod:`tunelab.limits`): their length, node count and nesting
 depth at parse time; the integers, strings and tuples they compute before each operation
 that could grow them (``**``, ``*``, ``+``), so ``((10**64)**64)**64`` or ``'a' * 10**11``
-is refused at once instead of exhausting the CPU or the memory. ``%`` on a string (printf
+is refused at once instead of exhausting the CPU or the memory; so is ``round(x, -10**9)``
+(the digits ``round`` rounds to are bounded like the integers). ``%`` on a string (printf
 formatting, which can pad to any width) is not allowed.
 """
 
@@ -38,6 +39,20 @@ def _is_square(n: Any) -> bool:
     return root * root == int(n)
 
 
+_ROUND_DIGITS = int(LIMITS.integer_bits * math.log10(2))
+"""The most digits ``round`` may round to either side (those of the largest integer an
+expression may compute): ``round(x, -10**9)`` would compute ``10**(10**9)`` first."""
+
+
+def _round(number: Any, ndigits: Any = None) -> Any:
+    """``round``, with ``ndigits`` bounded by :data:`_ROUND_DIGITS`."""
+    if isinstance(ndigits, int) and not isinstance(ndigits, bool) and \
+            abs(ndigits) > _ROUND_DIGITS:
+        raise ExpressionError(f"round(): ndigits {ndigits} is beyond ±{_ROUND_DIGITS:,} "
+                              f"(the digits of a {LIMITS.integer_bits}-bit integer)")
+    return round(number, ndigits)
+
+
 def _is_pow2(n: Any) -> bool:
     if isinstance(n, bool) or not isinstance(n, int | float) or n < 1 or n != int(n):
         return False
@@ -55,7 +70,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "abs": abs,
     "int": int,
     "float": float,
-    "round": round,
+    "round": _round,
 }
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {

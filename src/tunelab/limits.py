@@ -69,9 +69,20 @@ class Limits:
         4_096, "bits of an integer an expression computes (about 1,233 decimal digits)")
     string_chars: int = _limit(
         10_000, "characters of a string, or items of a tuple, an expression computes")
+    duration_s: int = _limit(
+        365 * 86400, "seconds of a duration: a study's timeout and max_wall, a launcher's "
+                     "walltime, a preparation step's timeout")
     output_parse_bytes: int = _limit(
         16 << 20, "bytes of a run's stdout, and of its stderr, read for parsing (the first "
                   "and the last half when the output is larger)")
+    fom_magnitude: float = _limit(
+        1e50, "magnitude of a figure of merit (and, unless it is 0, the inverse of the "
+              "smallest one): the statistics square and divide them, so a run whose figure "
+              "is outside fails; print it in other units")
+    regex_size: int = _limit(
+        100_000, "size of a study's figure-of-merit regexes together, each counted repeat "
+                 "expanded ((ab){1000} counts 2,000): the regex engine compiles a repeat by "
+                 "copying it")
     regex_timeout_s: float = _limit(
         2.0, "CPU seconds all figure-of-merit regexes of one run may spend searching its "
              "output")

@@ -1,17 +1,29 @@
-"""Noise watch: how busy the machine was around every run, and waiting for a quiet one.
+"""Noise watch: did other processes take the cores a run ran on, while it ran?
 
-Before and after each run the watch reads the 1-minute load average and the CPU frequency
-(mean over cores, from ``/sys/.../cpufreq/scaling_cur_freq`` or ``/proc/cpuinfo``), and it
-counts, from ``/proc/stat``, the CPU time the whole machine spent during the run. Subtracting
-the CPU time of the run's own processes (``getrusage`` of the finished children, and of
-tunelab itself) leaves ``others_cpu``: the share of the machine (0..1) that *other* processes
-used while the run ran; ``steal`` is the share the hypervisor took. A run is **disturbed**
-when others used at least :data:`DISTURB_MARGIN` more of the machine than in the reference
-window taken when the study started, or the hypervisor stole :data:`STEAL_MARGIN` more.
+The evidence is absolute, taken on the run's own cores and over the run's own wall time —
+never relative to how busy the machine was when the study started (a machine busy from the
+start would then look normal):
 
-Everything is read from Linux's ``/proc`` and ``/sys``; on a system without them each figure
-is None and no run is flagged. The load average lags (it is a 1-minute mean) and counts the
-run's own processes, which is why the flag rests on ``others_cpu``.
+* **the run's cores**: the CPUs it may use (``sched_getaffinity``, which a cpuset narrows),
+  written as a list (``cpu_list``, e.g. ``0-1``) and counted (``cpus``);
+* **busy time on those cores**, per CPU from ``/proc/stat`` (user, nice, system, irq,
+  softirq; steal apart), before and after the run;
+* **the run's own CPU time**: its cgroup's ``cpu.stat`` (``usage_usec``; the study's
+  cgroup, which holds only the run in flight, see :mod:`tunelab.execute.hygiene`), else the
+  ``getrusage`` of the finished children; tunelab's own CPU time is subtracted too;
+* **CPU pressure** (PSI): the share of the run's wall time in which its tasks waited for a
+  CPU (``some`` of the cgroup's ``cpu.pressure``, else the machine's ``/proc/pressure/cpu``),
+  recorded as ``psi_some`` beside the rest.
+
+``others_share`` = (busy − own − tunelab) / (wall × cpus): the share of the run's cores that
+other processes took; ``own_share`` = own / (wall × cpus). A run is **disturbed** when others
+took more than :data:`DISTURB_SHARE` of its cores, or the hypervisor stole more than
+:data:`STEAL_SHARE` (:func:`judge`); ``evidence`` says why in one phrase ("others took 64 %
+of cores 0-1"). PSI is evidence, not the rule: a run with more ranks than cores waits for a
+CPU with no one else on the machine.
+
+Everything is read from Linux's ``/proc`` and ``/sys``; where they are missing each figure is
+None and no run is flagged.
 """
 
 from __future__ import annotations
@@ -20,88 +32,123 @@ import math
 import os
 import resource
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "DISTURB_MARGIN",
+    "DISTURB_SHARE",
     "MAX_QUIET_WAIT_S",
-    "QUIET_LEVEL",
+    "QUIET_SHARE",
+    "STEAL_SHARE",
     "NoiseSample",
     "NoiseWatch",
+    "cpu_list_text",
+    "judge",
 ]
 
-DISTURB_MARGIN = 0.25
-"""Extra share of the machine used by others (vs the start) that flags a run as disturbed."""
+DISTURB_SHARE = 0.20
+"""A run is disturbed when other processes took more than this share of its cores (of its
+wall time × its cores): e.g. one busy process on one of two cores the run may use."""
 
-STEAL_MARGIN = 0.10
-"""Extra share of CPU time stolen by the hypervisor that flags a run as disturbed."""
+STEAL_SHARE = 0.10
+"""… or when the hypervisor stole more than this share of its cores."""
 
-QUIET_LEVEL = 0.15
-"""``--wait-quiet`` waits until others use at most this share of the machine."""
+QUIET_SHARE = 0.05
+"""``--wait-quiet`` waits until others take at most this share of the study's cores."""
 
 MAX_QUIET_WAIT_S = 600.0
-"""``--wait-quiet`` gives up waiting after this long and runs anyway (the run is flagged)."""
+"""``--wait-quiet`` gives up waiting after this long and runs anyway (the run is flagged if
+others still take its cores)."""
 
-_REFERENCE_S = 0.3
 _PROC = Path("/proc")
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
 
-@dataclass(frozen=True)
-class NoiseSample:
-    """What the machine did around one run (None: not readable here)."""
-
-    load_before: float | None
-    load_after: float | None
-    others_cpu: float | None
-    steal: float | None
-    mhz_before: float | None
-    mhz_after: float | None
-    disturbed: bool
-
-    def as_dict(self) -> dict[str, float | None]:
-        """Column name -> value, as the store keeps them (``disturbed`` as 0/1)."""
-        out: dict[str, float | None] = dict(asdict(self))
-        out["disturbed"] = 1.0 if self.disturbed else 0.0
-        return out
+def cpu_list_text(cpus: Iterable[int]) -> str:
+    """CPUs as Linux writes them: ``0-3,6``."""
+    out: list[str] = []
+    ordered = sorted(set(cpus))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    wall: float
-    busy: float | None
-    steal: float | None
-    own: float
-    load: float | None
-    mhz: float | None
+def judge(others_share: float | None, steal_share: float | None,
+          cpu_list: str) -> tuple[bool, str | None]:
+    """Whether a run is disturbed, and the phrase why (None when not)."""
+    where = f"cores {cpu_list}" if cpu_list else "its cores"
+    if others_share is not None and others_share > DISTURB_SHARE:
+        return True, f"others took {others_share:.0%} of {where}"
+    if steal_share is not None and steal_share > STEAL_SHARE:
+        return True, f"the hypervisor stole {steal_share:.0%} of {where}"
+    return False, None
 
 
-def _cpu_seconds() -> tuple[float, float] | None:
-    """(busy, steal) CPU seconds of the whole machine since boot, from /proc/stat."""
+def _own_cpus() -> tuple[int, ...]:
     try:
-        first = (_PROC / "stat").read_text().split("\n", 1)[0].split()
+        return tuple(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return tuple(range(os.cpu_count() or 1))
+
+
+def _cpu_seconds(cpus: tuple[int, ...]) -> tuple[float, float] | None:
+    """(busy, steal) CPU seconds since boot of the CPUs ``cpus``, from /proc/stat."""
+    wanted = {f"cpu{c}" for c in cpus}
+    busy = steal = 0.0
+    found = 0
+    try:
+        lines = (_PROC / "stat").read_text().splitlines()
     except OSError:
         return None
-    if not first or first[0] != "cpu":
+    for line in lines:
+        fields = line.split()
+        if not fields or fields[0] not in wanted:
+            continue
+        ticks = [float(x) for x in fields[1:]]
+        # user nice system idle iowait irq softirq steal guest guest_nice; guest time is
+        # already in user and nice
+        busy += sum(ticks[0:3]) + sum(ticks[5:7])
+        steal += ticks[7] if len(ticks) > 7 else 0.0
+        found += 1
+    if found != len(wanted):
         return None
-    ticks = [float(x) for x in first[1:]]
     hz = float(os.sysconf("SC_CLK_TCK"))
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)  # idle + iowait
-    steal = ticks[7] if len(ticks) > 7 else 0.0
-    guest = sum(ticks[8:10]) if len(ticks) > 9 else 0.0  # already counted in user/nice
-    busy = sum(ticks) - idle - steal - guest
     return busy / hz, steal / hz
 
 
-def _own_seconds() -> float:
-    """CPU seconds of tunelab and of its finished (waited-for) children."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
+def _cgroup_usage(cgroup: Path | None) -> float | None:
+    """CPU seconds the cgroup's processes used (``cpu.stat`` usage_usec)."""
+    if cgroup is None:
+        return None
+    try:
+        for line in (cgroup / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _pressure(path: Path) -> float | None:
+    """Seconds some task waited for a CPU (``some ... total=`` of a cpu.pressure file)."""
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("some "):
+                return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _rusage(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _load() -> float | None:
@@ -129,72 +176,119 @@ def _mhz() -> float | None:
     return sum(values) / len(values) if values else None
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The counters just before a run (or a window): wall clock, busy and steal seconds of
+    the cores, the run's cgroup (and its CPU seconds), the finished children's and
+    tunelab's own CPU seconds, pressure, load and frequency."""
+
+    wall: float
+    cpus: tuple[int, ...]
+    cpu: tuple[float, float] | None
+    cgroup: Path | None
+    cgroup_cpu: float | None
+    children: float
+    self_cpu: float
+    pressure: float | None
+    load: float | None
+    mhz: float | None
+
+
+@dataclass(frozen=True)
+class NoiseSample:
+    """What others did on the run's cores while it ran (None: not readable here)."""
+
+    cpus: float
+    cpu_list: str
+    others_share: float | None
+    own_share: float | None
+    steal: float | None
+    psi_some: float | None
+    load_before: float | None
+    load_after: float | None
+    mhz_before: float | None
+    mhz_after: float | None
+    disturbed: bool
+    evidence: str | None
+
+    def as_dict(self) -> dict[str, float | str | None]:
+        """Column name -> value, as the store's ``noise`` table keeps them (``disturbed``
+        as 0/1; ``others_cpu``, the schema-2 column, holds ``others_share``)."""
+        return {"cpus": self.cpus, "cpu_list": self.cpu_list,
+                "others_share": self.others_share, "others_cpu": self.others_share,
+                "own_share": self.own_share, "steal": self.steal, "psi_some": self.psi_some,
+                "load_before": self.load_before, "load_after": self.load_after,
+                "mhz_before": self.mhz_before, "mhz_after": self.mhz_after,
+                "evidence": self.evidence, "disturbed": 1.0 if self.disturbed else 0.0}
+
+
 class NoiseWatch:
-    """Samples the machine around runs of one study (see the module docstring).
+    """Samples the cores of runs (see the module docstring). ``cpus`` defaults to the CPUs
+    this process may use, which its runs inherit; ``clock`` and ``sleep`` are injectable
+    for tests."""
 
-    The reference — what others used when the study started — is measured over the first
-    :data:`_REFERENCE_S` seconds after the watch is made (it waits out the rest at the first
-    run, if need be). ``clock`` and ``sleep`` are injectable for tests.
-    """
-
-    def __init__(self, cores: int | None = None, *,
+    def __init__(self, cpus: Iterable[int] | None = None, *,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self.cores = cores or os.cpu_count() or 1
+        self.cpus = tuple(sorted(cpus)) if cpus is not None else _own_cpus()
+        self.cpu_list = cpu_list_text(self.cpus)
         self._clock, self._sleep = clock, sleep
-        self._origin = self._snapshot()
-        self.reference: tuple[float | None, float | None] | None = None
 
-    def _snapshot(self) -> _Snapshot:
-        cpu = _cpu_seconds()
-        return _Snapshot(self._clock(), cpu[0] if cpu else None, cpu[1] if cpu else None,
-                         _own_seconds(), _load(), _mhz())
+    def start(self, cgroup: Path | None = None) -> Snapshot:
+        """Sample just before a run whose processes live in ``cgroup`` (None: no cgroup,
+        the finished children's CPU time counts as the run's)."""
+        usage = _cgroup_usage(cgroup)
+        if usage is None:
+            cgroup = None
+        pressure = _pressure(cgroup / "cpu.pressure" if cgroup is not None
+                             else _PROC / "pressure" / "cpu")
+        return Snapshot(self._clock(), self.cpus, _cpu_seconds(self.cpus), cgroup, usage,
+                        _rusage(resource.RUSAGE_CHILDREN), _rusage(resource.RUSAGE_SELF),
+                        pressure, _load(), _mhz())
 
-    def _shares(self, a: _Snapshot, b: _Snapshot) -> tuple[float | None, float | None]:
-        """(others' share, steal share) of the machine between two snapshots."""
-        span = (b.wall - a.wall) * self.cores
-        if span <= 0 or a.busy is None or b.busy is None or a.steal is None or b.steal is None:
-            return None, None
-        others = (b.busy - a.busy - (b.own - a.own)) / span
-        steal = (b.steal - a.steal) / span
-        return min(max(others, 0.0), 1.0), min(max(steal, 0.0), 1.0)
-
-    def _ensure_reference(self) -> tuple[float | None, float | None]:
-        if self.reference is None:
-            left = _REFERENCE_S - (self._clock() - self._origin.wall)
-            if left > 0:
-                self._sleep(left)
-            self.reference = self._shares(self._origin, self._snapshot())
-        return self.reference
-
-    def start(self) -> _Snapshot:
-        """Sample just before a run."""
-        self._ensure_reference()
-        return self._snapshot()
-
-    def stop(self, before: _Snapshot) -> NoiseSample:
-        """Sample just after the run started at ``before``; flag it if disturbed."""
-        after = self._snapshot()
-        others, steal = self._shares(before, after)
-        ref_others, ref_steal = self._ensure_reference()
-        disturbed = False
-        if others is not None and ref_others is not None:
-            disturbed = others >= ref_others + DISTURB_MARGIN
-        if steal is not None and ref_steal is not None:
-            disturbed = disturbed or steal >= ref_steal + STEAL_MARGIN
-        return NoiseSample(before.load, after.load, others, steal, before.mhz, after.mhz,
-                           disturbed)
+    def stop(self, before: Snapshot) -> NoiseSample:
+        """Sample just after the run started at ``before``; judge it."""
+        after = self.start(before.cgroup)
+        wall = after.wall - before.wall
+        span = wall * len(self.cpus)
+        others = own = steal = psi = None
+        if span > 0 and before.cpu is not None and after.cpu is not None:
+            busy = after.cpu[0] - before.cpu[0]
+            if before.cgroup_cpu is not None and after.cgroup_cpu is not None:
+                run = after.cgroup_cpu - before.cgroup_cpu
+            else:
+                run = after.children - before.children
+            ours = after.self_cpu - before.self_cpu
+            others = min(max((busy - run - ours) / span, 0.0), 1.0)
+            own = min(max(run / span, 0.0), 1.0)
+            steal = min(max((after.cpu[1] - before.cpu[1]) / span, 0.0), 1.0)
+        if wall > 0 and before.pressure is not None and after.pressure is not None:
+            psi = min(max((after.pressure - before.pressure) / wall, 0.0), 1.0)
+        disturbed, evidence = judge(others, steal, self.cpu_list)
+        return NoiseSample(float(len(self.cpus)), self.cpu_list, others, own, steal, psi,
+                           before.load, after.load, before.mhz, after.mhz, disturbed,
+                           evidence)
 
     def others_now(self, window_s: float = 1.0) -> float | None:
-        """Share of the machine used by other processes over the next ``window_s``."""
-        a = self._snapshot()
+        """Share of the watched cores other processes take over the next ``window_s``."""
+        before = self.start()
         self._sleep(window_s)
-        return self._shares(a, self._snapshot())[0]
+        return self.stop(before).others_share
 
-    def wait_quiet(self, level: float = QUIET_LEVEL, max_wait_s: float = MAX_QUIET_WAIT_S,
+    def busy_now(self, window_s: float = 1.0) -> str | None:
+        """A warning when others take more than :data:`DISTURB_SHARE` of the cores now
+        (None when quiet, or nothing is readable)."""
+        share = self.others_now(window_s)
+        if share is None or share <= DISTURB_SHARE:
+            return None
+        return (f"the machine is busy: other processes take {share:.0%} of cores "
+                f"{self.cpu_list} now; runs taken like this are flagged disturbed "
+                "(--wait-quiet waits for quiet cores)")
+
+    def wait_quiet(self, level: float = QUIET_SHARE, max_wait_s: float = MAX_QUIET_WAIT_S,
                    window_s: float = 1.0) -> float:
-        """Wait until others use at most ``level`` of the machine (or ``max_wait_s`` passed);
-        returns the seconds waited. Returns at once where nothing can be read."""
+        """Wait until others take at most ``level`` of the cores (or ``max_wait_s``
+        passed); returns the seconds waited. Returns at once where nothing is readable."""
         started = self._clock()
         while self._clock() - started < max_wait_s:
             share = self.others_now(window_s)

@@ -14,6 +14,7 @@ Every refusal is a :class:`~tunelab.errors.StudyError` naming the file and line.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
@@ -106,6 +107,40 @@ class _Loader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstructor,
         result: dict[Any, Any] = super().construct_mapping(node, deep=deep)
         return result
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, AttributeError, OverflowError):
+            value = node.value if isinstance(node, yaml.ScalarNode) else ""
+            raise _Refused(node.start_mark, f"{shorten(repr(value))} cannot be read as "
+                                            f"{node.tag.rsplit(':', 1)[-1]}") from None
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """An integer, refused before it is converted when it has more digits than
+        ``LIMITS.integer_bits`` allow (Python refuses to convert one of over 4,300 digits)."""
+        digits = sum(ch.isalnum() for ch in node.value)
+        if digits > _INT_DIGITS:
+            raise _Refused(node.start_mark, f"an integer of {digits:,} digits; at most "
+                                            f"{_INT_DIGITS:,} (a {LIMITS.integer_bits}-bit "
+                                            "number)")
+        value: int = super().construct_yaml_int(node)
+        if value.bit_length() > LIMITS.integer_bits:
+            raise _Refused(node.start_mark, f"an integer larger than {LIMITS.integer_bits} "
+                                            "bits")
+        return value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_INT_DIGITS = int(LIMITS.integer_bits * math.log10(2)) + 1
+"""Decimal digits of the largest integer a study file may give (``LIMITS.integer_bits``)."""
+_KEYS = yaml.constructor.SafeConstructor()
+"""Builds the Python value of a scalar key for the line index (``1`` -> 1, ``on`` -> True)."""
+
+
+def shorten(text: str, width: int = 60) -> str:
+    """``text`` cut for an error message."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
 
 def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
     """The data of the YAML ``text`` and the line of each key path; ``source`` names the
@@ -120,6 +155,10 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
         data = loader.construct_document(node)
     except _Refused as exc:
         raise _located(source, exc.mark, str(exc)) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow: no mark
+        line = text.count("\n", 0, exc.position) + 1
+        raise StudyError(f"{source}:{line}: malformed YAML: {str(exc).splitlines()[0]}") \
+            from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -197,8 +236,7 @@ def _index_lines(root: yaml.Node) -> Lines:
         below: list[tuple[yaml.Node, tuple[Any, ...]]] = []
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
-                name = key.value if isinstance(key, yaml.ScalarNode) else f"<{key.tag}>"
-                sub = (*path, name)
+                sub = (*path, _key_of(key))
                 out.setdefault(sub, key.start_mark.line + 1)
                 below.append((value, sub))
         elif isinstance(node, yaml.SequenceNode):
@@ -208,3 +246,17 @@ def _index_lines(root: yaml.Node) -> Lines:
                 below.append((item, sub))
         stack.extend(reversed(below))  # walked in file order: a node's first use names it
     return out
+
+
+def _key_of(node: yaml.Node) -> Any:
+    """A key as the data holds it (``1`` and ``on`` are 1 and True there), so that errors
+    about a key find its line."""
+    if not isinstance(node, yaml.ScalarNode):
+        return f"<{node.tag}>"
+    make = yaml.constructor.SafeConstructor.yaml_constructors.get(node.tag)
+    try:
+        value = make(_KEYS, node) if make is not None else node.value
+        hash(value)
+    except Exception:  # noqa: BLE001 - any key that cannot be rebuilt is indexed as written
+        return node.value
+    return value

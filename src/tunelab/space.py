@@ -115,11 +115,11 @@ class Space:
         self.constants = {"cores": os.cpu_count() or 1, **(constants or {})}
         names = [a.name for a in self.axes]
         self._depth_of_name = {n: i for i, n in enumerate(names)}
-        self._derived_depth = {d: self._depth(e.names, f"derived value {d!r}")
+        self._derived_depth = {d: self._depth(e.names, ("derived", d))
                                for d, e in self.derived.items()}
         self._checks: list[list[ConstraintSpec]] = [[] for _ in self.axes]
         for c in self.constraints:
-            depth = self._depth(c.expr.names, f"constraint {c.label!r}")
+            depth = self._depth(c.expr.names, ("constraint", c.label))
             self._checks[max(depth, 0)].append(c)
         self._derived_at: list[list[str]] = [[] for _ in self.axes]
         for d in self.derived:
@@ -136,7 +136,8 @@ class Space:
         rules = [r for r in workload_rules or [] if r.expr.names <= known]
         return cls(axes, spec.derived, [*rules, *spec.constraints], constants)
 
-    def _depth(self, names: frozenset[str], what: str) -> int:
+    def _depth(self, names: frozenset[str], subject: tuple[str, str]) -> int:
+        what = f"{'derived value' if subject[0] == 'derived' else 'constraint'} {subject[1]!r}"
         depth = -1
         for n in names:
             if n in self._depth_of_name:
@@ -147,8 +148,8 @@ class Space:
                 valid = [a.name for a in self.axes] + list(getattr(self, "_derived_depth", {}))
                 raise SpaceError(
                     f"{what}: unknown name {n!r}; parameters and derived values: "
-                    f"{', '.join(valid) or 'none'}; constants: {', '.join(self.constants)}"
-                )
+                    f"{', '.join(valid) or 'none'}; constants: {', '.join(self.constants)}",
+                    subject)
         return depth
 
     @property
@@ -302,13 +303,19 @@ class Space:
         if not points:
             detail = ", ".join(f"{k!r} excluded {v}" for k, v in summary.excluded.items())
             first = self._first_failure({a.name: a.values[0] for a in self.axes})
+            most = max(summary.excluded, key=summary.excluded.__getitem__, default=None)
             raise SpaceError(
                 f"no valid point: all {summary.total} combinations are excluded"
                 + (f" ({detail})" if detail else "")
                 + (f"; the first combination: {first}" if first and "cannot be" in first
-                   else "")
-            )
+                   else ""),
+                None if most is None else self.subject_of(most))
         return points
+
+    def subject_of(self, label: str) -> tuple[str, str]:
+        """``("derived", name)`` or ``("constraint", label)``: what excluded points under
+        ``label`` (the keys of :attr:`SpaceSummary.excluded`)."""
+        return ("derived", label) if label in self.derived else ("constraint", label)
 
     def sample(self, n: int, seed: int = 0) -> list[Point]:
         """``n`` distinct valid points drawn at random (fewer if the space is smaller).

@@ -4,7 +4,8 @@ to the network. Pure functions over the runs table (beside :mod:`tunelab.scaling
 ``ddp`` workload's input-pipeline figures (docs/workloads/ddp.md, "Storage").
 
 Per run (figures of merit of ``tunelab bench ddp``): ``au`` (accelerator utilisation of the
-timed steps: busy / step time, busy = compute + all-reduce not overlapped + optimizer),
+timed steps as MLPerf Storage defines it: compute / step time; the all-reduce not overlapped is
+beside it, never inside it),
 ``read_Bps`` (bytes read from the dataset per second, all workers), ``read_bytes`` and
 ``steps`` (so bytes per worker and step B), ``busy_s``/``compute_s``/``exposed_s``/
 ``data_s``/``step_s`` (seconds per step). Points are (series, workers, nodes) as in
@@ -13,11 +14,12 @@ layout (data source, cache, loader processes …) make the series.
 
 Definitions (target AU = 0.9 unless given, MLPerf Storage's threshold):
 
-* **Needed rate per accelerator** of a run = target x B / busy_s: a step may last at most
-  busy / target for AU >= target, and B bytes must arrive within it. ``needed_compute``
-  uses compute_s instead of busy_s: the need of an accelerator whose all-reduce costs
-  nothing (a fast network), MLPerf Storage's figure. Both in bytes/s, per series with the
-  mean over its runs and a Student-t 95 % interval.
+* **Needed rate per accelerator** of a run = target x B / compute_s: a step may last at most
+  compute / target for AU >= target, and B bytes must arrive within it (MLPerf Storage's
+  figure). ``ceiling`` = B / busy_s (busy = compute + all-reduce not overlapped): the most an
+  accelerator consumes with the all-reduce measured; below ``needed``, the all-reduce alone
+  keeps AU under the target whatever the storage. Both in bytes/s, per series with the mean
+  over its runs and a Student-t 95 % interval.
 * **Sustained workers** of a series and layout: the largest measured worker count whose
   mean AU >= target (``confident`` when the interval's low end is too).
 * **Bottleneck** of a point: ``storage`` when waiting for data takes more of the step than
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tunelab.scaling import _axis, _mean_interval, _series_key
+from tunelab.scaling.tables import axis_values, mean_interval, series_key
 from tunelab.stats import StatsError, fom_column
 
 if TYPE_CHECKING:
@@ -69,7 +71,7 @@ class StoragePoint:
     comm_share: float
     input_bound: float
     needed: float
-    needed_compute: float
+    ceiling: float
 
     @property
     def read_per_worker(self) -> float:
@@ -80,16 +82,17 @@ class StoragePoint:
 @dataclass(frozen=True)
 class NeededRate:
     """Bytes/s each accelerator of a series needs for AU >= target, mean and interval over
-    the series' runs that read data; ``*_compute``: with a free all-reduce."""
+    the series' runs that read data; ``ceiling*``: the most it consumes with the all-reduce
+    measured (B / busy)."""
 
     series: str
     n: int
     needed: float
     low: float
     high: float
-    needed_compute: float
-    compute_low: float
-    compute_high: float
+    ceiling: float
+    ceiling_low: float
+    ceiling_high: float
 
 
 @dataclass(frozen=True)
@@ -133,18 +136,18 @@ def _frame(runs: pd.DataFrame, workers: str, nodes: str) -> pd.DataFrame:
     ok = runs[(runs["status"] == "ok") & runs[fom_column("au")].notna()].copy()
     if not len(ok):
         raise StatsError("no successful run with an accelerator utilisation to analyse")
-    ok["_workers"] = _axis(ok, workers).astype(int)
-    ok["_nodes"] = _axis(ok, nodes, default=1).astype(int)
-    ok["_series"] = [_series_key(p, (workers, nodes)) for p in ok["point"].astype(str)]
+    ok["_workers"] = axis_values(ok, workers).astype(int)
+    ok["_nodes"] = axis_values(ok, nodes, default=1).astype(int)
+    ok["_series"] = [series_key(p, (workers, nodes)) for p in ok["point"].astype(str)]
     for name in _NEEDED:
         ok[f"_{name}"] = ok[fom_column(name)].astype(float)
     per_step = ok["_read_bytes"] / (ok["_workers"] * ok["_steps"]).clip(lower=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ok["_need"] = per_step / ok["_busy_s"]
-        ok["_need_c"] = per_step / ok["_compute_s"]
+        ok["_need"] = per_step / ok["_compute_s"]
+        ok["_ceil"] = per_step / ok["_busy_s"]
         ok["_wait"] = ok["_data_s"] / ok["_step_s"]
         ok["_comm"] = ok["_exposed_s"] / ok["_step_s"]
-    ok.loc[ok["_read_bytes"] <= 0, ["_need", "_need_c"]] = math.nan
+    ok.loc[ok["_read_bytes"] <= 0, ["_need", "_ceil"]] = math.nan
     ib = fom_column("input_bound")
     ok["_ib"] = ok[ib].astype(float) if ib in ok.columns else (ok["_wait"] > 0.1).astype(float)
     return ok
@@ -154,7 +157,7 @@ def _interval(values: np.ndarray) -> tuple[float, float, float]:
     values = values[np.isfinite(values)]
     if not values.size:
         return math.nan, math.nan, math.nan
-    low, high = _mean_interval(values, 0.95)
+    low, high = mean_interval(values, 0.95)
     return float(values.mean()), low, high
 
 
@@ -173,8 +176,8 @@ def storage_points(runs: pd.DataFrame, *, target: float = AU_TARGET, workers: st
             input_bound=float(rows["_ib"].mean()),
             needed=target * float(np.nanmean(rows["_need"])) if rows["_need"].notna().any()
             else math.nan,
-            needed_compute=target * float(np.nanmean(rows["_need_c"]))
-            if rows["_need_c"].notna().any() else math.nan))
+            ceiling=float(np.nanmean(rows["_ceil"])) if rows["_ceil"].notna().any()
+            else math.nan))
     return out
 
 
@@ -185,11 +188,11 @@ def needed_rates(runs: pd.DataFrame, *, target: float = AU_TARGET, workers: str 
     out = []
     for series, rows in ok.groupby("_series", sort=True):
         need, low, high = _interval(target * rows["_need"].to_numpy())
-        need_c, c_low, c_high = _interval(target * rows["_need_c"].to_numpy())
+        ceil, c_low, c_high = _interval(rows["_ceil"].to_numpy())
         if math.isnan(need):
             continue
         out.append(NeededRate(str(series), int(rows["_need"].notna().sum()), need, low, high,
-                              need_c, c_low, c_high))
+                              ceil, c_low, c_high))
     return out
 
 

@@ -1,4 +1,5 @@
-"""Fixtures of the bench tests: one Dask cluster shared by every dask test."""
+"""Fixtures of the bench tests: one Dask cluster shared by every dask test; ``cuda``-marked
+tests skipped where no CUDA device is visible."""
 
 from __future__ import annotations
 
@@ -19,3 +20,21 @@ def dask_scheduler() -> Any:
         yield cluster.scheduler_address
     finally:
         cluster.close()
+
+
+def _cuda_devices() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the ``cuda`` tests cleanly on a machine without a CUDA device."""
+    if not any(item.get_closest_marker("cuda") for item in items) or _cuda_devices():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run with -m cuda on a GPU machine)")
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(skip)

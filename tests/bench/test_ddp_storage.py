@@ -297,15 +297,16 @@ def _step(step: float, data: float, compute: float, comm: float, **kw: int) -> S
 
 
 def test_au_accounting_adds_up_and_labels_input_bound_runs() -> None:
-    run = RunAccount(run_s=2.0, busy_s=1.2, wait_s=0.6, drop_s=0.0, first_wait_s=0.3,
+    run = RunAccount(run_s=2.0, compute_s=1.2, wait_s=0.6, drop_s=0.0, first_wait_s=0.3,
                      shutdown_s=0.1, read_bytes=400, rchar=400, device_bytes=380)
     slow = RankRecord(0, 0, 1.0, (_step(0.5, 0.15, 0.3, 0.04, read_bytes=200, rchar=200,
                                         device_bytes=190),) * 2, run)
     fast = RankRecord(1, 0, 1.0, (_step(0.5, 0.01, 0.3, 0.18, read_bytes=200, rchar=200,
                                         device_bytes=190),) * 2, run)
     s = summarize([slow, fast], 8)
-    assert s.au + s.wait_frac + s.overhead_frac == pytest.approx(1.0)
-    assert s.au_min == pytest.approx(0.34 / 0.5)
+    assert s.au + s.comm_frac + s.wait_frac + s.overhead_frac == pytest.approx(1.0)
+    assert s.au_min == pytest.approx(0.3 / 0.5)  # compute / step: the all-reduce beside it
+    assert s.comm_frac == pytest.approx((0.04 + 0.18) / 2 / 0.5)
     assert s.input_frac == pytest.approx(0.3) and s.input_bound
     assert s.read_Bps == 800 and s.device_share == pytest.approx(0.95)
     assert s.au_run == pytest.approx(0.6) and s.first_wait_s == 0.3

@@ -171,7 +171,9 @@ def test_killed_study_resumes_without_losing_or_repeating_runs(write_study, tmp_
     _, err = proc.communicate(timeout=60)
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "Run the same command again to resume" in err
-        assert len(err.strip().splitlines()) == 1, err  # no traceback, whatever it hit
+        lines = [line for line in err.strip().splitlines()
+                 if "the machine is busy" not in line]  # the noise watch's note at start
+        assert len(lines) == 1, err  # no traceback, whatever it hit
     before = runs(d)
     assert 3 <= len(before) < 8
     conn = sqlite3.connect(d / "tunelab.db")

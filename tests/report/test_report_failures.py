@@ -26,7 +26,7 @@ def test_results_of_a_study_whose_every_run_failed(
     runs = runs_factory({"a": (1.0, 0, ["failed"]), "b": (1.0, 0, ["failed", "failed"])})
     runs = runs.drop(columns=["fom.wall_s"])  # no run produced any figure of merit
     objective = Objective("pwscf_wall_s", "minimize")
-    results = results_from_frame(runs, objective, key(env="a", np=2), n_resamples=100)
+    results = results_from_frame(runs, objective, key(env="a", np=2))
     assert [(s.n, s.n_failed) for s in results.summaries] == [(0, 1), (0, 2)]
     assert len(results.failures) == 3 and results.has_failures
     assert results.failures[0].reason.startswith("failed: rank 1 said")
@@ -52,7 +52,7 @@ def test_a_point_excluded_by_the_physics_check_is_named_with_its_reason(
     reason = "total_energy_ry differs by 2.4e-05 > 1e-05 from the study's reference (…)"
     runs = _with_invalid(runs, "np2", 6.2, reason)
     objective = Objective("wall_s", "minimize")
-    results = results_from_frame(runs, objective, key(env="np1", np=2), n_resamples=100)
+    results = results_from_frame(runs, objective, key(env="np1", np=2))
     (excluded,) = results.exclusions
     assert excluded.leading and excluded.n_invalid == 3 and math.isclose(excluded.value, 6.2)
     assert excluded.line == f"env=np2 np=2: fastest (wall_s 6.2 s), but excluded: {reason}"
@@ -70,7 +70,7 @@ def test_an_excluded_point_that_was_not_the_best_is_still_named(
 ) -> None:
     runs = runs_factory({"np1": (12.0, 3, []), "np2": (20.0, 3, [])})
     runs = _with_invalid(runs, "np2", 20.0, "value differs by 1 > 0.5")
-    results = results_from_frame(runs, Objective("wall_s", "minimize"), n_resamples=100)
+    results = results_from_frame(runs, Objective("wall_s", "minimize"))
     (excluded,) = results.exclusions
     assert not excluded.leading
     assert excluded.line == "env=np2 np=2: excluded: value differs by 1 > 0.5"

@@ -20,7 +20,7 @@ def _report(
 ) -> tuple[str, list]:
     from tunelab.report import speedup_bar_chart
 
-    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=500)
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
     image = speedup_bar_chart(comparisons, tmp_path / "speedup.png", objective=objective)
     path = write_html_report(
         tmp_path / "report.html",
@@ -29,7 +29,7 @@ def _report(
         sysinfo={"cpu": "Test CPU", "packages": {"numpy": "2.4"}},
         summaries=summarize(runs, "wall_s"),
         comparisons=comparisons,
-        best=best(runs, "wall_s", "minimize", n_resamples=500),
+        best=best(runs, "wall_s", "minimize"),
         images=[image],
         runs=runs,
         objective=objective,
@@ -54,8 +54,12 @@ def test_html_holds_table_values_failures_and_snapshot(
 ) -> None:
     html, comparisons = _report(runs, objective, tmp_path, baseline, injected)
     for row in table_rows(comparisons, objective):
-        for cell in (row.n, row.mean_std, row.median, row.speedup, row.verdict):
+        for cell in (row.n, row.mean_std, row.median, row.verdict):
             assert f">{cell}<" in html
+        parts = row.speedup.split("; ")  # each interval in a span of its own
+        for i, part in enumerate(parts):
+            assert f'<span class="part">{part}{";" if i < len(parts) - 1 else ""}</span>' \
+                in html
     assert html.index('id="verdict"') < html.index('id="table"') < html.index('id="plots"')
     assert "Best point: env=am np=2" in html
     assert "Runs that were not ok (4)" in html
@@ -69,3 +73,17 @@ def test_html_escapes_injected_values(
     html, _ = _report(runs, objective, tmp_path, baseline, injected)
     assert "<script" not in html.lower()
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
+
+
+def test_html_table_names_the_test_behind_its_p_column(
+    runs: pd.DataFrame, objective: Objective, tmp_path: Path, baseline: str, injected: str
+) -> None:
+    html, comparisons = _report(runs, objective, tmp_path, baseline, injected)
+    tests = sorted({pc.comparison.test for pc in comparisons if not pc.is_baseline
+                    and pc.comparison.p_adjusted == pc.comparison.p_adjusted})
+    assert f"<th>p ({' / '.join(tests)}; adjusted: Holm)</th>" in html
+    assert "<th>detectable</th>" in html and "Mann" not in html and "bootstrap" not in html
+    for row in table_rows(comparisons, objective):  # escaped: <0.001 is &lt;0.001
+        cell = row.p_value.replace("<", "&lt;")
+        assert f'data-key="p" data-label="p ({tests[0]}' in html
+        assert f">{cell}</td>" in html or row.verdict_kind == "baseline"

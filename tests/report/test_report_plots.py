@@ -26,7 +26,7 @@ def _assert_png(path: Path) -> None:
 def test_speedup_bars_skip_baseline_and_points_without_values(
     runs: pd.DataFrame, baseline: str
 ) -> None:
-    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=500)
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
     bars = speedup_bars(comparisons)
     labels = [b.label for b in bars]
     assert "env=baseline np=2" not in labels and "env=broken np=2" not in labels
@@ -44,7 +44,7 @@ def test_fom_by_point_groups_ok_values_and_counts_the_rest(runs: pd.DataFrame) -
 
 
 def test_charts_write_png_files(runs: pd.DataFrame, tmp_path: Path, baseline: str) -> None:
-    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=500)
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
     bar = speedup_bar_chart(
         comparisons, tmp_path / "speedup.png", "env sweep", objective=Objective("wall_s")
     )
@@ -61,7 +61,7 @@ def test_speedup_chart_with_nothing_to_compare(tmp_path: Path) -> None:
 def test_charts_cap_the_number_of_points_drawn(
     runs: pd.DataFrame, baseline: str, tmp_path: Path
 ) -> None:
-    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=200)
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
     full = speedup_bar_chart(comparisons, tmp_path / "full.png")
     capped = speedup_bar_chart(comparisons, tmp_path / "capped.png", max_bars=2)
     tall = fom_by_point_chart(runs, "wall_s", tmp_path / "tall.png")

@@ -31,7 +31,7 @@ def _text(view: View, width: int | None = None) -> str:
 def test_results_compare_with_the_baseline(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
-    results = results_from_frame(runs, objective, baseline, name="env sweep", n_resamples=500)
+    results = results_from_frame(runs, objective, baseline, name="env sweep")
     assert len(results.summaries) == 6 and len(results.comparisons) == 6
     assert results.comparisons[0].summary.params["env"] == "am"
     assert results.comparisons[0].comparison.verdict is Verdict.BETTER
@@ -44,7 +44,7 @@ def test_results_compare_with_the_baseline(
 def test_results_without_baseline_rank_by_mean_and_say_so(
     runs: pd.DataFrame, objective: Objective
 ) -> None:
-    results = results_from_frame(runs, objective, None, n_resamples=500)
+    results = results_from_frame(runs, objective, None)
     assert results.comparisons == ()
     text = _text(compare_view(results))
     assert "speedup" not in text and "names no baseline" in text
@@ -56,7 +56,7 @@ def test_report_files(
     runs: pd.DataFrame, objective: Objective, baseline: str, tmp_path: Path
 ) -> None:
     results = results_from_frame(
-        runs, objective, baseline, name="sweep", spec={"name": "sweep"}, n_resamples=500
+        runs, objective, baseline, name="sweep", spec={"name": "sweep"}
     )
     path = write_report(results, tmp_path / "deep" / "report.html")
     assert path == tmp_path / "deep" / "report.html"
@@ -74,7 +74,7 @@ def test_every_run_failed(
     runs_factory: Callable[..., pd.DataFrame],
 ) -> None:
     runs = runs_factory({"baseline": (1.0, 0, ["failed"]), "b": (1.0, 0, ["timeout"])})
-    results = results_from_frame(runs, objective, baseline, n_resamples=200)
+    results = results_from_frame(runs, objective, baseline)
     assert results.comparisons == () and "no successful run" in results.notes[0]
     with pytest.raises(StatsError, match="no successful run"):
         results.best_result()
@@ -86,7 +86,7 @@ def test_every_run_failed(
 def test_best_view_names_the_winner(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
-    results = results_from_frame(runs, objective, baseline, n_resamples=500)
+    results = results_from_frame(runs, objective, baseline)
     view = best_view(results, results.best_result())
     assert "env=am np=2" in _text(view)
     assert view.document["best"]["point"] == {"env": "am", "np": 2}
@@ -138,7 +138,7 @@ def test_load_results_from_a_real_store(
 def test_narrow_terminal_leaves_out_median_and_min_first(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
-    results = results_from_frame(runs, objective, baseline, n_resamples=300)
+    results = results_from_frame(runs, objective, baseline)
     wide = _text(compare_view(results), width=220)
     narrow = _text(compare_view(results), width=90)
     header = next(line for line in narrow.splitlines() if "speedup" in line and "point" in line)
@@ -150,7 +150,7 @@ def test_narrow_terminal_leaves_out_median_and_min_first(
 def test_terminal_table_fits_and_never_cuts_a_value(
     runs: pd.DataFrame, objective: Objective, baseline: str, width: int
 ) -> None:
-    results = results_from_frame(runs, objective, baseline, n_resamples=300)
+    results = results_from_frame(runs, objective, baseline)
     text = _text(compare_view(results), width=width)
     assert max(len(line.rstrip()) for line in text.splitlines()) <= width
     for row in compare_view(results).blocks[0].rows:  # type: ignore[union-attr]

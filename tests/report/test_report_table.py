@@ -19,17 +19,16 @@ from tunelab.workload import Objective
 def test_rows_follow_the_ranking_and_format_the_comparison(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
-    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline, n_resamples=1000)
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
     rows = table_rows(comparisons, objective)
     assert [r.label for r in rows][:1] == ["env=am np=2"]
     assert rows[-1].label == "env=broken np=2" and rows[-1].n == "0"
     am = rows[0]
     c = comparisons[0].comparison
-    assert am.speedup.startswith(f"{c.speedup:.3f}× [{c.ci_low:.3f}, {c.ci_high:.3f}]")
-    if c.method == "paired":  # the interval paired by round follows, and decides
-        assert c.paired is not None
-        assert am.speedup.endswith(f"; paired {c.paired.speedup:.3f}× "
-                                   f"[{c.paired.ci_low:.3f}, {c.paired.ci_high:.3f}]")
+    assert am.speedup == f"{c.speedup:.3f}× [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+    assert c.paired  # rounds in common: the interval is the paired test's, which decides
+    assert am.p_value == ("<0.001" if c.p_adjusted < 0.001 else f"{c.p_adjusted:.3f}")
+    assert am.detectable.endswith("%")
     assert am.verdict == "faster" and am.failed == "1 failed"
     base = next(r for r in rows if r.verdict_kind == "baseline")
     assert base.verdict == "baseline" and base.p_value == ""
@@ -48,55 +47,60 @@ def test_rows_from_summaries_rank_by_direction(runs: pd.DataFrame) -> None:
 def test_terminal_table_renders_every_point_and_value(
     runs: pd.DataFrame, objective: Objective, baseline: str, injected: str
 ) -> None:
-    results = results_from_frame(runs, objective, baseline, n_resamples=1000)
+    results = results_from_frame(runs, objective, baseline)
     out = io.StringIO()
     emit(compare_view(results), "text", stream=out, terminal=True, width=200)
     text = out.getvalue()
     for row in table_rows(results.comparisons, objective):
         assert row.mean_std in text and row.verdict in text
-        for part in re.split(r" \[|; paired ", row.speedup):  # each in a column of its own
+        for part in re.split(r" \[", row.speedup):  # each in a column of its own
             assert part.strip("]") in text
+        assert row.p_value in text and row.detectable in text
     assert injected in text  # rich markup in a value is printed, not interpreted
     assert "95% CI" in text and "2 failed" in text
-    paired = [pc for pc in results.comparisons if pc.comparison.method == "paired"]
-    assert paired and "paired CI" in text and "paired by round" in text  # it decides
-    assert "Benjamini–Hochberg" in text and "Noise: runs of one point vary" in text
+    # the header names the test and the adjustment behind the p column
+    assert "p (Holm)" in text and "paired t, pooled noise" in text
+    assert "Holm over the" in text and "Noise: runs of one point vary" in text
+    assert "the smallest change these runs detect" in text
 
 
-def test_json_and_csv_carry_the_paired_interval_and_adjusted_p(
+def test_json_and_csv_carry_the_test_its_adjusted_p_and_what_it_could_detect(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:
-    results = results_from_frame(runs, objective, baseline, n_resamples=1000)
+    results = results_from_frame(runs, objective, baseline)
     out = io.StringIO()
     emit(compare_view(results), "json", stream=out)
     doc = json.loads(out.getvalue())
-    assert doc["schema"] == "tunelab.compare" and doc["version"] == 1
+    assert doc["schema"] == "tunelab.compare" and doc["version"] == 2
     assert doc["noise"]["sd_log"] > 0 and doc["noise"]["repeats_needed"] >= 2
+    assert 0 < doc["noise"]["detectable"] < 1
     by_label = {p["label"]: p for p in doc["points"]}
     am = by_label["env=am np=2"]
     c = next(pc.comparison for pc in results.comparisons
              if pc.summary.params["env"] == "am")
-    assert am["method"] == c.method == "paired" and c.paired is not None
-    assert am["paired"]["ci_low"] == c.paired.ci_low and am["paired"]["n_rounds"] >= 2
-    assert am["p_adjusted"] >= c.p_test and am["disturbed"] == 0
-    assert by_label["env=baseline np=2"]["paired"] is None
+    assert am["test"] == c.test and am["adjustment"] == "Holm" and am["n_rounds"] >= 3
+    assert am["p"] == c.p_adjusted >= am["p_raw"] == c.p_value
+    assert am["detectable"] == c.detectable and am["disturbed"] == 0
+    assert by_label["env=baseline np=2"]["p"] is None
     out = io.StringIO()
     emit(compare_view(results), "csv", stream=out)
     header, first = out.getvalue().splitlines()[:2]
-    assert {"method", "p_adjusted", "paired_ci_low", "disturbed"} <= set(header.split(","))
+    assert {"p", "p_raw", "test", "adjustment", "detectable", "disturbed"} <= set(
+        header.split(","))
 
 
 def test_best_panel_states_the_winner_and_confidence(runs: pd.DataFrame) -> None:
-    result = best(runs, "wall_s", "minimize", n_resamples=1000)
+    result = best(runs, "wall_s", "minimize")
     lines = best_lines(result)
     assert lines[0].startswith("Best point: env=am np=2")
     assert "beats the runner-up (faster" in lines[-2]
-    assert "100.0% of bootstrap resamples" in lines[-1]
+    assert "paired t, log scale" in lines[-3] and "in 80 % of studies" in lines[-3]
+    assert "Confidence that it beats the runner-up: 100.0%" in lines[-1]
 
 
 def test_best_lines_do_not_oversell_a_tie(runs_factory: Callable[..., pd.DataFrame]) -> None:
     runs = runs_factory({"a": (10.0, 6, []), "b": (10.0, 6, [])}, seed=4)
-    result = best(runs, "wall_s", "minimize", n_resamples=1000)
+    result = best(runs, "wall_s", "minimize")
     assert result.comparison is not None
     assert result.comparison.verdict.value == "indistinguishable"
     assert any("cannot be told apart" in line for line in best_lines(result))

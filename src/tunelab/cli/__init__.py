@@ -19,6 +19,7 @@ import typer
 
 from tunelab.cli import bounds, catalog, results, study
 from tunelab.cli.common import Interrupted, app, ignore_further_signals
+from tunelab.cli.pipes import ReaderLeft, guard_stdout, silence_stdout
 from tunelab.errors import TunelabError, interrupted
 from tunelab.report.output import message
 
@@ -47,7 +48,9 @@ _mount_subcommands()
 
 
 def main() -> None:
-    """Console-script entry point: one-line errors, exit status 2 on bad input."""
+    """Console-script entry point: one-line errors, exit status 2 on bad input; exit status
+    0, quietly, when standard output's reader leaves early (see :mod:`tunelab.cli.pipes`)."""
+    guard_stdout()
     try:
         rc = app(standalone_mode=False)  # returns a typer.Exit's code instead of raising it
         if rc == 130:  # typer turned a KeyboardInterrupt into a silent exit 130
@@ -71,8 +74,8 @@ def main() -> None:
         if not interrupted(exc):
             raise
         _exit_interrupted("tunelab: interrupted")
-    except BrokenPipeError:  # `tunelab compare DIR | head`: the reader left; not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (ReaderLeft, BrokenPipeError):  # `tunelab compare DIR | head`: not an error
+        silence_stdout()
         sys.exit(0)
     sys.exit(rc if isinstance(rc, int) else 0)
 

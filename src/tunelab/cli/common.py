@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from tunelab.report.output import View
     from tunelab.report.results import StudyResults
 
-__all__ = ["FAILED_STATUSES", "BaselineStudyOpt", "DirArg", "FormatOpt", "Interrupted",
-           "OutputFormat", "StudyArg", "app", "compare_studies", "default_dir", "emit",
-           "exit_if_failed", "failed_runs", "ignore_further_signals", "load", "plan_text",
+__all__ = ["FAILED_STATUSES", "BaselineStudyOpt", "DirArg", "ExcludeDisturbedOpt", "FormatOpt",
+           "Interrupted", "OutputFormat", "StudyArg", "app", "compare_studies", "default_dir",
+           "emit", "exit_if_failed", "failed_runs", "ignore_further_signals", "load", "plan_text",
            "raise_keyboard_interrupt", "status_counts", "write_text"]
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -126,6 +126,9 @@ def status_counts(results: StudyResults) -> dict[str, int]:
 BaselineStudyOpt = Annotated[Path | None, typer.Option(
     "--baseline-study", help="Judge this study (B) against that study directory (A): two "
                              "machines, two versions, before and after a change.")]
+ExcludeDisturbedOpt = Annotated[bool, typer.Option(
+    "--exclude-disturbed", help="Leave out the runs the noise watch flagged disturbed "
+    "(others took their cores); they are counted and named.")]
 
 
 def plan_text(study: Any) -> str:
@@ -135,6 +138,10 @@ def plan_text(study: Any) -> str:
     if study.adaptive:
         return (f"up to {study.spec.samples} points chosen by {study.spec.strategy} x "
                 f"{study.spec.repeats} repeats = up to {study.planned_runs} runs")
+    if study.spec.auto_repeats is not None:
+        low, high = study.spec.auto_repeats
+        return (f"{len(study.points)} points x {low} to {high} repeats (auto: more rounds "
+                f"only for comparisons not yet decided) = up to {study.planned_runs} runs")
     return (f"{len(study.points)} points x {study.spec.repeats} repeats = "
             f"{study.planned_runs} runs")
 

@@ -12,6 +12,7 @@ import typer
 from tunelab.cli.common import (
     BaselineStudyOpt,
     DirArg,
+    ExcludeDisturbedOpt,
     FormatOpt,
     OutputFormat,
     compare_studies,
@@ -31,6 +32,7 @@ def compare(
         help="A study directory (every point against its baseline), or two: DIR_A DIR_B "
              "(B judged against A on the points both measured).", show_default=False)],
     baseline_study: BaselineStudyOpt = None,
+    exclude_disturbed: ExcludeDisturbedOpt = False,
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Compare points: speedup, confidence interval, p-value and verdict.
@@ -48,11 +50,11 @@ def compare(
     if baseline_study is not None:
         directories = [baseline_study, *directories]
     if len(directories) == 1:
-        results = load_results(directories[0])
+        results = load_results(directories[0], exclude_disturbed=exclude_disturbed)
         emit(with_headroom(with_storage(compare_view(results), results.runs), results), fmt)
         exit_if_failed(status_counts(results), f"study {results.name!r}")
         return
-    a, b = (load_results(d) for d in directories)
+    a, b = (load_results(d, exclude_disturbed=exclude_disturbed) for d in directories)
     emit(cross_compare_view(compare_studies(a, b), directory_a=str(directories[0]),
                              directory_b=str(directories[1])), fmt)
     counts = status_counts(a)
@@ -61,14 +63,15 @@ def compare(
     exit_if_failed(counts, f"studies {a.name!r} and {b.name!r} together")
 
 
-def best(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
+def best(directory: DirArg, exclude_disturbed: ExcludeDisturbedOpt = False,
+         fmt: FormatOpt = OutputFormat.text) -> None:
     """The best point, and how sure we are that it beats the runner-up."""
     from tunelab.report.headroom import with_best_headroom
     from tunelab.report.results import load_results
     from tunelab.report.views import best_view
     from tunelab.stats import StatsError
 
-    results = load_results(directory)
+    results = load_results(directory, exclude_disturbed=exclude_disturbed)
     try:
         winner, problem = results.best_result(), ""
     except StatsError as exc:
@@ -82,15 +85,17 @@ def report(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="HTML file "
                                                 "(default: DIR/report.html).")] = None,
     baseline_study: BaselineStudyOpt = None,
+    exclude_disturbed: ExcludeDisturbedOpt = False,
 ) -> None:
     """Write the plots (PNG) and a self-contained HTML report; print the report's path."""
     from tunelab.report.results import load_results
     from tunelab.report.writer import write_report
 
-    results = load_results(directory)
+    results = load_results(directory, exclude_disturbed=exclude_disturbed)
     cross = None
     if baseline_study is not None:
-        cross = compare_studies(load_results(baseline_study), results)
+        cross = compare_studies(load_results(baseline_study,
+                                             exclude_disturbed=exclude_disturbed), results)
     try:
         path = write_report(results, output or directory / "report.html", cross=cross)
     except OSError as exc:

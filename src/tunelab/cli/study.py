@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,7 +27,10 @@ from tunelab.cli.common import (
 from tunelab.errors import TunelabError
 from tunelab.report.output import message
 
-__all__ = ["run", "space", "status"]
+if TYPE_CHECKING:
+    from tunelab.spec import StudySpec
+
+__all__ = ["run", "space", "status", "stored_spec"]
 
 
 def run(
@@ -37,14 +40,18 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands only: runs "
                                           "nothing, writes nothing.")] = False,
     repeats: Annotated[int | None, typer.Option("--repeats", help="Override the study's "
-                                                "repeats.")] = None,
+                                                "repeats (a fixed count, also for a study "
+                                                "with repeats: auto).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Batch launchers: submit the jobs "
                                          "and exit; 'tunelab status DIR' collects them.")]
     = False,
     wait_quiet: Annotated[bool, typer.Option("--wait-quiet", help="Before each run, wait "
-                                             "until other processes leave the machine "
-                                             "quiet (at most 10 minutes).")] = False,
+                                             "until other processes leave its cores quiet "
+                                             "(at most 10 minutes).")] = False,
+    rerun_disturbed: Annotated[int, typer.Option("--rerun-disturbed", min=0, help="Run each "
+                                                 "run the noise watch flagged disturbed "
+                                                 "again, up to N times.")] = 0,
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Run a study (resumes where a previous run of it stopped; re-attaches to its jobs).
@@ -72,7 +79,8 @@ def run(
         try:
             outcome = run_study(study, study_dir, on_start=progress.start,
                                 on_event=progress.update, detach=detach,
-                                wait_quiet=wait_quiet)
+                                wait_quiet=wait_quiet, rerun_disturbed=rerun_disturbed,
+                                on_note=message)
         except KeyboardInterrupt:
             ignore_further_signals()
             progress.stop()
@@ -133,22 +141,16 @@ def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
 def _collect_jobs(directory: Path) -> str | None:
     """Collect the finished runs of a study's open batch jobs (when no ``tunelab run``
     holds the study); a line on its jobs, or None when it has none."""
-    import json
-
     from tunelab.errors import StoreError
     from tunelab.execute.runner import collect_study
     from tunelab.execute.study import prepare_study
-    from tunelab.spec import StudySpec
     from tunelab.store import open_store
 
     with open_store(directory) as store:
         open_jobs = store.open_jobs()
-        raw = json.loads(store.get_meta("spec") or "{}")
-        study_file = store.get_meta("study_file") or ""
     if not open_jobs:
         return None
-    spec = StudySpec.from_mapping(raw, source=study_file or str(directory),
-                                  path=Path(study_file) if study_file else None)
+    spec = stored_spec(directory)
     try:
         outcome, phases = collect_study(prepare_study(spec), directory)
     except StoreError:  # a tunelab run controls the study: it collects
@@ -157,12 +159,42 @@ def _collect_jobs(directory: Path) -> str | None:
     return f"jobs: {outcome.queued_jobs} active ({detail}); {outcome.ran} runs collected now"
 
 
+def stored_spec(directory: Path) -> StudySpec:
+    """The study a study directory was run from, as its store keeps it (relative paths in
+    it resolve against the study file's directory, as when it ran)."""
+    import json
+
+    from tunelab.spec import StudySpec
+    from tunelab.store import open_store
+
+    with open_store(directory) as store:
+        raw = json.loads(store.get_meta("spec") or "{}")
+        study_file = store.get_meta("study_file") or ""
+    return StudySpec.from_mapping(raw, source=study_file or str(directory),
+                                  path=Path(study_file) if study_file else None)
+
+
+def _study_or_directory(path: Path) -> StudySpec:
+    """A study file, or the study a study directory holds."""
+    from tunelab.store import DB_NAME
+
+    if path.is_dir():
+        if not (path / DB_NAME).is_file():
+            raise TunelabError(f"{path}: is a directory, not a study file, and holds no "
+                               f"{DB_NAME} (it is no study directory either)")
+        return stored_spec(path)
+    return load(path)
+
+
 def space(
-    study_file: StudyArg,
+    study_file: Annotated[Path, typer.Argument(
+        help="Study file (YAML), or a study directory (its stored study).",
+        show_default=False)],
     show: Annotated[int, typer.Option("--show", help="How many points to list.")] = 10,
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
-    """Count the valid points of a study's space and what each constraint excluded."""
+    """Count the valid points of a study's space and what each constraint excluded (of a
+    study file, or of the study a study directory holds)."""
     from tunelab.errors import SpaceError
     from tunelab.execute.study import prepare_study
     from tunelab.report.listings import SpaceView, space_view
@@ -170,7 +202,7 @@ def space(
 
     if show < 0:
         raise TunelabError(f"--show must be >= 0, got {show}")
-    study = prepare_study(load(study_file), dry_run=True)
+    study = prepare_study(_study_or_directory(study_file), dry_run=True)
     summary: SpaceSummary | None = None
     try:
         summary, points = study.space.summarize()

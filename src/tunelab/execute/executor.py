@@ -49,6 +49,7 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     started_info,
 )
+from tunelab.execute.reasons import failure_reason
 from tunelab.execute.study import run_dir_of
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store
@@ -473,8 +474,7 @@ def parse_run(study: Study, rc: int | None,
             return "failed", f"unparsable output: {exc}", {}
         foms, not_finite = {}, None
     if rc != 0:
-        tail = _tail(stderr_path) or _tail(stdout_path)
-        return "failed", f"exit code {rc}" + (f": {tail}" if tail else ""), foms
+        return "failed", failure_reason(rc, stdout, stderr), foms
     if not_finite is not None:
         return "failed", not_finite, foms
     if study.objective.fom != "wall_s" and study.objective.fom not in foms:

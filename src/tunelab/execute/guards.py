@@ -10,8 +10,9 @@
   writable, or the disk filled up, the run's failure may be the file system's doing, so the
   study stops (the run is not stored; resuming runs it again) instead of blaming the run.
 * :func:`read_output` — a run's output read for parsing within ``LIMITS.output_parse_bytes``.
-* :func:`split_finite` — figures of merit that are NaN or infinite make the run fail
-  (``figure of merit 'v' is not finite: nan``); they are never stored.
+* :func:`split_finite` — figures of merit that are NaN or infinite, or too large or too
+  small for the statistics (``LIMITS.fom_magnitude``), make the run fail (``figure of merit
+  'v' is not finite: nan``); they are never stored.
 * :func:`write_fault` — an ``OSError`` while writing the study directory (read-only, full,
   permissions) as one :class:`~tunelab.errors.StoreError` naming the path, saying that the
   finished runs are kept and the study resumes.
@@ -133,9 +134,23 @@ def read_output(path: Path) -> str:
 
 
 def split_finite(foms: Mapping[str, float]) -> tuple[dict[str, float], str | None]:
-    """The finite figures of merit, and the failure reason naming the first that is not
-    (NaN or infinite), or None."""
-    finite = {k: v for k, v in foms.items() if math.isfinite(v)}
+    """The figures of merit tunelab can compute with, and the failure reason naming the
+    first it cannot (NaN, infinite, or a magnitude beyond ``LIMITS.fom_magnitude``), or
+    None."""
+    finite = {k: v for k, v in foms.items() if _in_range(v)}
     bad = next((k for k in foms if k not in finite), None)
-    reason = None if bad is None else f"figure of merit {bad!r} is not finite: {foms[bad]}"
-    return finite, reason
+    if bad is None:
+        return finite, None
+    value = foms[bad]
+    if not math.isfinite(value):
+        return finite, f"figure of merit {bad!r} is not finite: {value}"
+    top = LIMITS.fom_magnitude
+    return finite, (f"figure of merit {bad!r} is out of range: {value:g} (tunelab computes "
+                    f"with magnitudes from {1 / top:g} to {top:g}, or 0; print it in other "
+                    "units)")
+
+
+def _in_range(value: float) -> bool:
+    """Finite, and 0 or of a magnitude within ``LIMITS.fom_magnitude`` and its inverse."""
+    size = abs(value)
+    return size == 0 or 1 / LIMITS.fom_magnitude <= size <= LIMITS.fom_magnitude

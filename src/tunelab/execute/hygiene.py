@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from tunelab.execute import procs
 
-__all__ = ["RunProcesses", "StudyProcesses", "current", "study_processes"]
+__all__ = ["RunProcesses", "StudyProcesses", "current", "current_cgroup", "study_processes"]
 
 MARKER = "TUNELAB_RUN"
 _INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
@@ -237,6 +237,12 @@ def study_processes(study_dir: Path, store: MetaStore | None = None
     finally:
         _CURRENT.remove(processes)
         processes.close()
+
+
+def current_cgroup() -> Path | None:
+    """The cgroup that holds the current study's runs, one at a time (None outside a study
+    or where cgroups are not writable): its ``cpu.stat`` counts the run in flight."""
+    return _CURRENT[-1].cgroup if _CURRENT else None
 
 
 def current(run_dir: Path) -> RunProcesses:

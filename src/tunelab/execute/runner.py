@@ -30,7 +30,7 @@ from tunelab.execute.launchers import (
     make_launcher,
 )
 from tunelab.execute.launchers.watch import RunWatch
-from tunelab.execute.study import Study
+from tunelab.execute.study import Study, located
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store, StudyLock, open_store
 from tunelab.sysinfo import snapshot
@@ -173,26 +173,37 @@ def run_study(
     launcher: Launcher | None = None,
     detach: bool = False,
     wait_quiet: bool = False,
+    rerun_disturbed: int = 0,
+    on_note: Callable[[str], None] | None = None,
 ) -> StudyOutcome:
     """Run every missing (point, repeat) of ``study`` in ``study_dir``; resumable.
 
     Runs go through ``launcher`` (default: the study's ``launcher:`` section). Jobs an
     earlier, interrupted controller left in a batch queue are re-attached first. With
     ``detach`` the jobs are submitted and the call returns without waiting for them
-    (``tunelab status`` collects them). Runs executed here (the local launcher) are sampled
-    by a :class:`~tunelab.noise.NoiseWatch`; with ``wait_quiet`` each waits first until
-    other processes leave the machine quiet (at most :data:`tunelab.noise.MAX_QUIET_WAIT_S`).
+    (``tunelab status`` collects them). Runs executed here (the local launcher) are watched
+    by a :class:`~tunelab.noise.NoiseWatch`: a machine whose cores others already take is
+    said through ``on_note`` before the first run; with ``wait_quiet`` each run waits first
+    until others leave its cores quiet (at most :data:`tunelab.noise.MAX_QUIET_WAIT_S`);
+    with ``rerun_disturbed`` each run flagged disturbed is run again, up to that many times.
+    ``repeats: auto`` (``study.spec.auto_repeats``) adds rounds of the points whose
+    comparison with the baseline is undecided (:func:`tunelab.stats.still_undecided`).
     """
     study_dir = Path(study_dir)
     launcher = launcher or make_launcher(study.launcher)
     watch = _watch(study, launcher, wait_quiet)
-    study.workload.check()
+    with located(study.spec, "workload", "options"):
+        study.workload.check()
     check_study_dir(study_dir)
     lock = StudyLock(study_dir)
     with lock.held(), open_store(study_dir, create=True) as store, \
             study_processes(study_dir, store) as processes:
         _identity_check(store, study)
         processes.sweep()  # runs a killed controller left running die before anything runs
+        if watch is not None and watch.noise is not None and on_note is not None:
+            busy = watch.noise.busy_now()
+            if busy is not None:
+                on_note(f"{study.spec.name}: {busy}")
         plan = plan_runs(study.points, study.spec.repeats, study.spec.seed, study.baseline)
         store.set_meta({
             "identity": study.spec.identity_hash(),
@@ -205,6 +216,8 @@ def run_study(
             "noise_threshold": str(study.spec.noise_threshold),
             "planned_runs": str(study.planned_runs),
             "repeats": str(study.spec.repeats),
+            "repeats_auto": json.dumps(list(study.spec.auto_repeats))
+            if study.spec.auto_repeats else "",
             "workload": study.workload.name,
             **({"created_at": _now()} if store.get_meta("created_at") is None else {}),
         })
@@ -238,6 +251,8 @@ def run_study(
         with executor.session(detach=detach):
             if study.decides_repeats:  # the strategy asks for runs; stored ones answer
                 _race(study, store, executor, fail_fast)
+            elif study.spec.auto_repeats is not None:
+                _auto_rounds(study, store, executor, fail_fast)
             elif not study.adaptive:
                 executor.execute(todo)
             else:
@@ -250,6 +265,8 @@ def run_study(
                     if fail_fast.stop_reason is not None:
                         break
                     strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
+            if rerun_disturbed and not executor.detached:
+                _rerun_disturbed(study, store, executor, rerun_disturbed, fail_fast)
         return StudyOutcome(study_dir, total, previously, finished - previously,
                             store.status_counts(), fail_fast.stop_reason,
                             queued_jobs=len(executor.active))
@@ -268,6 +285,52 @@ def _race(study: Study, store: Store, executor: Executor, fail_fast: FailFast) -
             return  # the strategy needs the results: resuming collects them
         for request in requests:
             runner.tell_run(request, store.run_value(request.point.key, request.repeat, fom))
+
+
+def _auto_rounds(study: Study, store: Store, executor: Executor, fail_fast: FailFast) -> None:
+    """``repeats: auto``: every point for the plan's first rounds, then round by round the
+    baseline and the points whose comparison is still undecided, until none is or the
+    budget (the plan's last round) is spent. Rounds already stored answer at once (resume);
+    each round's order is shuffled, seeded, the baseline first in the first round."""
+    from tunelab.stats import SequentialPlan, still_undecided
+
+    assert study.spec.auto_repeats is not None and study.baseline is not None
+    low, high = study.spec.auto_repeats
+    plan = SequentialPlan(low, high)
+    rng = random.Random(study.spec.seed)
+    pending = list(study.points)
+    for r in range(high):
+        if r >= low:
+            undecided = set(still_undecided(
+                store.runs_frame(), study.objective.fom, study.objective.direction,
+                study.baseline.key, plan, noise_threshold=study.spec.noise_threshold))
+            if not undecided:
+                return
+            pending = [p for p in study.points if p.key in undecided or p == study.baseline]
+        order = list(pending)
+        rng.shuffle(order)
+        if r == 0 and study.baseline in order:
+            order.remove(study.baseline)
+            order.insert(0, study.baseline)
+        done = store.completed()
+        executor.execute([(p, r) for p in order if (p.key, r) not in done])
+        if (executor.detached and executor.active) or fail_fast.stop_reason is not None:
+            return  # the next round needs these results: resuming collects them
+
+
+def _rerun_disturbed(study: Study, store: Store, executor: Executor, times: int,
+                     fail_fast: FailFast) -> None:
+    """Run each ok run the noise watch flagged disturbed again, up to ``times`` times (the
+    discarded runs are noted in the store's meta ``discarded_runs``)."""
+    points = {p.key: p for p in study.points}
+    for _ in range(times):
+        runs = store.disturbed_runs()
+        if not runs or fail_fast.stop_reason is not None:
+            return
+        store.discard_runs(runs, _now())
+        executor.done -= {(key, repeat) for key, repeat, _ in runs}
+        executor.execute([(points.get(key) or Point.from_key(key), repeat)
+                          for key, repeat, _ in runs])
 
 
 def _watch(study: Study, launcher: Launcher, wait_quiet: bool) -> RunWatch | None:

@@ -10,6 +10,8 @@ import hashlib
 import os
 import shlex
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tunelab.cluster.mpi import Placement
-from tunelab.errors import StudyError, WorkloadError
+from tunelab.errors import SpaceError, StudyError, WorkloadError
 from tunelab.execute.launchers import LauncherConfig, launcher_config, make_launcher
 from tunelab.limits import LIMITS
 from tunelab.search import (
@@ -32,8 +34,8 @@ from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
 from tunelab.workload import Objective, RunContext, Workload, get_workload
 
-__all__ = ["Study", "describe_commands", "point_dir_name", "prepare_study", "run_dir_of",
-           "shell_quote"]
+__all__ = ["Study", "describe_commands", "located", "point_dir_name", "prepare_study",
+           "run_dir_of", "shell_quote"]
 
 
 @dataclass
@@ -113,7 +115,8 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
     ``dry_run`` (``space``, ``run --dry-run``) tells the workload to start no program."""
     if repeats is not None and not 1 <= repeats <= LIMITS.repeats:
         raise StudyError(f"--repeats must be between 1 and {LIMITS.repeats:,}, got {repeats}")
-    cls = get_workload(spec.workload)
+    with located(spec, "workload", "name"):
+        cls = get_workload(spec.workload)
     try:
         options = cls.Options.model_validate(spec.workload_options)
     except ValidationError as exc:
@@ -124,16 +127,20 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
         raise StudyError(
             f"{where}: workload {spec.workload!r} option {field_name!r}: {msg}"
         ) from None
-    workload = cls(options, spec.path)
-    workload.dry_run = dry_run
+    with located(spec, "workload", "options"):
+        workload = cls(options, spec.path)
+        workload.dry_run = dry_run
     launcher = launcher_config(spec)
-    if not spec.parameters and spec.env_sets is None:
-        spec = _with_default_space(spec, workload)
-    rules = [ConstraintSpec(_parse_rule(expr, workload), why, f"workload {workload.name}")
-             for expr, why in workload.rules()]
+    with located(spec, "workload", "options"):
+        if not spec.parameters and spec.env_sets is None:
+            spec = _with_default_space(spec, workload)
+        rules = [ConstraintSpec(_parse_rule(expr, workload), why, f"workload {workload.name}")
+                 for expr, why in workload.rules()]
+        constants = {**_launcher_constants(spec, launcher), **workload.constants()}
     try:
-        space = Space.from_spec(spec, rules, {**_launcher_constants(spec, launcher),
-                                              **workload.constants()})
+        space = Space.from_spec(spec, rules, constants)
+    except SpaceError as exc:
+        raise StudyError(f"{_space_where(spec, exc)}: {exc}") from None
     except Exception as exc:
         if isinstance(exc, StudyError | WorkloadError):
             raise
@@ -155,25 +162,62 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
         objective = Objective(spec.objective_fom, spec.objective_direction or "minimize")
     adaptive = True
     points: list[Point] = []
-    if spec.strategy not in RUN_STRATEGIES:
-        strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
-                                 direction=objective.direction, first=baseline,
-                                 env_sets=spec.env_sets, **_sampler(spec))
-        adaptive = strategy.adaptive
-    if adaptive:  # proposals depend on results: only the baseline is known now
-        points = [baseline] if baseline is not None else []
-    else:
-        while not strategy.done and (batch := strategy.ask(1024)):
-            points.extend(batch)
-        if baseline is not None and baseline not in points:
-            points.insert(0, baseline)
-    if repeats is not None:
-        spec = spec.model_copy(update={"repeats": repeats})
+    try:
+        if spec.strategy not in RUN_STRATEGIES:
+            strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
+                                     direction=objective.direction, first=baseline,
+                                     env_sets=spec.env_sets, **_sampler(spec))
+            adaptive = strategy.adaptive
+        if adaptive:  # proposals depend on results: only the baseline is known now
+            points = [baseline] if baseline is not None else []
+        else:
+            while not strategy.done and (batch := strategy.ask(1024)):
+                points.extend(batch)
+            if baseline is not None and baseline not in points:
+                points.insert(0, baseline)
+    except SpaceError as exc:
+        raise StudyError(f"{_space_where(spec, exc)}: {exc}") from None
+    if repeats is not None:  # a fixed count from the command line
+        spec = spec.model_copy(update={"repeats": repeats, "auto_repeats": None})
+    if spec.auto_repeats is not None and (adaptive or spec.strategy in RUN_STRATEGIES):
+        raise StudyError(f"{spec.where('repeats')}: repeats: auto needs the points known up "
+                         f"front (search strategy grid); {spec.strategy!r} chooses its own")
     study = Study(spec, workload, space, objective, points, baseline, adaptive, launcher)
+    if study.decides_repeats:  # its settings are checked as it is made: now, not at the run
+        with located(spec, "search"):
+            study.new_run_strategy()
     if study.planned_runs > LIMITS.runs:
         raise StudyError(f"{spec.where('repeats')}: the study would make {study.planned_runs:,} "
                          f"runs, more than {LIMITS.runs:,}; use fewer points or repeats")
     return study
+
+
+@contextmanager
+def located(spec: StudySpec, *path: Any) -> Iterator[None]:
+    """Errors of the block that do not name the study file yet become
+    :class:`~tunelab.errors.StudyError` located at ``path`` (``file:line: …``)."""
+    try:
+        yield
+    except (WorkloadError, SpaceError, StudyError) as exc:
+        text = str(exc)
+        if isinstance(exc, StudyError) and spec.path is not None and \
+                text.startswith(str(spec.path)):
+            raise
+        raise StudyError(f"{spec.where(*path)}: {text}") from None
+
+
+def _space_where(spec: StudySpec, exc: SpaceError) -> str:
+    """Where the part of the study a :class:`SpaceError` is about was written: a derived
+    value, a constraint (a workload's built-in rule: its workload), else the parameters."""
+    kind, name = exc.subject or ("", "")
+    if kind == "derived" and name in spec.derived:
+        return spec.where("derived", name)
+    if kind == "constraint":
+        for index, constraint in enumerate(spec.constraints):
+            if constraint.label == name:
+                return spec.where("constraints", index)
+        return spec.where("workload", "name")
+    return spec.where("parameters")
 
 
 def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, Any]:
@@ -205,8 +249,8 @@ def _parse_rule(expr: str, workload: Workload) -> Any:
 def _with_default_space(spec: StudySpec, workload: Workload) -> StudySpec:
     default = workload.default_space()
     if not default:
-        raise StudyError(f"{spec.where()}: the study names no parameters and workload "
-                         f"{workload.name!r} has no default space")
+        raise StudyError(f"{spec.where('parameters')}: the study names no parameters and "
+                         f"workload {workload.name!r} has no default space")
     raw = {**spec.raw, "parameters": default}
     return StudySpec.from_mapping(raw, source=str(spec.path), path=spec.path)
 

@@ -61,13 +61,16 @@ def bounds_view(profile: Profile, *, path: str = "", measured_now: bool = True) 
                 "seconds": profile.seconds, "loadavg": list(profile.loadavg),
                 "path": path or None, "measured_now": measured_now,
                 "bounds": [b.to_dict() for b in profile.bounds], "notes": notes}
-    return View((table, Lines((f"{kept}{again}",))), document, tuple(records))
+    return View((table, Lines((f"{kept}{again}",))), document, tuple(records), _FIELDS)
+
+
+_VARIANT = ("precision", "device", "threads", "stack", "pattern", "ranks", "nodes",
+            "message_bytes", "directory", "cache")
+_FIELDS = ("kind", *_VARIANT, "value", "unit", "best", "n", "method")
 
 
 def _record(b: Bound) -> dict[str, Any]:
     record: dict[str, Any] = {"kind": b.kind}
-    record.update({k: b.variant.get(k) for k in ("precision", "device", "threads", "stack",
-                                                  "pattern", "ranks", "nodes",
-                                                  "message_bytes", "directory", "cache")})
+    record.update({k: b.variant.get(k) for k in _VARIANT})
     record.update(value=b.value, unit=b.unit, best=b.best, n=len(b.samples), method=b.method)
     return record

@@ -8,7 +8,8 @@ from typing import Any
 
 from tunelab.stats import Verdict
 
-__all__ = ["VERDICT_STYLES", "fmt_number", "fmt_ratio", "p_text", "point_label"]
+__all__ = ["VERDICT_STYLES", "fmt_mean_sd", "fmt_number", "fmt_ratio", "fmt_spread", "p_text",
+           "point_label"]
 
 VERDICT_STYLES = {
     Verdict.BETTER: "bold green",
@@ -25,11 +26,32 @@ def fmt_number(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
+SPREAD_RESOLUTION = 1e-12
+"""A spread smaller than this fraction of its mean is floating-point rounding (the sd of
+equal values computes as 2.7e-16, not 0), not a spread: it is printed as 0."""
+
+
+def fmt_spread(sd: float, mean: float) -> str:
+    """A standard deviation to two significant digits; ``0`` when it is below the
+    resolution of floating point at the mean's magnitude (:data:`SPREAD_RESOLUTION`)."""
+    if math.isfinite(sd) and math.isfinite(mean) and abs(sd) <= SPREAD_RESOLUTION * abs(mean):
+        return "0"
+    return fmt_number(sd, 2)
+
+
+def fmt_mean_sd(mean: float, sd: float) -> str:
+    """``mean ± sd`` (the mean alone when the sd is unknown)."""
+    if sd is None or math.isnan(sd):
+        return fmt_number(mean)
+    return f"{fmt_number(mean)} ± {fmt_spread(sd, mean)}"
+
+
 def fmt_ratio(value: float) -> str:
-    """A ratio with three decimals (so an interval's side reads 1.004, not 1); dash for NaN."""
+    """A ratio with three decimals (so an interval's side reads 1.004, not 1), in
+    scientific notation from 10,000 on; dash for NaN."""
     if value is None or math.isnan(value):
         return "–"
-    return f"{value:.3f}"
+    return f"{value:.3f}" if abs(value) < 1e4 else f"{value:.3g}"
 
 
 def point_label(params: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunelab.report.formats import point_label
-from tunelab.report.output import Cell, Column, Lines, TextTable, View
+from tunelab.report.output import Block, Cell, Column, Lines, Summary, TextTable, View
 
 if TYPE_CHECKING:
     from tunelab.bounds.headroom import Headroom, HeadroomItem
@@ -29,6 +29,7 @@ __all__ = ["headroom_doc", "headroom_lines", "headroom_of", "headroom_report",
            "with_best_headroom", "with_headroom"]
 
 _LIMIT_WORDS = {"gemm": "arithmetic", "memory": "memory's", "storage": "storage's"}
+_CSV_FIELDS = ("fraction_of_bound", "bound_kind", "bound")
 
 
 def _workload_and_options(results: StudyResults) -> tuple[Any, dict[str, Any]] | None:
@@ -149,7 +150,7 @@ def with_headroom(view: View, results: StudyResults) -> View:
     kinds = len(data.kinds) if data else 0
     by_label = ({point_label(dict(p.params)): p for p in data.points.values()}
                 if data else {})
-    blocks: list[TextTable | Lines] = []
+    blocks: list[Block] = []
     for n, block in enumerate(view.blocks):
         if n == 0 and isinstance(block, TextTable) and data is not None and data.profile:
             rows: list[Mapping[str, Cell]] = []
@@ -171,7 +172,9 @@ def with_headroom(view: View, results: StudyResults) -> View:
         records.append({**record, "fraction_of_bound": top.fraction if top else None,
                         "bound_kind": top.kind if top else None,
                         "bound": top.label if top else None})
-    return View(tuple(blocks), document, tuple(records))
+    fields = (*view.fields, *(f for f in _CSV_FIELDS if f not in view.fields)) \
+        if view.fields else ()
+    return View(tuple(blocks), document, tuple(records), fields)
 
 
 def headroom_lines(data: Headroom | None, line: str, best: BestResult | None) -> list[str]:
@@ -209,7 +212,8 @@ def _limit_words(item: HeadroomItem) -> str:
 
 
 def with_best_headroom(view: View, results: StudyResults, best: BestResult | None) -> View:
-    """``best``'s view with the headroom sentence and a ``headroom`` key."""
+    """``best``'s view with the headroom sentence (a :class:`Summary`: Markdown shows its
+    figures as a table) and a ``headroom`` key."""
     data, line = headroom_of(results)
     lines = headroom_lines(data, line, best)
     if not lines:
@@ -217,13 +221,17 @@ def with_best_headroom(view: View, results: StudyResults, best: BestResult | Non
     document = {**view.document, "headroom": {**headroom_doc(data, line),
                                               "sentence": lines[0]}}
     records = view.records
-    if best is not None and data is not None and records:
-        p = data.points.get(best.best.point)
-        top = p.binding if p else None
-        if top is not None:
+    p = data.points.get(best.best.point) if best is not None and data is not None else None
+    top = p.binding if p else None
+    block: Block = Lines(tuple(lines))
+    if top is not None and top.bound is not None:
+        block = Summary(lines[0], {"of bound": f"{top.fraction:.2f}", "bound": top.label,
+                                   "limit": _rate(top.bound.value, top.bound.unit)},
+                        tuple(lines[1:]))
+        if records:
             records = ({**records[0], "fraction_of_bound": top.fraction,
                         "bound": top.label}, *records[1:])
-    return View((*view.blocks, Lines(tuple(lines))), document, records)
+    return View((*view.blocks, block), document, records, view.fields)
 
 
 def headroom_report(results: StudyResults, best: BestResult | None,

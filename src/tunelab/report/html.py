@@ -123,6 +123,15 @@ def _cross_section(cross: StudyComparison | None) -> dict[str, Any] | None:
     return {"heading": f"Against study {cross.name_a!r}", "title": title, "tables": tables}
 
 
+def _p_header(comparisons: Sequence[PointComparison]) -> str:
+    """The tests and adjustment behind the p column, e.g. ``paired t, pooled noise;
+    adjusted: Holm``."""
+    from tunelab.report.views import p_header
+
+    tests, adjustment = p_header([pc.comparison for pc in comparisons if not pc.is_baseline])
+    return f"{tests}; adjusted: {adjustment}"
+
+
 def _headline(
     best: BestResult | None, comparisons: Sequence[PointComparison], objective: Objective
 ) -> str:
@@ -194,6 +203,8 @@ def render_html_report(
         best_verdict=(best.comparison.verdict.value if best and best.comparison else ""),
         compared=bool(comparisons),
         confidence=comparisons[0].comparison.confidence if comparisons else 0.95,
+        p_header=_p_header(comparisons),
+        any_disturbed=any(row.disturbed for row in rows),
         noise=comparisons[0].comparison.noise_threshold if comparisons else 0.02,
         rows=rows,
         images=[_embed(source) for source in images],

@@ -9,7 +9,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunelab.report.formats import point_label
-from tunelab.report.output import SCHEMA_VERSION, Cell, Column, Lines, TextTable, View
+from tunelab.report.output import (
+    SCHEMA_VERSION,
+    Block,
+    Cell,
+    Column,
+    Lines,
+    Summary,
+    TextTable,
+    View,
+)
+from tunelab.store import STATUSES
 
 __all__ = ["FailureLine", "SpaceView", "StatusData", "space_view", "status_view",
            "workloads_view"]
@@ -48,11 +58,19 @@ class StatusData:
 
 
 def status_view(data: StatusData) -> View:
-    """``study 'x' in DIR: 4/6 runs done (…)`` and the latest failures."""
+    """``study 'x' in DIR: 4/6 runs done (…)`` and the latest failures; in CSV one row of
+    progress (runs per status, every status a column), in Markdown its table."""
     detail = ", ".join(f"{n} {s}" for s, n in sorted(data.counts.items())) or "no runs yet"
     headline = (f"study {data.name!r} in {data.directory}: {data.done}/{data.planned} runs "
                 f"done ({detail})")
-    blocks: list[TextTable | Lines] = [Lines((headline, data.jobs) if data.jobs else (headline,))]
+    progress: dict[str, Any] = {"study": data.name, "directory": data.directory,
+                                "planned": data.planned, "done": data.done,
+                                **{s: data.counts.get(s, 0) for s in STATUSES},
+                                **{s: n for s, n in sorted(data.counts.items())
+                                   if s not in STATUSES},
+                                "jobs": data.jobs}
+    figures = {k: str(v) for k, v in progress.items() if k != "jobs"}
+    blocks: list[Block] = [Summary(headline, figures, (data.jobs,) if data.jobs else ())]
     if data.failures:
         blocks.append(TextTable(
             f"latest runs that were not ok ({len(data.failures)})",
@@ -66,8 +84,7 @@ def status_view(data: StatusData) -> View:
                 "directory": data.directory, "planned": data.planned, "done": data.done,
                 "counts": dict(sorted(data.counts.items())), "jobs": data.jobs or None,
                 "failures": failures}
-    records = tuple({k: v for k, v in f.items() if k != "point"} for f in failures)
-    return View(tuple(blocks), document, records)
+    return View(tuple(blocks), document, (progress,))
 
 
 # ---------------------------------------------------------------------------------------
@@ -100,7 +117,10 @@ def space_view(data: SpaceView) -> View:
                if data.valid is not None else
                f"{data.total:,} combinations ({names}): too many to enumerate, so the valid "
                "ones are not counted; the search samples them")
-    blocks: list[TextTable | Lines] = [Lines((counted, *data.facts))]
+    figures = {"combinations": f"{data.total:,}",
+               "valid": "not counted" if data.valid is None else f"{data.valid:,}",
+               "parameters": names}
+    blocks: list[Block] = [Summary(counted, figures, data.facts)]
     if data.exclusions:
         blocks.append(TextTable(
             "excluded by constraint",
@@ -124,7 +144,8 @@ def space_view(data: SpaceView) -> View:
         "points": [dict(p) for p in data.points], "shown": len(data.points),
         "plan": dict(data.plan_doc), "facts": list(data.facts),
     }
-    return View(tuple(blocks), document, tuple(dict(p) for p in data.points))
+    return View(tuple(blocks), document, tuple(dict(p) for p in data.points),
+                fields=tuple(data.names))
 
 
 # ---------------------------------------------------------------------------------------
@@ -148,4 +169,5 @@ def workloads_view(entries: Mapping[str, Any]) -> View:
                       (Column("name", "name"), Column("status", "status", drop=1),
                        Column("about", "description", wrap=True)), tuple(rows))
     document = {"schema": "tunelab.workloads", "version": SCHEMA_VERSION, "workloads": docs}
-    return View((table,), document, tuple(docs))
+    return View((table,), document, tuple(docs),
+                fields=("name", "available", "description", "reason"))

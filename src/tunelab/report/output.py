@@ -1,7 +1,8 @@
 """One output layer for every command: a result as data, rendered for where it goes.
 
-A command builds a :class:`View` — blocks of text (:class:`TextTable`, :class:`Lines`), a JSON
-document and CSV records — and :func:`emit` renders it in one of :data:`FORMATS`:
+A command builds a :class:`View` — blocks of text (:class:`TextTable`, :class:`Lines`,
+:class:`Summary`), a JSON document and CSV records — and :func:`emit` renders it in one of
+:data:`FORMATS`:
 
 - ``text`` on a terminal: rich tables fitted to the terminal's width. A value is never cut:
   columns are dropped (least useful first) and the caption names them; only columns marked
@@ -10,8 +11,10 @@ document and CSV records — and :func:`emit` renders it in one of :data:`FORMAT
   aligned by their content only, never wrapped, no colour, no trailing spaces — so ``grep``
   finds whole rows whatever the width of the terminal that started the job.
 - ``json``: the view's document, NaN written as ``null`` (schemas in ``docs/output.md``).
-- ``csv``: the view's records, one row each.
-- ``markdown``: tables as pipe tables, lines as paragraphs (for a pull request or a write-up).
+- ``csv``: the view's records, one row each, under a header that names ``fields`` first (so
+  a view without records is a header, never an empty line).
+- ``markdown``: tables as pipe tables, a summary as a one-row table of its figures, lines as
+  a list (one line: a paragraph), text escaped (for a pull request or a write-up).
 
 Status messages are not results: they go to standard error through :func:`message`.
 """
@@ -33,9 +36,11 @@ from tunelab.errors import TunelabError
 __all__ = [
     "FORMATS",
     "SCHEMA_VERSION",
+    "Block",
     "Cell",
     "Column",
     "Lines",
+    "Summary",
     "TextTable",
     "View",
     "emit",
@@ -46,7 +51,7 @@ __all__ = [
 ]
 
 FORMATS = ("text", "json", "csv", "markdown")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of every JSON document (its ``schema`` names the command): bump it whenever a field
 changes meaning or disappears (adding a field keeps it)."""
 Format = Literal["text", "json", "csv", "markdown"]
@@ -90,12 +95,29 @@ class Lines:
 
 
 @dataclass(frozen=True)
-class View:
-    """A command's result: text blocks, a JSON document and CSV records."""
+class Summary:
+    """A sentence that sums a result up, the figures it states, and lines that follow it.
 
-    blocks: tuple[TextTable | Lines, ...]
+    Text shows the sentence and the lines; Markdown a one-row table of ``figures`` (column
+    -> value) and the lines as a list, so a write-up gets the numbers as data."""
+
+    sentence: str
+    figures: Mapping[str, str]
+    details: tuple[str, ...] = ()
+
+
+Block = TextTable | Lines | Summary
+
+
+@dataclass(frozen=True)
+class View:
+    """A command's result: text blocks, a JSON document and CSV records (``fields``: the
+    CSV columns known without records, first)."""
+
+    blocks: tuple[Block, ...]
     document: Mapping[str, Any]
     records: tuple[Mapping[str, Any], ...] = field(default=())
+    fields: tuple[str, ...] = ()
 
 
 def json_safe(value: Any) -> Any:
@@ -142,10 +164,17 @@ def _plain_table(table: TextTable) -> list[str]:
     return out
 
 
+def _sentences(block: Lines | Summary) -> tuple[str, ...]:
+    """The lines a text rendering shows for a block of sentences."""
+    if isinstance(block, Summary):
+        return (block.sentence, *block.details)
+    return block.lines
+
+
 def _plain(view: View) -> str:
     chunks = []
     for block in view.blocks:
-        lines = _plain_table(block) if isinstance(block, TextTable) else list(block.lines)
+        lines = _plain_table(block) if isinstance(block, TextTable) else list(_sentences(block))
         chunks.append("\n".join(lines))
     return "\n\n".join(c for c in chunks if c) + "\n"
 
@@ -154,15 +183,38 @@ def _plain(view: View) -> str:
 # markdown
 
 
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\|*`<>[]"})
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """``text`` as Markdown shows it literally, on one line."""
+    return text.translate(_MD_SPECIAL).replace("\n", " ")
+
+
+def _md_lines(lines: tuple[str, ...]) -> str:
+    """Sentences in Markdown: one is a paragraph (a leading ``#`` is no heading), more a
+    list."""
+    if len(lines) == 1:
+        text = _md_escape(lines[0])
+        return "\\" + text if text.startswith(("#", "-", "+", "=")) else text
+    return "\n".join(f"- {_md_escape(line)}" for line in lines)
 
 
 def _markdown(view: View) -> str:
     chunks = []
     for block in view.blocks:
         if isinstance(block, Lines):
-            chunks.append("\n".join(block.lines))
+            if block.lines:
+                chunks.append(_md_lines(block.lines))
+            continue
+        if isinstance(block, Summary):
+            names = list(block.figures)
+            rows = ["| " + " | ".join(_md_escape(n) for n in names) + " |",
+                    "|" + "|".join("---" for _ in names) + "|",
+                    "| " + " | ".join(_md_escape(block.figures[n]) for n in names) + " |"]
+            if block.details:
+                rows += ["", "\n".join(f"- {_md_escape(d)}" for d in block.details)]
+            chunks.append("\n".join(rows))
             continue
         columns = [c for c in block.columns if any(_text(r.get(c.key)) for r in block.rows)]
         columns = columns or list(block.columns)
@@ -174,7 +226,7 @@ def _markdown(view: View) -> str:
             lines.append("| " + " | ".join(_md_escape(_text(row.get(c.key))) for c in columns)
                          + " |")
         if block.notes:
-            lines += [""] + [_md_escape(n) for n in block.notes]
+            lines += ["", _md_lines(block.notes)]
         chunks.append("\n".join(lines))
     return "\n\n".join(c for c in chunks if c) + "\n"
 
@@ -184,9 +236,11 @@ def _markdown(view: View) -> str:
 
 
 def _csv(view: View) -> str:
-    names: list[str] = []
+    names: list[str] = list(view.fields)
     for record in view.records:
         names.extend(k for k in record if k not in names)
+    if not names:
+        return ""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
     writer.writeheader()
@@ -278,9 +332,10 @@ def _terminal(view: View, stream: IO[str], width: int | None) -> None:
         if not first:
             console.print()
         first = False
-        if isinstance(block, Lines):
-            for line in block.lines:  # sentences wrap between words on a terminal
-                console.print(Text(line, style=block.style))
+        if isinstance(block, Lines | Summary):
+            style = block.style if isinstance(block, Lines) else ""
+            for line in _sentences(block):  # sentences wrap between words on a terminal
+                console.print(Text(line, style=style))
             continue
         table, dropped = _fit(console, block)
         if table is None:  # even the essential columns are too wide: one record per block

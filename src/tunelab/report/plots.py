@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from tunelab.report.figures import pyplot
+from tunelab.report.figures import PHONE_TEXT_PT, pyplot, save_png
 from tunelab.report.formats import point_label
 from tunelab.stats import PointComparison, StatsError, Verdict, fom_column, verdict_label
 
@@ -38,7 +38,10 @@ VERDICT_COLOURS = {
     Verdict.INDISTINGUISHABLE: "#9e9e9e",
     Verdict.INSUFFICIENT: "#e0e0e0",
 }
-MAX_LABEL = 48
+LABEL_LINE = 26
+"""Characters of one line of a point's label on a plot axis (two lines at most): the
+figures are 6 inches wide so that their text stays legible on a phone."""
+WIDTH_IN = 6.0
 
 
 class SpeedupBar(NamedTuple):
@@ -60,7 +63,17 @@ class PointRuns(NamedTuple):
 
 
 def _short(label: str) -> str:
-    return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
+    """A point's label for an axis: broken between its ``k=v`` words into at most two lines
+    of :data:`LABEL_LINE` characters (cut with … beyond)."""
+    import textwrap
+
+    lines = textwrap.wrap(label, LABEL_LINE, max_lines=2, placeholder="…") or [label]
+    return "\n".join(lines)
+
+
+def _legible(ax: Any) -> None:
+    """Tick labels at the size a phone can still read (see :data:`PHONE_TEXT_PT`)."""
+    ax.tick_params(axis="both", which="both", labelsize=PHONE_TEXT_PT)
 
 
 def speedup_bars(comparisons: Sequence[PointComparison]) -> list[SpeedupBar]:
@@ -118,14 +131,16 @@ def _median(values: np.ndarray) -> float:
 
 
 def _ratio_ticks(ax: Any, low: float, high: float) -> None:
-    """Ticks at powers of two (…, 0.25×, 0.5×, 1×, 2×, 4×, …) on a log ratio axis."""
+    """Ticks at powers of two (…, 0.25×, 0.5×, 1×, 2×, 4×, …) on a log ratio axis: at most
+    five, so that they stay apart at a phone's text size (every 2nd, 4th… power when more)."""
     from matplotlib.ticker import FixedLocator, NullFormatter
 
-    exponents = range(math.floor(math.log2(low)), math.ceil(math.log2(high)) + 1)
-    ticks = [2.0**e for e in exponents if low <= 2.0**e <= high]
-    if len(ticks) > 9:  # very wide: every other power of two
-        ticks = [t for t in ticks if round(math.log2(t)) % 2 == 0]
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    exponents = [e for e in range(math.floor(math.log2(low)), math.ceil(math.log2(high)) + 1)
+                 if low <= 2.0**e <= high]
+    step = 1
+    while sum(e % step == 0 for e in exponents) > 5:
+        step *= 2
+    ax.xaxis.set_major_locator(FixedLocator([2.0**e for e in exponents if e % step == 0]))
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
@@ -155,10 +170,11 @@ def speedup_bar_chart(
     path = Path(path)
     noise = comparisons[0].comparison.noise_threshold if comparisons else 0.02
     confidence = comparisons[0].comparison.confidence if comparisons else 0.95
-    height = 1.2 + 0.38 * max(len(bars), 1)
-    fig, ax = plt.subplots(figsize=(8, height), layout="constrained")
+    height = 1.8 + 0.5 * max(len(bars), 1)
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, height), layout="constrained")
     try:
-        ax.axvspan(1 - noise, 1 + noise, color="#fff3cd", zorder=0, label=f"±{noise:.0%} noise")
+        ax.axvspan(1 / (1 + noise), 1 + noise, color="#fff3cd", zorder=0,
+                   label=f"±{noise:.0%} noise")
         ax.axvline(1.0, color="black", linewidth=1, zorder=1)
         if bars:
             y = np.arange(len(bars))[::-1]
@@ -200,11 +216,14 @@ def speedup_bar_chart(
             ax.set_yticks([])
             ax.text(1.0, 0.5, "no point to compare", ha="center", transform=ax.transData)
         fom = f" of {objective.fom.removeprefix('fom.')}" if objective else ""
-        ax.set_xlabel(f"speedup over baseline{fom} (> 1 is better), {confidence:.0%} CI")
+        ax.set_xlabel(f"speedup over baseline{fom}\n(> 1 is better), {confidence:.0%} CI")
         ax.set_title(title or "Speedup over the baseline")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+        handles, names = ax.get_legend_handles_labels()  # below: the bars keep the width
+        fig.legend(handles, names, loc="outside lower center", ncols=3,
+                   fontsize=PHONE_TEXT_PT - 1, frameon=False)
         ax.grid(axis="x", alpha=0.3)
-        fig.savefig(path, format="png", dpi=110)
+        _legible(ax)
+        save_png(fig, path)
     finally:
         plt.close(fig)
     return path
@@ -233,8 +252,8 @@ def fom_by_point_chart(
     base_label = _baseline_label(baseline)
     path = Path(path)
     name = fom_column(fom).removeprefix("fom.")
-    height = 1.2 + 0.38 * max(len(groups), 1)
-    fig, ax = plt.subplots(figsize=(8, height), layout="constrained")
+    height = 1.2 + 0.5 * max(len(groups), 1)
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, height), layout="constrained")
     try:
         y = np.arange(len(groups))[::-1]
         with_values = [i for i, g in enumerate(groups) if g.values.size]
@@ -253,16 +272,18 @@ def fom_by_point_chart(
                 ys = y[i] + jitter.uniform(-0.18, 0.18, g.values.size)
                 ax.plot(g.values, ys, "o", color="#424242", alpha=0.6, markersize=3.5)
         labels = [
-            _short(g.label)
-            + (" (baseline)" if g.label == base_label else "")
-            + (f"  ({g.n_not_ok} not ok)" if g.n_not_ok else "")
+            _short(g.label) + "".join(
+                f"\n({note})" for note in (
+                    "baseline" if g.label == base_label else "",
+                    f"{g.n_not_ok} not ok" if g.n_not_ok else "") if note)
             for g in groups
         ]
         ax.set_yticks(y, labels)
         ax.set_xlabel(name)
         ax.set_title(title or f"{name} of every run, per point")
         ax.grid(axis="x", alpha=0.3)
-        fig.savefig(path, format="png", dpi=110)
+        _legible(ax)
+        save_png(fig, path)
     finally:
         plt.close(fig)
     return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,15 +18,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from tunelab.report.formats import fmt_number, point_label
 from tunelab.stats import (
-    DEFAULT_RESAMPLES,
     BestResult,
+    Disturbance,
     NoiseLevel,
     PointComparison,
     PointSummary,
+    SequentialPlan,
     StatsError,
     Verdict,
     best,
     compare_to_baseline,
+    disturbance,
     fom_column,
     noise_level,
     summarize,
@@ -88,10 +91,13 @@ class StudyResults:
     successful run (``notes`` then says why); ``summaries`` always lists every point, also
     when no run succeeded; ``failures`` lists every run that was not ok (failed, timeout,
     invalid) with its reason, ``exclusions`` every point a physics check excluded.
-    ``noise`` is the study's run-to-run noise with its power hint (None without two runs of
-    a point); ``notes`` also say when verdicts were adjusted for multiple comparisons, which
-    comparisons were paired by round, and which points have runs taken while the machine
-    was busier than at the start.
+    ``noise`` is the study's run-to-run noise with its power hint and the median minimum
+    detectable change (None without two runs of a point); ``disturbance`` is what the noise
+    watch recorded (None for runs without a sample); ``exclude_disturbed`` says whether runs
+    flagged disturbed were left out of every statistic; ``plan`` is the ``repeats: auto``
+    plan whose looks decided the verdicts (None: fixed repeats). ``notes`` also say how the
+    verdicts were decided (test, adjustment), how busy the machine was, and what the study
+    could have detected.
     """
 
     name: str
@@ -105,13 +111,14 @@ class StudyResults:
     sysinfo: Mapping[str, Any] = field(default_factory=dict, repr=False)
     noise_threshold: float = 0.02
     confidence: float = 0.95
-    n_resamples: int = DEFAULT_RESAMPLES
-    seed: int = 0
     directory: Path | None = None
     noise: NoiseLevel | None = None
     trust: tuple[str, ...] = ()
-    """The notes on how far the verdicts can be trusted (also in ``notes``): multiple
-    comparisons, pairing, disturbed runs, the power hint."""
+    """The notes on how far the verdicts can be trusted (also in ``notes``): the machine's
+    load, the test and its adjustment, the minimum detectable change and the power hint."""
+    disturbance: Disturbance | None = None
+    exclude_disturbed: bool = False
+    plan: SequentialPlan | None = None
     spec_yaml: str = ""
     study_file: str = ""
     failures: tuple[FailedRun, ...] = ()
@@ -131,8 +138,7 @@ class StudyResults:
             self.objective.direction,
             noise_threshold=self.noise_threshold,
             confidence=self.confidence,
-            n_resamples=self.n_resamples,
-            seed=self.seed,
+            exclude_disturbed=self.exclude_disturbed,
         )
 
 
@@ -146,23 +152,25 @@ def results_from_frame(
     sysinfo: Mapping[str, Any] | None = None,
     noise_threshold: float = 0.02,
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
     directory: Path | None = None,
     spec_yaml: str = "",
     study_file: str = "",
+    exclude_disturbed: bool = False,
+    plan: SequentialPlan | None = None,
 ) -> StudyResults:
     """Summaries of every point and, with a baseline, every point compared with it.
 
     A baseline without successful runs, or a figure of merit whose ratio is meaningless
     (non-positive mean), becomes a note rather than an error; an unknown figure of merit
-    raises :class:`StatsError`.
+    raises :class:`StatsError`. ``exclude_disturbed`` leaves runs flagged disturbed out of
+    every statistic; ``plan`` decides the verdicts look by look (``repeats: auto``).
     """
     notes: list[str] = []
     column = fom_column(objective.fom)
     if len(runs) and column not in runs.columns:  # no run produced it: every run failed
         runs = runs.assign(**{column: math.nan})
-    summaries = tuple(summarize(runs, objective.fom)) if len(runs) else ()
+    summaries = (tuple(summarize(runs, objective.fom, exclude_disturbed=exclude_disturbed))
+                 if len(runs) else ())
     comparisons: tuple[PointComparison, ...] = ()
     if not len(runs):
         notes.append("No runs yet.")
@@ -176,8 +184,8 @@ def results_from_frame(
                     baseline,
                     noise_threshold=noise_threshold,
                     confidence=confidence,
-                    n_resamples=n_resamples,
-                    seed=seed,
+                    plan=plan,
+                    exclude_disturbed=exclude_disturbed,
                 )
             )
         except StatsError as exc:
@@ -186,14 +194,29 @@ def results_from_frame(
         notes.append("The study names no baseline: points are ranked by mean only.")
     noise = None
     if len(runs):
+        others = [pc.comparison for pc in comparisons if not pc.is_baseline]
+        detectable = [c.detectable for c in others if math.isfinite(c.detectable)]
         try:
-            noise = noise_level(runs, objective.fom, confidence=confidence)
+            noise = noise_level(runs, objective.fom, confidence=confidence,
+                                comparisons=max(1, len(others)),
+                                detectable=(statistics.median(detectable) if detectable
+                                            else math.nan),
+                                exclude_disturbed=exclude_disturbed)
         except StatsError:
             noise = None
-    trust = _trust_notes(comparisons, summaries, noise, confidence)
+    watched = disturbance(runs, left_out=exclude_disturbed) if len(runs) else None
+    trust = _trust_notes(comparisons, summaries, noise, watched, plan)
+    launcher = (spec or {}).get("launcher")
+    if isinstance(launcher, dict) and launcher.get("isolation") == "shared":
+        shared = watched.shared_nodes if watched is not None else 0
+        trust.insert(0, "Isolation: the study let its jobs share nodes with other jobs "
+                        f"(launcher isolation: shared); {shared} run(s) did, and were flagged.")
     notes.extend(trust)
     if summaries and all(s.n == 0 for s in summaries):
-        notes.append(f"No run produced {objective.fom.removeprefix('fom.')}: "
+        left = sum(s.left_out for s in summaries)
+        notes.append(f"No run left to judge: the {left} ok runs were disturbed and are left "
+                     "out (--exclude-disturbed)." if left else
+                     f"No run produced {objective.fom.removeprefix('fom.')}: "
                      f"{len(runs)} runs, none ok (see the failures).")
     return StudyResults(
         name=name,
@@ -207,8 +230,6 @@ def results_from_frame(
         sysinfo=dict(sysinfo or {}),
         noise_threshold=noise_threshold,
         confidence=confidence,
-        n_resamples=n_resamples,
-        seed=seed,
         directory=directory,
         noise=noise,
         trust=tuple(trust),
@@ -216,42 +237,73 @@ def results_from_frame(
         study_file=study_file,
         failures=tuple(failed_runs(runs)),
         exclusions=tuple(exclusions_from_frame(runs, objective, summaries)),
+        disturbance=watched,
+        exclude_disturbed=exclude_disturbed,
+        plan=plan,
     )
 
 
 def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[PointSummary, ...],
-                 noise: NoiseLevel | None, confidence: float) -> list[str]:
-    """Sentences on multiple comparisons, pairing, disturbed runs and the power hint."""
+                noise: NoiseLevel | None, watched: Disturbance | None,
+                plan: SequentialPlan | None) -> list[str]:
+    """Sentences on how far the verdicts can be trusted: the machine's load (first: a busy
+    machine makes every other line moot), the test and its adjustment, what the study
+    could have detected, and, for ``repeats: auto``, what is still undecided."""
     notes: list[str] = []
+    if watched is not None and watched.disturbed:
+        notes.append(_busy_line(watched))
     others = [pc for pc in comparisons if not pc.is_baseline]
-    tested = [pc for pc in others if not math.isnan(pc.comparison.p_adjusted)]
-    if len(tested) > 1:
-        held = [pc for pc in tested if pc.comparison.verdict is Verdict.INDISTINGUISHABLE
-                and pc.comparison.verdict_unadjusted is not Verdict.INDISTINGUISHABLE]
+    tested = [pc.comparison for pc in others if not math.isnan(pc.comparison.p_adjusted)]
+    if tested:
+        tests = sorted({c.test for c in tested})
+        adjustment = tested[0].adjustment
+        conf = tested[0].confidence
+        how = {"none": "nothing (one comparison)",
+               "Holm": f"Holm over the {len(tested)} comparisons"}.get(
+            adjustment, f"Holm over the {len(tested)} comparisons, each look round by round "
+                        "spending its level (O'Brien–Fleming)")
+        held = [c for c in tested if c.verdict is Verdict.INDISTINGUISHABLE
+                and c.verdict_unadjusted is not Verdict.INDISTINGUISHABLE]
         notes.append(
-            f"Verdicts keep the false discovery rate at {1 - confidence:.0%} over the "
-            f"{len(tested)} comparisons with the baseline (Benjamini–Hochberg adjusted p)"
-            + (f"; {len(held)} interval(s) excluding 1 did not survive it." if held else "."))
-    paired = [pc for pc in others if pc.comparison.method == "paired"]
-    if paired:
-        notes.append(f"{len(paired)} of {len(others)} comparisons are paired by round (the "
-                     "ratio within each round, then the interval over rounds); their verdicts "
-                     "use the paired interval.")
-    disturbed = [s for s in summaries if s.disturbed]
-    if disturbed:
-        listed = ", ".join(f"{point_label(s.params)} ({s.disturbed} of {s.n})"
-                           for s in disturbed[:5])
-        more = f" and {len(disturbed) - 5} more" if len(disturbed) > 5 else ""
-        notes.append(f"Warning: runs taken while the machine was busier than at the start: "
-                     f"{listed}{more}; their verdicts may not hold on a quiet machine.")
+            f"Verdicts: {', '.join(tests)} on the log scale; p adjusted by {how}: at most "
+            f"{1 - conf:.0%} of studies of equal points call any of them different"
+            + (f"; {len(held)} raw p under {1 - conf:.0%} did not survive the adjustment."
+               if held else "."))
+    if plan is not None and others:
+        open_ = [pc for pc in others if pc.comparison.decided is False]
+        notes.append(
+            f"repeats: auto ({plan.min_rounds} to {plan.max_rounds} rounds): "
+            + (f"{len(open_)} of {len(others)} comparisons still undecided "
+               f"({', '.join(point_label(pc.summary.params) for pc in open_[:3])}"
+               f"{', …' if len(open_) > 3 else ''})." if open_
+               else f"all {len(others)} comparisons decided."))
     if noise is not None:
         need = (f"about {noise.repeats_needed} repeats per point" if noise.repeats_needed
                 else "more repeats than is practical")
         have = max((s.n for s in summaries), default=0)
-        notes.append(f"Noise: runs of one point vary by about {noise.sd_log:.1%} (sd); a "
+        seen = (f"; the smallest change these runs detect in 80 % of studies is about "
+                f"{noise.detectable:.1%} (median over the points)"
+                if math.isfinite(noise.detectable) else "")
+        notes.append(f"Noise: runs of one point vary by about {noise.sd_log:.1%} (sd){seen}; a "
                      f"{noise.change:.0%} change needs {need} to be seen in 80 % of studies "
                      f"(up to {have} here).")
     return notes
+
+
+def _busy_line(watched: Disturbance) -> str:
+    """The warning on disturbed runs (the noise watch's evidence, from the runs table)."""
+    share = (f"; others took a median {watched.others_median:.0%} of their cores "
+             f"(up to {watched.others_max:.0%})" if math.isfinite(watched.others_median)
+             else "")
+    start = ("The machine was busy from the start: " if watched.from_start
+             else "Warning: ")
+    example = f" (e.g. {watched.evidence[0]})" if watched.evidence else ""
+    fate = (f"; the {watched.left_out} disturbed ok runs are left out of every figure"
+            if watched.left_out else
+            "; they count in the figures below (--exclude-disturbed leaves them out, "
+            "'tunelab run --rerun-disturbed' runs them again)")
+    return (f"{start}{watched.disturbed} of {watched.watched} runs were disturbed by other "
+            f"processes{example}{share}{fate}.")
 
 
 def _value_text(value: float, fom: str) -> str:
@@ -331,11 +383,13 @@ def failed_runs(runs: pd.DataFrame | None) -> list[FailedRun]:
     return out
 
 
-def load_results(directory: str | Path) -> StudyResults:
-    """Read a study directory's store and compute its results.
+def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> StudyResults:
+    """Read a study directory's store and compute its results (``exclude_disturbed``:
+    leave runs flagged disturbed out of every statistic).
 
     Uses the store's meta values ``study_name``, ``objective`` (JSON ``[fom, direction]``),
-    ``baseline`` (point key, empty for none), ``noise_threshold`` and ``spec``.
+    ``baseline`` (point key, empty for none), ``noise_threshold``, ``repeats_auto`` (JSON
+    ``[min, max]`` of a ``repeats: auto`` study) and ``spec``.
     """
     from tunelab.store import open_store
 
@@ -353,6 +407,8 @@ def load_results(directory: str | Path) -> StudyResults:
         if not math.isfinite(noise):
             noise = 0.02
         spec_raw = store.get_meta("spec")
+        auto = store.get_meta("repeats_auto")
+        plan = SequentialPlan(*json.loads(auto)) if auto else None
         return results_from_frame(
             runs,
             Objective(fom, cast(Direction, direction)),
@@ -364,4 +420,6 @@ def load_results(directory: str | Path) -> StudyResults:
             directory=directory,
             spec_yaml=store.get_meta("spec_yaml") or "",
             study_file=store.get_meta("study_file") or "",
+            exclude_disturbed=exclude_disturbed,
+            plan=plan,
         )

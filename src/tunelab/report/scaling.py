@@ -21,9 +21,11 @@ from tunelab.scaling import (
     ScalingPoint,
     StepModel,
     fit_step_model,
+    forecast,
     layout_gaps,
     observations,
     scaling_table,
+    validate,
 )
 from tunelab.stats import StatsError
 
@@ -37,7 +39,9 @@ class ScalingPlotData(NamedTuple):
     """What the three plots show. ``model`` is None when no model could be fitted (a
     series without ``step_s``/``compute_s``/``grad_bytes``, or too few points);
     ``predicted`` then is empty, else it holds (series, nodes, workers, throughput) for the
-    measured worker counts and up to ``predict_to``."""
+    measured worker counts and, where the model's checks allow it
+    (:func:`tunelab.scaling.forecast`), up to ``predict_to``; ``note`` says why the curve
+    stops (or why there is none)."""
 
     fom: str
     points: tuple[ScalingPoint, ...]
@@ -48,11 +52,11 @@ class ScalingPlotData(NamedTuple):
 
 
 def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
-                      n_resamples: int = 999, predict_to: int = 32) -> ScalingPlotData:
+                      predict_to: int = 32) -> ScalingPlotData:
     """Speedup table, layout gaps and (for a single series) the fitted model's curve per
     layout from 1 worker to ``predict_to`` (powers of two)."""
-    points = tuple(scaling_table(runs, fom, "maximize", n_resamples=n_resamples))
-    gaps = tuple(layout_gaps(runs, fom, "maximize", n_resamples=n_resamples))
+    points = tuple(scaling_table(runs, fom, "maximize"))
+    gaps = tuple(layout_gaps(runs, fom, "maximize"))
     model: StepModel | None = None
     predicted: list[tuple[str, int, int, float]] = []
     note = ""
@@ -65,22 +69,29 @@ def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
     elif len(series) > 1:
         note = "no model: several series"
     if model is not None:
+        obs = observations(runs)
+        validation = validate(obs)
         measured = max(p.workers for p in points)
         sizes = sorted({1 << i for i in range(int(math.log2(max(predict_to, measured))) + 1)})
         for k in sorted({p.nodes for p in points}):
             for n in sizes:
-                if n % k == 0 and n >= k:
-                    predicted.append((series[0], k, n, model.throughput(n, k)))
+                if n % k != 0 or n < k:
+                    continue
+                f = forecast(obs, n, k, model=model, validation=validation)
+                if f.throughput is None:
+                    note = note or f.cannot
+                    break
+                predicted.append((series[0], k, n, f.throughput))
     return ScalingPlotData(fom, points, gaps, model, tuple(predicted), note)
 
 
 def scaling_plots(runs: pd.DataFrame, out_dir: str | Path, *, fom: str = "throughput",
-                  prefix: str = "scaling", n_resamples: int = 999) -> list[Path]:
+                  prefix: str = "scaling") -> list[Path]:
     """Write ``<prefix>-throughput.png``, ``<prefix>-efficiency.png`` and, when a worker
     count was measured in several layouts, ``<prefix>-layouts.png``; their paths. No
     worker-count axis or no successful run: no plot."""
     try:
-        data = scaling_plot_data(runs, fom, n_resamples=n_resamples)
+        data = scaling_plot_data(runs, fom)
     except StatsError:
         return []
     if not data.points:

@@ -8,7 +8,14 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from tunelab.report.formats import fmt_number, fmt_ratio, p_text, point_label
+from tunelab.report.formats import (
+    fmt_mean_sd,
+    fmt_number,
+    fmt_ratio,
+    fmt_spread,
+    p_text,
+    point_label,
+)
 from tunelab.stats import (
     BestResult,
     PointComparison,
@@ -21,14 +28,16 @@ if TYPE_CHECKING:
     from tunelab.report.results import Exclusion
     from tunelab.workload import Objective
 
-__all__ = ["TableRow", "best_lines", "exclusion_lines", "table_rows"]
+__all__ = ["TableRow", "best_lines", "detectable_text", "exclusion_lines", "table_rows"]
 
 class TableRow(NamedTuple):
     """One ranked line of a result table, every cell already formatted.
 
-    ``speedup``, ``p_value`` and ``verdict`` are empty strings when the rows were built
-    from summaries only; ``verdict_kind`` is the raw :class:`Verdict` value (or
-    ``"baseline"``) for colouring.
+    ``speedup`` (with the deciding test's interval), ``p_value`` (the adjusted p the
+    verdict used), ``verdict`` and ``detectable`` (the minimum detectable change) are empty
+    strings when the rows were built from summaries only; ``verdict_kind`` is the raw
+    :class:`Verdict` value (or ``"baseline"``) for colouring; ``disturbed`` counts the
+    point's disturbed runs.
     """
 
     rank: int
@@ -43,6 +52,8 @@ class TableRow(NamedTuple):
     verdict: str
     verdict_kind: str
     failed: str
+    detectable: str = ""
+    disturbed: str = ""
 
 
 def _failed_text(summary: PointSummary) -> str:
@@ -54,9 +65,7 @@ def _failed_text(summary: PointSummary) -> str:
 def _mean_std(summary: PointSummary) -> str:
     if summary.n == 0:
         return "–"
-    if math.isnan(summary.std):
-        return fmt_number(summary.mean)
-    return f"{fmt_number(summary.mean)} ± {fmt_number(summary.std, 2)}"
+    return fmt_mean_sd(summary.mean, summary.std)
 
 
 def table_rows(
@@ -102,13 +111,9 @@ def table_rows(
             speedup = fmt_ratio(c.speedup) + ("×" if not math.isnan(c.speedup) else "")
             if not math.isnan(c.ci_low):
                 speedup += f" [{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
-            if c.paired is not None and c.method == "paired":
-                pr = c.paired
-                speedup += (f"; paired {fmt_ratio(pr.speedup)}× [{fmt_ratio(pr.ci_low)}, "
-                            f"{fmt_ratio(pr.ci_high)}]")
             verdict = verdict_label(c.verdict, objective.fom, objective.direction)
             kind = c.verdict.value
-            p = p_text(c.p_value)
+            p = p_text(c.p_adjusted)
         rows.append(
             TableRow(
                 pc.rank,
@@ -123,9 +128,18 @@ def table_rows(
                 verdict,
                 kind,
                 _failed_text(s),
+                detectable_text(c.detectable) if not pc.is_baseline else "",
+                str(s.disturbed) if s.disturbed else "",
             )  # fmt: skip
         )
     return rows
+
+
+def detectable_text(change: float) -> str:
+    """A minimum detectable change as a percentage (empty: unknown; ∞: none)."""
+    if math.isnan(change):
+        return ""
+    return "∞" if math.isinf(change) else f"{change:.1%}"
 
 
 def best_lines(result: BestResult) -> list[str]:
@@ -133,7 +147,7 @@ def best_lines(result: BestResult) -> list[str]:
     b, fom = result.best, result.fom
     lines = [
         f"Best point: {point_label(b.params)} — mean {fom} {fmt_number(b.mean)}"
-        + (f" ± {fmt_number(b.std, 2)}" if not math.isnan(b.std) else "")
+        + (f" ± {fmt_spread(b.std, b.mean)}" if not math.isnan(b.std) else "")
         + f" (n={b.n}, {result.direction})."
     ]
     if result.runner_up is None or result.comparison is None:
@@ -148,14 +162,11 @@ def best_lines(result: BestResult) -> list[str]:
             "(fewer than 2 successful runs on one side)."
         )
         return lines
-    paired = ""
-    if c.paired is not None and c.method == "paired":
-        paired = (f"; paired by round {fmt_ratio(c.paired.speedup)}× [{fmt_ratio(c.paired.ci_low)}"
-                  f", {fmt_ratio(c.paired.ci_high)}], which decides")
     lines.append(
         f"Best vs runner-up: {fmt_ratio(c.speedup)}× [{fmt_ratio(c.ci_low)}, "
-        f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {p_text(c.p_value)} "
-        f"(Mann–Whitney U){paired}: {verdict}."
+        f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {p_text(c.p_adjusted)} "
+        f"({c.test}, log scale): {verdict}; it detects a change of "
+        f"{detectable_text(c.detectable) or 'unknown size'} in 80 % of studies."
     )
     if c.verdict is Verdict.BETTER:
         lines.append(f"The best point beats the runner-up ({verdict}, beyond the noise threshold).")
@@ -164,8 +175,8 @@ def best_lines(result: BestResult) -> list[str]:
     p = result.p_beats_runner_up
     if p is not None:
         lines.append(
-            f"Its mean is the better one in {p:.1%} of bootstrap resamples (an optimistic "
-            "share: the best was chosen for having the best mean)."
+            f"Confidence that it beats the runner-up: {p:.1%} (one-sided, same test; "
+            "optimistic: the best was chosen for having the best mean)."
         )
     return lines
 

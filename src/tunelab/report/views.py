@@ -15,9 +15,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tunelab.report.formats import VERDICT_STYLES, fmt_number, fmt_ratio, p_text, point_label
+from tunelab.report.formats import (
+    VERDICT_STYLES,
+    fmt_mean_sd,
+    fmt_number,
+    fmt_ratio,
+    p_text,
+    point_label,
+)
 from tunelab.report.output import SCHEMA_VERSION, Cell, Column, Lines, TextTable, View
-from tunelab.report.table import best_lines, exclusion_lines
+from tunelab.report.table import best_lines, detectable_text, exclusion_lines
 from tunelab.stats import Comparison, PointComparison, PointSummary, verdict_label
 
 if TYPE_CHECKING:
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SCHEMA_VERSION",
     "best_view",
+    "p_header",
     "compare_view",
     "cross_compare_view",
     "storage_blocks",
@@ -57,22 +65,29 @@ def _summary_doc(s: PointSummary) -> dict[str, Any]:
         "max": s.max,
         "failures": dict(s.failed),
         "disturbed": s.disturbed,
+        "left_out": s.left_out,
     }
 
 
 def _comparison_doc(c: Comparison, objective: Objective) -> dict[str, Any]:
+    """One comparison: the deciding test's estimate, interval, raw p and the adjusted p
+    its verdict used (``p``), the minimum detectable change and the power hint."""
     return {
-        "speedup": c.speedup,
-        "ci_low": c.ci_low,
-        "ci_high": c.ci_high,
-        "p": c.p_value,
+        "speedup": _number_or_none(c.speedup),
+        "ci_low": _number_or_none(c.ci_low),
+        "ci_high": _number_or_none(c.ci_high),
+        "p": _number_or_none(c.p_adjusted),
+        "p_raw": _number_or_none(c.p_value),
+        "test": c.test,
+        "adjustment": c.adjustment,
         "verdict": c.verdict.value,
         "verdict_label": verdict_label(c.verdict, objective.fom, objective.direction),
-        "method": c.method,
-        "paired": _paired_doc(c),
-        "p_adjusted": _number_or_none(c.p_adjusted),
         "verdict_unadjusted": c.verdict_unadjusted.value,
+        "ratio_of_means": _number_or_none(c.ratio_of_means),
+        "n_rounds": c.n_pairs,
+        "detectable": _number_or_none(c.detectable),
         "repeats_needed": c.repeats_needed,
+        "decided": c.decided,
     }
 
 
@@ -80,13 +95,11 @@ def _number_or_none(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _paired_doc(c: Comparison) -> dict[str, Any] | None:
-    """The interval paired by round (None when the runs carry no rounds to pair)."""
-    p = c.paired
-    if p is None:
-        return None
-    return {"speedup": p.speedup, "ci_low": p.ci_low, "ci_high": p.ci_high, "p": p.p_value,
-            "n_rounds": p.n_pairs, "complete": p.complete}
+def p_header(comparisons: Sequence[Comparison]) -> tuple[str, str]:
+    """The tests and the adjustment behind a table's p column, named for its header."""
+    tests = sorted({c.test for c in comparisons if not math.isnan(c.p_adjusted)})
+    adjustments = sorted({c.adjustment for c in comparisons if not math.isnan(c.p_adjusted)})
+    return " / ".join(tests) or "–", " / ".join(adjustments) or "none"
 
 
 def _noise_doc(results: StudyResults) -> dict[str, Any] | None:
@@ -95,7 +108,19 @@ def _noise_doc(results: StudyResults) -> dict[str, Any] | None:
     if n is None:
         return None
     return {"sd_log": n.sd_log, "df": n.df, "change": n.change,
-            "repeats_needed": n.repeats_needed}
+            "repeats_needed": n.repeats_needed, "detectable": _number_or_none(n.detectable)}
+
+
+def _disturbance_doc(results: StudyResults) -> dict[str, Any] | None:
+    """What the noise watch recorded over the study (None without a sample)."""
+    d = results.disturbance
+    if d is None:
+        return None
+    return {"watched": d.watched, "disturbed": d.disturbed,
+            "others_median": _number_or_none(d.others_median),
+            "others_max": _number_or_none(d.others_max), "from_start": d.from_start,
+            "evidence": list(d.evidence), "left_out": d.left_out,
+            "excluded_from_verdicts": results.exclude_disturbed}
 
 
 def _exclusions_doc(results: StudyResults) -> list[dict[str, Any]]:
@@ -107,9 +132,7 @@ def _exclusions_doc(results: StudyResults) -> list[dict[str, Any]]:
 def _mean_sd(s: PointSummary) -> str:
     if s.n == 0:
         return "–"
-    if math.isnan(s.std):
-        return fmt_number(s.mean)
-    return f"{fmt_number(s.mean)} ± {fmt_number(s.std, 2)}"
+    return fmt_mean_sd(s.mean, s.std)
 
 
 def _failed_text(failed: Mapping[str, int]) -> str:
@@ -122,12 +145,10 @@ def _speedup_cells(c: Comparison) -> tuple[str, str]:
     return speedup, ci
 
 
-def _paired_cell(c: Comparison) -> str:
-    """The paired interval when it decided the verdict (else empty)."""
-    p = c.paired
-    if p is None or c.method != "paired" or math.isnan(p.ci_low):
+def _disturbed_cell(s: PointSummary) -> Cell:
+    if not s.disturbed:
         return ""
-    return f"{fmt_ratio(p.speedup)}× [{fmt_ratio(p.ci_low)}, {fmt_ratio(p.ci_high)}]"
+    return (f"{s.disturbed} left out" if s.left_out else str(s.disturbed), "yellow")
 
 
 def _verdict_cell(c: Comparison, objective: Objective) -> Cell:
@@ -163,14 +184,16 @@ def compare_view(results: StudyResults) -> View:
         results.comparisons if compared else _ranked(results.summaries, objective))
     columns = list(_SUMMARY_COLUMNS)
     conf = f"{results.confidence:.0%}"
+    others = [pc.comparison for pc in results.comparisons if not pc.is_baseline]
+    tests, adjustment = p_header(others)
     if compared:
         columns += [Column("speedup", "speedup", "right"),
-                    Column("ci", f"{conf} CI", "right", drop=7)]
-        if any(_paired_cell(pc.comparison) for pc in results.comparisons
-               if not pc.is_baseline):
-            columns.append(Column("paired", "paired CI", "right", drop=8))
-        columns += [Column("p", "p", "right", drop=3),
-                    Column("verdict", "verdict")]
+                    Column("ci", f"{conf} CI", "right", drop=7),
+                    Column("p", f"p ({adjustment})", "right", drop=3),
+                    Column("verdict", "verdict"),
+                    Column("detectable", "detectable", "right", drop=8)]
+    if any(s.disturbed for s in results.summaries):
+        columns.append(Column("disturbed", "disturbed", "right", drop=9))
     columns.append(Column("failed", "not ok"))
     rows: list[dict[str, Cell]] = []
     points_doc: list[dict[str, Any]] = []
@@ -182,20 +205,20 @@ def compare_view(results: StudyResults) -> View:
             "point": point_label(s.params), "n": str(s.n), "mean": _mean_sd(s),
             "median": fmt_number(s.median), "min": fmt_number(s.min),
             "failed": (_failed_text(s.failed), "red") if s.failed else "",
+            "disturbed": _disturbed_cell(s),
         }
         doc = {"rank": int(row["rank"]), **_summary_doc(s)}  # type: ignore[arg-type]
         if isinstance(item, PointComparison):
             doc["is_baseline"] = item.is_baseline
             if item.is_baseline:
                 row.update(speedup="1 (baseline)", verdict=("baseline", "bold"))
-                doc.update(speedup=1.0, ci_low=None, ci_high=None, p=None, verdict="baseline",
-                           verdict_label="baseline", method=None, paired=None,
-                           p_adjusted=None, verdict_unadjusted=None, repeats_needed=None)
+                doc.update({k: None for k in _comparison_doc(item.comparison, objective)})
+                doc.update(speedup=1.0, verdict="baseline", verdict_label="baseline")
             else:
                 speedup, ci = _speedup_cells(item.comparison)
-                row.update(speedup=speedup, ci=ci, paired=_paired_cell(item.comparison),
-                           p=p_text(item.comparison.p_value),
-                           verdict=_verdict_cell(item.comparison, objective))
+                row.update(speedup=speedup, ci=ci, p=p_text(item.comparison.p_adjusted),
+                           verdict=_verdict_cell(item.comparison, objective),
+                           detectable=detectable_text(item.comparison.detectable))
                 doc.update(_comparison_doc(item.comparison, objective))
         rows.append(row)
         points_doc.append(doc)
@@ -203,15 +226,13 @@ def compare_view(results: StudyResults) -> View:
         record.update(_param_record(s.params, _FLAT_FIELDS))
         record.update({k: doc.get(k) for k in _FLAT_FIELDS if k not in ("rank", "label")})
         record["failures"] = _failed_text(s.failed)
-        paired = doc.get("paired") or {}
-        record.update(paired_speedup=paired.get("speedup"), paired_ci_low=paired.get("ci_low"),
-                      paired_ci_high=paired.get("ci_high"))
         records.append(record)
     if compared:
         baseline = next((pc for pc in results.comparisons if pc.is_baseline), None)
         against = f" against {point_label(baseline.summary.params)}" if baseline else ""
         title = (f"{fom} ({objective.direction}){against}: speedup > 1 is better, "
-                 f"[{conf} CI], p: Mann–Whitney U")
+                 f"[{conf} CI] and p of the {tests} (log scale), p adjusted by {adjustment}; "
+                 "detectable: the smallest change seen in 80 % of studies")
     else:
         title = f"{fom} ({objective.direction}), best first"
     document = {
@@ -224,6 +245,7 @@ def compare_view(results: StudyResults) -> View:
         "confidence": results.confidence,
         "noise_threshold": results.noise_threshold,
         "noise": _noise_doc(results),
+        "disturbance": _disturbance_doc(results),
         "points": points_doc,
         "excluded": _exclusions_doc(results),
         "notes": list(results.notes),
@@ -234,8 +256,8 @@ def compare_view(results: StudyResults) -> View:
 
 
 _FLAT_FIELDS = ("rank", "label", "n", "mean", "sd", "median", "min", "max", "speedup",
-                "ci_low", "ci_high", "p", "verdict", "verdict_label", "method", "p_adjusted",
-                "disturbed", "failures")
+                "ci_low", "ci_high", "p", "p_raw", "test", "adjustment", "verdict",
+                "verdict_label", "detectable", "decided", "disturbed", "left_out", "failures")
 
 
 def _summary_of(item: PointComparison | PointSummary) -> PointSummary:
@@ -264,7 +286,8 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
         Column("b", f"{sc.name_b} (B) mean ± sd", "right", drop=4),
         Column("speedup", "B/A speedup", "right"),
         Column("ci", f"{conf} CI", "right", drop=6),
-        Column("p", "p", "right", drop=2),
+        Column("p", f"p ({p_header([cp.comparison for cp in sc.points])[1]})", "right",
+               drop=2),
         Column("verdict", "verdict"),
         Column("failed", "not ok (A; B)", drop=1),
     )
@@ -277,7 +300,7 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
         rows.append({
             "rank": str(cp.rank), "point": point_label(cp.params),
             "a": f"{_mean_sd(cp.a)} (n={cp.a.n})", "b": f"{_mean_sd(cp.b)} (n={cp.b.n})",
-            "speedup": speedup, "ci": ci, "p": p_text(cp.comparison.p_value),
+            "speedup": speedup, "ci": ci, "p": p_text(cp.comparison.p_adjusted),
             "verdict": _verdict_cell(cp.comparison, objective),
             "failed": (failed, "red") if failed else "",
         })
@@ -289,11 +312,13 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
         record.update(_param_record(cp.params, _CROSS_FIELDS))
         record.update(n_a=cp.a.n, mean_a=cp.a.mean, sd_a=cp.a.std, n_b=cp.b.n,
                       mean_b=cp.b.mean, sd_b=cp.b.std)
-        record.update({k: doc[k] for k in ("speedup", "ci_low", "ci_high", "p", "verdict",
-                                           "verdict_label")})
+        record.update({k: doc[k] for k in ("speedup", "ci_low", "ci_high", "p", "p_raw",
+                                           "test", "adjustment", "verdict", "verdict_label")})
         records.append(record)
+    tests, adjustment = p_header([cp.comparison for cp in sc.points])
     title = (f"{fom} ({objective.direction}): study {sc.name_b!r} (B) against {sc.name_a!r} "
-             f"(A), speedup > 1: B is better, [{conf} CI], p: Mann–Whitney U")
+             f"(A), speedup > 1: B is better, [{conf} CI] and p of the {tests} (log scale), "
+             f"p adjusted by {adjustment}")
     notes: list[str] = []
     if not sc.points:
         notes.append("The two studies measured no point in common.")
@@ -323,7 +348,8 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
 
 
 _CROSS_FIELDS = ("rank", "label", "n_a", "mean_a", "sd_a", "n_b", "mean_b", "sd_b", "speedup",
-                 "ci_low", "ci_high", "p", "verdict", "verdict_label")
+                 "ci_low", "ci_high", "p", "p_raw", "test", "adjustment", "verdict",
+                 "verdict_label")
 
 
 # ---------------------------------------------------------------------------------------
@@ -341,8 +367,10 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
                     "study": results.name, "objective": _objective_doc(objective),
                     "best": None, "runner_up": None, "comparison": None,
                     "p_beats_runner_up": None, "excluded": _exclusions_doc(results),
-                    "noise": _noise_doc(results), "notes": [text]}
-        return View((Lines((f"No best point: {text}.", *excluded)),), document, ())
+                    "noise": _noise_doc(results), "disturbance": _disturbance_doc(results),
+                    "notes": [text, *results.trust]}
+        return View((Lines((f"No best point: {text}.", *results.trust, *excluded)),),
+                    document, ())
     c = best.comparison
     style = VERDICT_STYLES.get(c.verdict, "") if c is not None else "green"
     document = {
@@ -356,6 +384,7 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         "p_beats_runner_up": best.p_beats_runner_up,
         "excluded": _exclusions_doc(results),
         "noise": _noise_doc(results),
+        "disturbance": _disturbance_doc(results),
         "notes": list(results.notes),
     }
     records = [{"role": "best", **_summary_doc(best.best)}]
@@ -406,7 +435,7 @@ def storage_blocks(runs: Any) -> tuple[tuple[TextTable | Lines, ...], dict[str, 
                Column("wait", "data wait", "right", drop=1),
                Column("comm", "all-reduce", "right", drop=1), Column("bound", "label"))
     notes = storage_lines(data)
-    table = TextTable("Storage: AU (busy / step) and data read per second (MB = 10^6 bytes)",
+    table = TextTable("Storage: AU (compute / step) and data read per second (MB = 10^6 bytes)",
                       columns, tuple(rows), tuple(notes))
     doc = {"target_au": data.target,
            "points": [dict(p.__dict__) for p in data.points],

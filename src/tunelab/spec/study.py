@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +34,7 @@ from tunelab.spec.values import (
     parse_duration,
     parse_env,
     parse_parameter,
+    parse_repeats,
 )
 
 __all__ = ["StudySpec", "load_study"]
@@ -52,6 +55,9 @@ class StudySpec(BaseModel):
     constraints: tuple[ConstraintSpec, ...]
     env_sets: dict[str, dict[str, str]] | None
     repeats: int
+    """Rounds of every point (``repeats: auto``: the most it may run, the budget)."""
+    auto_repeats: tuple[int, int] | None = None
+    """``repeats: auto``: (min, max) rounds, more rounds of the undecided points in between."""
     baseline: dict[str, Scalar] | None
     timeout_s: float
     objective_fom: str | None
@@ -149,6 +155,7 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
     for name in names:
         if not name.isidentifier():
             raise lines.error(("parameters", name), f"parameter {name!r} must be an identifier")
+        _check_normal_form(name, "parameter", ("parameters", name), names, lines)
     env_sets = parse_env(raw.env, lines)
     if env_sets is not None and ENV_AXIS in names:
         raise lines.error(
@@ -161,6 +168,7 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
         where = ("derived", dname)
         if dname in names or dname == ENV_AXIS:
             raise lines.error(where, f"derived value {dname!r} has the name of a parameter")
+        _check_normal_form(dname, "derived value", where, [*names, *raw.derived], lines)
         try:
             derived[dname] = Expression.parse(source)
         except ExpressionError as exc:
@@ -175,6 +183,7 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
             raise lines.error(("constraints", i),
                               f"constraint {shorten(source)!r}: {exc}") from None
 
+    repeats, auto_repeats = parse_repeats(raw.repeats, lines)
     try:
         timeout_s = parse_duration(raw.timeout)
     except ValueError as exc:
@@ -202,7 +211,11 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
     if raw.baseline is not None:
         baseline = dict(raw.baseline)
         known = set(names) | ({ENV_AXIS} if env_sets is not None else set())
-        for key in baseline:
+        for key, value in baseline.items():
+            if isinstance(value, float) and not math.isfinite(value) or \
+                    not isinstance(value, int | float | str | bool):
+                raise lines.error(("baseline", key), f"baseline value of {key!r} must be a "
+                                  f"number, string or boolean, got {shorten(repr(value))}")
             if key not in known:
                 raise lines.error(
                     ("baseline", key),
@@ -215,6 +228,10 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
                 ("baseline",), f"baseline does not give a value for {', '.join(sorted(missing))}"
             )
 
+    if auto_repeats is not None and baseline is None:
+        raise lines.error(("repeats",), "repeats: auto adds rounds until every point's "
+                          "comparison with the baseline is decided: the study needs a "
+                          "'baseline:'")
     return StudySpec(
         name=raw.name or _name_from_file(path, lines),
         path=path,
@@ -225,7 +242,8 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
         derived=derived,
         constraints=tuple(constraints),
         env_sets=env_sets,
-        repeats=raw.repeats,
+        repeats=repeats,
+        auto_repeats=auto_repeats,
         baseline=baseline,
         timeout_s=timeout_s,
         objective_fom=raw.objective.fom if raw.objective else None,
@@ -237,6 +255,20 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
         noise_threshold=raw.noise_threshold,
         lines=dict(lines.lines),
     )
+
+
+def _check_normal_form(name: str, what: str, where: tuple[Any, ...], others: list[str],
+                       lines: StudyLines) -> None:
+    """Refuse a name that expressions would read as another: Python reads identifiers in
+    Unicode's NFKC form, so ``ﬁ`` (a ligature) and ``fi`` would be one name there."""
+    normal = unicodedata.normalize("NFKC", name)
+    if normal == name:
+        return
+    clash = next((o for o in others if o != name and
+                  unicodedata.normalize("NFKC", o) == normal), None)
+    advice = f"the same name as {clash!r}: rename one" if clash else f"write it {normal!r}"
+    raise lines.error(where, f"{what} {name!r} reads as {normal!r} in expressions (Unicode "
+                             f"NFKC form), {advice}")
 
 
 def _name_from_file(path: Path | None, lines: StudyLines) -> str:

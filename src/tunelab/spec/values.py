@@ -27,7 +27,13 @@ __all__ = [
     "parse_duration",
     "parse_env",
     "parse_parameter",
+    "parse_repeats",
 ]
+
+AUTO_MIN_REPEATS = 3
+"""``repeats: auto`` starts with this many rounds of every point (a paired verdict needs 3)."""
+AUTO_MAX_REPEATS = 10
+"""… and stops adding rounds at this many (the budget), unless ``{max: N}`` says otherwise."""
 
 Scalar = int | float | str | bool
 ENV_AXIS = "env"
@@ -55,8 +61,38 @@ class ConstraintSpec:
         return self.expr.source
 
 
+def parse_repeats(value: Any, lines: StudyLines) -> tuple[int, tuple[int, int] | None]:
+    """The study file's ``repeats``: a count (``5``), ``auto`` or ``{min: 3, max: 20}`` (as
+    many rounds as the comparisons with the baseline need, within those bounds). Returns
+    (the rounds planned at most, (min, max) when automatic else None)."""
+    top = LIMITS.repeats
+    usage = (f"must be a whole number from 1 to {top:,}, 'auto', or {{min: M, max: N}} "
+             f"with {AUTO_MIN_REPEATS} <= M <= N <= {top:,}")
+    if value == "auto":
+        return AUTO_MAX_REPEATS, (AUTO_MIN_REPEATS, AUTO_MAX_REPEATS)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= top:
+            raise lines.error(("repeats",), f"'repeats': {usage}; got {value}")
+        return value, None
+    if isinstance(value, dict):
+        unknown = sorted(str(k) for k in value if k not in ("min", "max"))
+        if unknown:
+            raise lines.error(("repeats", unknown[0]),
+                              f"'repeats': unknown field {unknown[0]!r}; it takes min and max")
+        low = value.get("min", AUTO_MIN_REPEATS)
+        high = value.get("max", max(AUTO_MAX_REPEATS, low) if isinstance(low, int) else 0)
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high))
+        if ok and AUTO_MIN_REPEATS <= low <= high <= top:
+            return high, (low, high)
+        raise lines.error(("repeats",),
+                          f"'repeats': {usage}; got {{min: {low!r}, max: {high!r}}}")
+    raise lines.error(("repeats",), f"'repeats': {usage}; got {value!r}")
+
+
 def parse_duration(value: float | str) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``; ValueError otherwise."""
+    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``, at most ``LIMITS.duration_s``
+    however it is written (``1.0e+300``, ``"99999999999999999999h"``, ``.inf``); ValueError
+    otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got {value!r}")
     if isinstance(value, int | float):
@@ -71,8 +107,9 @@ def parse_duration(value: float | str) -> float:
             raise ValueError(f"must be a duration such as 90, '90s', '5m' or '1h', got {value!r}")
         h, m, s = (float(g) if g else 0.0 for g in match.groups())
         seconds = h * 3600 + m * 60 + s
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"must be a positive duration, got {value!r}")
+    if not 0 < seconds <= LIMITS.duration_s:  # NaN and the infinities fail it too
+        raise ValueError(f"must be a positive duration of at most {LIMITS.duration_s:,} s "
+                         f"({LIMITS.duration_s // 86400} days), got {value!r}")
     return seconds
 
 

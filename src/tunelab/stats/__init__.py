@@ -1,65 +1,63 @@
 """Statistics over a study's runs: summaries, comparisons with confidence, the best point.
 
 Every function here is pure: it takes the runs table of :mod:`tunelab.store` (one row per
-run, columns ``point``, ``status``, ``reason``, ``fom.<name>``, …) and returns frozen
-records. Only runs with ``status == "ok"`` and a value of the figure of merit count; the
-others are counted per point, by status, so a report can show them.
+run, columns ``point``, ``status``, ``reason``, ``fom.<name>``, ``repeat``, ``noise.*``, …)
+and returns frozen records. Only runs with ``status == "ok"`` and a value of the figure of
+merit count (with ``exclude_disturbed``, not those flagged disturbed either); the others
+are counted per point, by status, so a report can show them.
 
-Conventions
------------
-* **Speedup** of B over A is the ratio of means oriented so that ``> 1`` means *B is
-  better*: ``mean(A) / mean(B)`` when the objective is minimised (a time),
-  ``mean(B) / mean(A)`` when it is maximised (a throughput). Ratios need positive means.
-* **Confidence interval**: the hull (the wider ends) of two intervals of that ratio:
-  ``scipy.stats.bootstrap`` on the two independent samples (BCa; percentile when BCa
-  degenerates, e.g. for constant samples), and the Welch t interval of
-  ``log mean(A) - log mean(B)`` (delta method). With 3–10 repeats the bootstrap alone
-  under-covers: it called two samples of the *same* distribution different in 8–19 % of
-  trials (3–5 % noise, 300 seeded trials per case); the hull does so in 2.5–5 %, the nominal
-  rate, while still finding a real 10 % change at n = 3 (power 0.4–0.8) — see
-  ``docs/statistics.md``.
-* **p-value**: ``scipy.stats.mannwhitneyu``, two-sided, reported beside the interval (it
-  cannot go below 0.1 with 3 against 3 runs, so it does not gate the verdict).
-* **Verdict**, one vocabulary (:class:`Verdict`): ``better`` / ``worse`` when the interval
-  excludes 1 and the change is at least the noise threshold (default 2 %);
-  ``indistinguishable`` otherwise; ``insufficient data`` when a side has fewer than two
-  values.
-* **Paired by round**: when both points were run round by round (the ``repeat`` column) and
-  every run of the point with fewer runs has a partner of the same round (at least
-  :data:`MIN_PAIRS` pairs), the log ratio is taken within each round and the Student t
-  interval of its mean over rounds gives the paired interval: slow drift of the machine,
-  which the interleaved design spreads over all points, cancels within a round. The paired
-  interval is reported beside the unpaired one and then decides the verdict.
-* **Multiple comparisons**: :func:`compare_to_baseline` compares k points with one
-  baseline; the p-values of the tests behind the verdicts (paired t, or the Welch t of the
-  log ratio) are adjusted with Benjamini–Hochberg (``scipy.stats.false_discovery_control``),
-  and a verdict of better / worse also needs an adjusted p under ``1 - confidence``, which
-  keeps the false discovery rate at 5 %.
-* **Power hint**: :func:`repeats_needed` — from the observed noise, the repeats per point a
-  given change (5 %) needs to be seen in 80 % of studies.
+Conventions (docs/statistics.md has the measurements behind each choice)
+--------------------------------------------------------------------------
+* **One test per comparison, on the log scale** (timings vary multiplicatively). The
+  estimate, the interval, the p-value and the verdict of a comparison all come from that
+  one test (:class:`Comparison`, ``test``): paired by round when the two points share at
+  least :data:`MIN_PAIRS` rounds (the machine's drift cancels within a round), else Welch's
+  t of the log ratio of means. ``speedup > 1`` means *B is better*.
+* **The study's noise is pooled** (:mod:`~tunelab.stats.pooled`): in a study, the paired
+  test takes its noise from a two-way model (point + round) fitted to every run of every
+  point, unless the comparison's own runs are noisier than that (F test), so it is valid
+  and powerful from 3 rounds on.
+* **Verdict**, one vocabulary (:class:`Verdict`): ``better`` / ``worse`` when the (adjusted)
+  p is under ``1 - confidence`` and the change is at least the noise threshold, both ways
+  alike on the log scale (1.02 and 1/1.02); ``indistinguishable`` otherwise;
+  ``insufficient data`` when a side has fewer than two values.
+* **Many comparisons** (:func:`compare_to_baseline`): Holm's step-down over the study's
+  comparisons with the baseline keeps the share of studies with *any* false verdict at
+  ``1 - confidence``; ``p_adjusted`` is the p the verdict used.
+* **Looking again** (``repeats: auto``, :mod:`~tunelab.stats.sequential`): rounds are added
+  until each comparison is decided or the budget is spent; each look spends its level by
+  the O'Brien–Fleming function, so looking again does not inflate the error.
+* **Power**: every comparison carries its minimum detectable change (``detectable``): the
+  smallest true change its test, at its noise, runs and adjustment, calls in 80 % of
+  studies; :func:`repeats_needed` says how many repeats a change needs.
 * :func:`verdict_label` turns a verdict into the word a reader expects for the figure of
   merit (``faster`` / ``slower`` for a time or a rate, else ``better`` / ``worse``).
 
 Modules, each importing only those above it: :mod:`~tunelab.stats.results` (the records,
 :class:`Verdict` and its rule, :class:`StatsError`, the constants),
-:mod:`~tunelab.stats.labels` (words for readers), :mod:`~tunelab.stats.summaries` (the runs
-table by point, :func:`summarize`), :mod:`~tunelab.stats.power` (:func:`repeats_needed`,
-:func:`noise_level`), :mod:`~tunelab.stats.intervals` (bootstrap, Welch and paired
-intervals, :func:`compare`), :mod:`~tunelab.stats.multiplicity` (:func:`compare_to_baseline`,
-Benjamini–Hochberg) and :mod:`~tunelab.stats.winner` (:func:`best`).
+:mod:`~tunelab.stats.labels`, :mod:`~tunelab.stats.summaries` (the runs table by point),
+:mod:`~tunelab.stats.power` (detectable change, repeats needed),
+:mod:`~tunelab.stats.intervals` (the paired and Welch tests, :func:`compare`),
+:mod:`~tunelab.stats.pooled` (the study's pooled noise, :func:`noise_level`),
+:mod:`~tunelab.stats.sequential` (Holm, spending, :class:`SequentialPlan`),
+:mod:`~tunelab.stats.multiplicity` (:func:`compare_to_baseline`),
+:mod:`~tunelab.stats.winner` (:func:`best`) and :mod:`~tunelab.stats.disturbance`
+(what the noise watch recorded, for the whole study).
 """
 
 from __future__ import annotations
 
-# The constants are re-exported (``X as X``) without joining ``__all__``, as before the split.
+# The constants are re-exported (``X as X``) without joining ``__all__``.
+from tunelab.stats.disturbance import Disturbance, disturbance
 from tunelab.stats.intervals import compare, paired_interval
 from tunelab.stats.labels import verdict_label
-from tunelab.stats.multiplicity import adjust_for_multiple_comparisons, compare_to_baseline
-from tunelab.stats.power import noise_level, repeats_needed
-from tunelab.stats.results import DEFAULT_RESAMPLES as DEFAULT_RESAMPLES
+from tunelab.stats.multiplicity import compare_to_baseline, still_undecided
+from tunelab.stats.pooled import noise_level
+from tunelab.stats.power import detectable_change, repeats_needed
 from tunelab.stats.results import DIRECTIONS as DIRECTIONS
 from tunelab.stats.results import MAX_REPEATS_HINT as MAX_REPEATS_HINT
 from tunelab.stats.results import MIN_PAIRS as MIN_PAIRS
+from tunelab.stats.results import POWER as POWER
 from tunelab.stats.results import (
     BestResult,
     Comparison,
@@ -70,6 +68,7 @@ from tunelab.stats.results import (
     StatsError,
     Verdict,
 )
+from tunelab.stats.sequential import SequentialPlan, holm_adjust, spending_levels
 from tunelab.stats.summaries import DISTURBED_COLUMN as DISTURBED_COLUMN
 from tunelab.stats.summaries import fom_column, summarize
 from tunelab.stats.winner import best
@@ -77,20 +76,26 @@ from tunelab.stats.winner import best
 __all__ = [
     "BestResult",
     "Comparison",
+    "Disturbance",
     "NoiseLevel",
     "PairedInterval",
     "PointComparison",
     "PointSummary",
+    "SequentialPlan",
     "StatsError",
     "Verdict",
-    "adjust_for_multiple_comparisons",
     "best",
     "compare",
     "compare_to_baseline",
+    "detectable_change",
+    "disturbance",
     "fom_column",
+    "holm_adjust",
     "noise_level",
     "paired_interval",
     "repeats_needed",
+    "spending_levels",
+    "still_undecided",
     "summarize",
     "verdict_label",
 ]

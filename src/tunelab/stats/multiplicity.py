@@ -1,33 +1,36 @@
-"""Many points against one baseline, with the false discovery rate kept in check.
+"""Many points against one baseline, with the family-wise error kept in check.
 
-:func:`compare_to_baseline` compares every point of a study with its baseline (paired by
-round where the rounds allow it) and ranks them best first;
-:func:`adjust_for_multiple_comparisons` applies Benjamini–Hochberg to the p-values behind the
-verdicts, so that a better / worse verdict also needs an adjusted p under ``1 - confidence``.
+:func:`compare_to_baseline` compares every point of a study with its baseline by the test of
+:mod:`tunelab.stats.pooled` (paired by round, the noise pooled over the study) and decides
+the verdicts together by :func:`tunelab.stats.sequential.decide` (Holm; with a
+:class:`~tunelab.stats.sequential.SequentialPlan`, looks round by round at spent levels).
+Each :class:`~tunelab.stats.results.Comparison` carries that test's estimate, interval and
+p, the adjusted p the verdict used, and its minimum detectable change.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from tunelab.stats.intervals import compare
+from tunelab.stats.intervals import check_settings, compare, comparison_from_test
 from tunelab.stats.labels import failures_text
 from tunelab.stats.results import (
-    DEFAULT_RESAMPLES,
+    ADJUST_HOLM,
+    ADJUST_NONE,
+    ADJUST_SEQUENTIAL,
     Comparison,
     PointComparison,
-    PointSummary,
     StatsError,
     Verdict,
     check_direction,
 )
+from tunelab.stats.sequential import Decision, SequentialPlan, decide
 from tunelab.stats.summaries import (
+    Group,
     check_runs,
     point_groups,
     point_params,
@@ -39,31 +42,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def adjust_for_multiple_comparisons(
-    comparisons: Sequence[Comparison], *, confidence: float = 0.95
-) -> list[Comparison]:
-    """Benjamini–Hochberg over ``comparisons`` (one family: k points against one baseline).
-
-    Sets ``p_adjusted`` from the ``p_test`` values (NaN ones are left out of the family) and
-    turns a better / worse verdict whose adjusted p is not under ``1 - confidence`` into
-    indistinguishable. The false discovery rate is then at most ``1 - confidence``.
-    """
-    from scipy import stats
-
-    index = [i for i, c in enumerate(comparisons) if not math.isnan(c.p_test)]
-    out = list(comparisons)
-    if not index:
-        return out
-    adjusted = stats.false_discovery_control([comparisons[i].p_test for i in index])
-    for i, p_adj in zip(index, np.atleast_1d(adjusted), strict=True):
-        c = comparisons[i]
-        verdict = c.verdict
-        if verdict in (Verdict.BETTER, Verdict.WORSE) and not p_adj < 1 - confidence:
-            verdict = Verdict.INDISTINGUISHABLE
-        out[i] = replace(c, p_adjusted=float(p_adj), verdict=verdict)
-    return out
-
-
 def compare_to_baseline(
     runs: pd.DataFrame,
     fom: str,
@@ -72,62 +50,114 @@ def compare_to_baseline(
     *,
     noise_threshold: float = 0.02,
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-    fdr: bool = True,
+    adjust: bool = True,
+    plan: SequentialPlan | None = None,
+    exclude_disturbed: bool = False,
 ) -> list[PointComparison]:
     """Compare every point of ``runs`` with the baseline point, ranked best first.
 
-    The baseline is included (``is_baseline=True``, compared with itself, which shows the
-    noise of its own repeats). Points without values rank last. With a ``repeat`` column the
-    comparisons are paired by round where the rounds allow it; with ``fdr`` the verdicts of
-    the other points are adjusted together (Benjamini–Hochberg, see
-    :func:`adjust_for_multiple_comparisons`). Raises :class:`StatsError` when the baseline
-    is not in the runs or has no successful run.
+    The baseline is included (``is_baseline=True``, compared with itself by its own test,
+    which shows the noise of its repeats). Points without values rank last. The verdicts of
+    the other points are decided together (module docstring): with ``adjust`` (Holm) at
+    most ``1 - confidence`` of studies give any false verdict; ``plan`` replays the looks of
+    a ``repeats: auto`` study. ``exclude_disturbed`` leaves runs flagged disturbed out.
+    Raises :class:`StatsError` when the baseline is not in the runs or has no successful
+    run.
     """
     check_direction(direction)
+    check_settings(confidence, noise_threshold)
     column = check_runs(runs, fom)
-    groups = point_groups(runs, column)
+    groups = point_groups(runs, column, exclude_disturbed=exclude_disturbed)
     summaries = [point_summary(p, g) for p, g in groups.items()]
     by_key = {s.point: s for s in summaries}
     baseline_key = _canonical_key(baseline_key, by_key)
     base = by_key[baseline_key]
     if base.n == 0:
+        counts = {**base.failed, **({"disturbed, left out": base.left_out}
+                                    if base.left_out else {})}
         raise StatsError(
             f"baseline point {baseline_key} has no successful run with a value of "
-            f"{column.removeprefix('fom.')} ({failures_text(base.failed)})"
+            f"{column.removeprefix('fom.')} ({failures_text(counts)})"
         )
-    a = groups[baseline_key]
+    for s in summaries:
+        if s.n and s.mean <= 0:
+            raise StatsError(f"point {s.point}: a ratio of means needs a positive figure of "
+                             f"merit; its mean is {s.mean:g}")
+    decisions = decide(groups, baseline_key, direction, confidence=confidence,
+                       noise_threshold=noise_threshold, plan=plan, adjust=adjust)
+    m = len(decisions)
+    adjustment = (ADJUST_SEQUENTIAL if plan is not None
+                  else ADJUST_HOLM if adjust and m > 1 else ADJUST_NONE)
     ranked = sorted(summaries, key=lambda s: sort_key(s, direction))
-    comparisons: list[Comparison] = []
-    for summary in ranked:
-        b = groups[summary.point]
-        rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None else None
-        try:
-            comparisons.append(compare(
-                a.values,
-                b.values,
-                direction,
-                noise_threshold=noise_threshold,
-                confidence=confidence,
-                n_resamples=n_resamples,
-                seed=seed,
-                rounds=rounds,
-            ))
-        except StatsError as exc:
-            raise StatsError(f"point {summary.point}: {exc}") from exc
-    if fdr:
-        others = [i for i, s in enumerate(ranked) if s.point != baseline_key]
-        adjusted = adjust_for_multiple_comparisons([comparisons[i] for i in others],
-                                                   confidence=confidence)
-        for i, c in zip(others, adjusted, strict=True):
-            comparisons[i] = c
-    return [PointComparison(rank, summary, comparison, summary.point == baseline_key)
-            for rank, (summary, comparison) in enumerate(zip(ranked, comparisons, strict=True),
-                                                         start=1)]
+    out = []
+    for rank, summary in enumerate(ranked, start=1):
+        a, b = groups[baseline_key], groups[summary.point]
+        if summary.point == baseline_key:
+            comparison = _self_comparison(a, direction, noise_threshold, confidence)
+        else:
+            comparison = _decided(a, b, decisions[summary.point], direction,
+                                  noise_threshold=noise_threshold, confidence=confidence,
+                                  adjustment=adjustment, m=m if adjust else 1,
+                                  points=len(groups), sequential=plan is not None)
+        out.append(PointComparison(rank, summary, comparison, summary.point == baseline_key))
+    return out
 
 
-def _canonical_key(key: str, known: dict[str, PointSummary]) -> str:
+def still_undecided(
+    runs: pd.DataFrame,
+    fom: str,
+    direction: str,
+    baseline_key: str,
+    plan: SequentialPlan,
+    *,
+    noise_threshold: float = 0.02,
+    confidence: float = 0.95,
+    exclude_disturbed: bool = False,
+) -> list[str]:
+    """The point keys a ``repeats: auto`` study should run another round of: those whose
+    comparison with the baseline is neither decided nor at the budget
+    (``plan.max_rounds`` rounds). Empty when every comparison is finished."""
+    column = check_runs(runs, fom)
+    groups = point_groups(runs, column, exclude_disturbed=exclude_disturbed)
+    baseline_key = _canonical_key(baseline_key, {k: None for k in groups})
+    decisions = decide(groups, baseline_key, direction, confidence=confidence,
+                       noise_threshold=noise_threshold, plan=plan)
+    return [k for k, d in decisions.items() if not d.finished]
+
+
+def _self_comparison(a: Group, direction: str, noise_threshold: float,
+                     confidence: float) -> Comparison:
+    rounds = (a.rounds, a.rounds) if a.rounds is not None else None
+    return compare(a.values, a.values, direction, noise_threshold=noise_threshold,
+                   confidence=confidence, rounds=rounds)
+
+
+def _decided(a: Group, b: Group, d: Decision, direction: str, *, noise_threshold: float,
+             confidence: float, adjustment: str, m: int, points: int,
+             sequential: bool) -> Comparison:
+    """The comparison of B with the baseline A as the family's decision left it."""
+    if d.test is None:  # fewer than two values a side (or never looked at)
+        rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None \
+            else None
+        c = compare(a.values, b.values, direction, noise_threshold=noise_threshold,
+                    confidence=confidence, rounds=rounds)
+        if c.verdict is Verdict.INSUFFICIENT:
+            return c
+        return replace(c, verdict=Verdict.INDISTINGUISHABLE, p_adjusted=math.nan,
+                       adjustment=adjustment, decided=False if sequential else None)
+    alpha = 1 - confidence
+    level = d.level if math.isfinite(d.level) else alpha / m
+    # the raw p against its level is the adjusted p against alpha: p_adjusted < alpha
+    # exactly when the procedure rejected
+    p_adjusted = min(1.0, d.test.p * alpha / level) if level > 0 else 1.0
+    return comparison_from_test(
+        d.test, a.values, b.values, direction, noise_threshold=noise_threshold,
+        confidence=confidence,
+        p_adjusted=p_adjusted, level=level, adjustment=adjustment, comparisons=m,
+        points=points, decided=d.decided if sequential else None)
+
+
+def _canonical_key(key: str, known: Mapping[str, object]) -> str:
     """Match ``key`` to a point key of the runs, tolerating key order and spacing."""
     if key in known:
         return key

@@ -17,14 +17,33 @@ from typing import Any
 from tunelab.errors import TunelabError
 
 DIRECTIONS = ("minimize", "maximize")
-DEFAULT_RESAMPLES = 9999
-"""Bootstrap resamples per comparison (scipy's default; vectorised, a few ms for n ≤ 100)."""
 
 MIN_PAIRS = 3
-"""Fewest complete rounds for the paired interval to decide a verdict."""
+"""Fewest common rounds for a comparison to be paired by round."""
 
 MAX_REPEATS_HINT = 10_000
 """Largest number of repeats :func:`repeats_needed` reports (beyond it: None)."""
+
+POWER = 0.8
+"""The probability at which :attr:`Comparison.detectable` and :func:`repeats_needed` count
+a change as detectable."""
+
+HETEROGENEITY_LEVEL = 0.05
+"""A comparison whose own noise exceeds the study's pooled noise at this level (F test) is
+judged on its own noise instead (see :mod:`tunelab.stats.pooled`)."""
+
+TEST_POOLED_PAIRED = "paired t, pooled noise"
+"""Per-round log ratio, its noise pooled over every point of the study (two-way model)."""
+TEST_POOLED = "t, pooled noise"
+"""Log means, the noise pooled over every point of the study (no rounds to pair)."""
+TEST_PAIRED = "paired t"
+"""Per-round log ratio, its own noise."""
+TEST_WELCH = "Welch t"
+"""Log ratio of means, delta method, Welch–Satterthwaite degrees of freedom."""
+
+ADJUST_NONE = "none"
+ADJUST_HOLM = "Holm"
+ADJUST_SEQUENTIAL = "Holm, O'Brien–Fleming spending"
 
 
 class StatsError(TunelabError):
@@ -48,16 +67,18 @@ class Verdict(StrEnum):
     INSUFFICIENT = "insufficient data"
 
 
-def verdict_for(low: float, high: float, effect: float, noise_threshold: float) -> Verdict:
-    """The verdict of an interval ``[low, high]`` of the speedup around ``effect``: better /
-    worse when it excludes 1 and the change is at least ``noise_threshold``, else
-    indistinguishable (also for a NaN end)."""
-    if (
-        math.isnan(low)
-        or math.isnan(high)
-        or low <= 1.0 <= high
-        or abs(effect - 1.0) < noise_threshold
-    ):
+def beyond_threshold(effect: float, noise_threshold: float) -> bool:
+    """Whether the speedup ``effect`` is a change of at least ``noise_threshold`` either way,
+    measured on the log scale: 1.02 and 1/1.02 are the same size of change."""
+    return (math.isfinite(effect) and effect > 0
+            and abs(math.log(effect)) >= math.log1p(noise_threshold) - 1e-12)
+
+
+def verdict_for(significant: bool, effect: float, noise_threshold: float) -> Verdict:
+    """Better / worse when the test behind the verdict rejects equality (``significant``)
+    and the speedup ``effect`` is a change of at least ``noise_threshold`` (log scale:
+    :func:`beyond_threshold`); else indistinguishable."""
+    if not significant or not beyond_threshold(effect, noise_threshold):
         return Verdict.INDISTINGUISHABLE
     return Verdict.BETTER if effect > 1.0 else Verdict.WORSE
 
@@ -82,7 +103,10 @@ class PointSummary:
     max: float
     failed: dict[str, int] = field(default_factory=dict)
     disturbed: int = 0
-    """Successful runs taken while the machine was busier than at the study's start."""
+    """Successful runs flagged disturbed (others took a share of their cores; see
+    :mod:`tunelab.noise`); counted in ``n`` unless they were left out."""
+    left_out: int = 0
+    """Successful runs left out of the statistics because they were disturbed."""
 
     @property
     def n_failed(self) -> int:
@@ -113,15 +137,24 @@ class PairedInterval:
 
 @dataclass(frozen=True)
 class Comparison:
-    """B compared with A. ``speedup > 1`` means B is better (see module docstring).
+    """B compared with A by one test. ``speedup > 1`` means B is better.
 
-    ``ci_low``/``ci_high`` bound the speedup at the requested confidence; they and
-    ``p_value`` are NaN when a side has fewer than two values. ``paired`` is the paired
-    interval when the runs carry rounds; ``method`` says which interval decided the verdict
-    (``paired`` or ``unpaired``) and ``p_test`` is that test's p-value; ``p_adjusted`` is
-    it after the Benjamini–Hochberg adjustment over the study's comparisons (equal to
-    ``p_test`` for a lone comparison). ``repeats_needed`` is the power hint: repeats per
-    point for a 5 % change to be seen in 80 % of studies at this comparison's noise.
+    ``speedup``, ``ci_low``/``ci_high`` and ``p_value`` are the estimate, the interval (at
+    ``confidence``) and the two-sided p-value of the one test that decides the verdict,
+    named by ``test`` (:data:`TEST_PAIRED`, :data:`TEST_POOLED_PAIRED`, :data:`TEST_WELCH`,
+    :data:`TEST_POOLED`); ``p_adjusted`` is that p after the study's adjustment for many
+    comparisons (``adjustment``: :data:`ADJUST_HOLM`, :data:`ADJUST_SEQUENTIAL`, or
+    :data:`ADJUST_NONE`, when it equals ``p_value``), and the verdict is better / worse
+    exactly when ``p_adjusted < 1 - confidence`` and the change is at least the noise
+    threshold. ``ratio_of_means`` is the plain ratio of the two means (descriptive).
+    ``se_log`` and ``df`` are the test's standard error of the log speedup and its degrees
+    of freedom; ``detectable`` is the minimum detectable change: the smallest true change
+    (0.1 = 10 %) this test, at this noise, these runs and this adjustment, would call with
+    probability :data:`POWER` (never below the noise threshold; NaN without an estimate).
+    ``repeats_needed`` is the repeats per point a 5 % change needs for the same.
+    ``decided`` (``repeats: auto`` studies) is False while more rounds could still decide
+    the comparison, True once it is decided; None for fixed repeats. The values are NaN
+    when a side has fewer than two values.
     """
 
     speedup: float
@@ -133,34 +166,45 @@ class Comparison:
     n_b: int
     confidence: float = 0.95
     noise_threshold: float = 0.02
-    paired: PairedInterval | None = None
-    method: str = "unpaired"
-    p_test: float = math.nan
+    test: str = TEST_WELCH
     p_adjusted: float = math.nan
+    adjustment: str = ADJUST_NONE
+    ratio_of_means: float = math.nan
+    se_log: float = math.nan
+    df: float = math.nan
+    n_pairs: int = 0
+    detectable: float = math.nan
     repeats_needed: int | None = None
+    decided: bool | None = None
+
+    @property
+    def paired(self) -> bool:
+        """Whether the test pairs the runs by round."""
+        return self.test in (TEST_PAIRED, TEST_POOLED_PAIRED)
 
     @property
     def verdict_unadjusted(self) -> Verdict:
-        """The verdict the deciding interval gives before the multiple-comparison step."""
+        """The verdict the test gives before the adjustment for many comparisons."""
         if self.verdict is Verdict.INSUFFICIENT:
             return self.verdict
-        if self.method == "paired" and self.paired is not None:
-            p = self.paired
-            return verdict_for(p.ci_low, p.ci_high, p.speedup, self.noise_threshold)
-        return verdict_for(self.ci_low, self.ci_high, self.speedup, self.noise_threshold)
+        return verdict_for(self.p_value < 1 - self.confidence, self.speedup,
+                           self.noise_threshold)
 
 
 @dataclass(frozen=True)
 class NoiseLevel:
     """The run-to-run noise of a study: pooled within-point standard deviation of the log
-    figure of merit (``sd_log`` ≈ relative sd), its degrees of freedom, and the repeats per
-    point a ``change`` (5 %) needs to be seen in 80 % of studies (None: more than
-    :data:`MAX_REPEATS_HINT`, or no estimate)."""
+    figure of merit (``sd_log`` ≈ relative sd; round effects removed when the runs carry
+    rounds), its degrees of freedom, and the repeats per point a ``change`` (5 %) needs to be
+    seen in 80 % of studies by the test the verdicts use, with the study's adjustment
+    (None: more than :data:`MAX_REPEATS_HINT`, or no estimate). ``detectable`` is the
+    median minimum detectable change over the study's comparisons (NaN without them)."""
 
     sd_log: float
     df: int
     change: float
     repeats_needed: int | None
+    detectable: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -182,14 +226,14 @@ class PointComparison:
 class BestResult:
     """The best point by mean, the runner-up, and how sure we are of the order.
 
-    ``comparison`` is the runner-up (A) against the best (B), so its speedup is ``>= 1``.
-    ``p_beats_runner_up`` is the fraction of bootstrap resamples in which the best's mean
-    is better than the runner-up's (ties count half): near 1 for a clear winner, near 0.5
-    for a coin toss. The share is optimistic (winner's curse: the best was picked because
-    its observed mean was best): two points drawn from one distribution with 5 runs each
-    gave a median of 0.77 and >= 0.95 in 17 % of 200 trials, so trust ``comparison.verdict``
-    for a decision. It, ``runner_up`` and ``comparison`` are None with a single point;
-    ``p_beats_runner_up`` is also None when a side has fewer than two values.
+    ``comparison`` is the runner-up (A) against the best (B), so its speedup is usually
+    ``>= 1``. ``p_beats_runner_up`` is, from that comparison's own test, the one-sided
+    confidence that the best's true value beats the runner-up's (t distribution of the log
+    speedup): near 1 for a clear winner, near 0.5 for a coin toss. The share is optimistic
+    (winner's curse: the best was picked because its observed mean was best), so trust
+    ``comparison.verdict`` for a decision. It, ``runner_up`` and ``comparison`` are None
+    with a single point; ``p_beats_runner_up`` is also None when a side has fewer than two
+    values.
     """
 
     fom: str

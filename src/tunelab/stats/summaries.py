@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DISTURBED_COLUMN = "noise.disturbed"
-"""Runs-table column flagging runs taken while the machine was busier than at the start."""
+"""Runs-table column flagging runs whose cores others took (see :mod:`tunelab.noise`)."""
 
 _FAILED_NO_VALUE = "missing"
 """Status key under which ``ok`` runs without a value of the figure of merit are counted."""
@@ -62,16 +62,21 @@ def point_params(point: str) -> dict[str, Any]:
 
 class Group(NamedTuple):
     """One point's runs: ok values (finite), their rounds (repeat index, or None when the
-    table has no ``repeat`` column), not-ok counts by status, disturbed ok runs."""
+    table has no ``repeat`` column), not-ok counts by status, disturbed ok runs, and how
+    many of those were left out of ``values``."""
 
     values: np.ndarray
     rounds: np.ndarray | None
     failed: dict[str, int]
     disturbed: int
+    left_out: int = 0
 
 
-def point_groups(runs: pd.DataFrame, column: str) -> dict[str, Group]:
-    """Per point key, in order of first run: its :class:`Group`."""
+def point_groups(runs: pd.DataFrame, column: str, *,
+                 exclude_disturbed: bool = False) -> dict[str, Group]:
+    """Per point key, in order of first run: its :class:`Group`. With
+    ``exclude_disturbed`` the ok runs flagged disturbed are left out of the values (and
+    counted in ``left_out``)."""
     out: dict[str, Group] = {}
     points = runs["point"].astype(str).to_numpy()
     statuses = runs["status"].astype(str).to_numpy()
@@ -93,11 +98,13 @@ def point_groups(runs: pd.DataFrame, column: str) -> dict[str, Group]:
         n_missing = int((~finite).sum())
         if n_missing:
             failed[_FAILED_NO_VALUE] = n_missing
+        flagged = flags[idx][ok][finite]
+        keep = ~flagged if exclude_disturbed else np.ones(flagged.size, dtype=bool)
         rounds = None
         if repeats is not None:
-            rounds = np.asarray(repeats[idx][ok][finite], dtype=np.int64)
-        disturbed = int(flags[idx][ok][finite].sum())
-        out[point] = Group(ok_values[finite], rounds, dict(sorted(failed.items())), disturbed)
+            rounds = np.asarray(repeats[idx][ok][finite][keep], dtype=np.int64)
+        out[point] = Group(ok_values[finite][keep], rounds, dict(sorted(failed.items())),
+                           int(flagged.sum()), int((~keep).sum()))
     return out
 
 
@@ -107,7 +114,8 @@ def point_summary(point: str, group: Group) -> PointSummary:
     n = int(values.size)
     if n == 0:
         nan = math.nan
-        return PointSummary(point, point_params(point), 0, nan, nan, nan, nan, nan, failed)
+        return PointSummary(point, point_params(point), 0, nan, nan, nan, nan, nan, failed,
+                            group.disturbed, group.left_out)
     return PointSummary(
         point=point,
         params=point_params(point),
@@ -119,6 +127,7 @@ def point_summary(point: str, group: Group) -> PointSummary:
         max=float(np.max(values)),
         failed=failed,
         disturbed=group.disturbed,
+        left_out=group.left_out,
     )
 
 
@@ -130,11 +139,14 @@ def sort_key(summary: PointSummary, direction: str) -> tuple[int, float, str]:
     return (0, mean, summary.point)
 
 
-def summarize(runs: pd.DataFrame, fom: str) -> list[PointSummary]:
+def summarize(runs: pd.DataFrame, fom: str, *,
+              exclude_disturbed: bool = False) -> list[PointSummary]:
     """Summarise every point of ``runs`` for figure of merit ``fom``, in order of first run.
 
     Points whose runs all failed are included with ``n == 0`` and their failure counts.
+    With ``exclude_disturbed`` runs flagged disturbed are left out (and counted).
     Raises :class:`StatsError` when the table lacks the figure of merit.
     """
     column = check_runs(runs, fom)
-    return [point_summary(p, g) for p, g in point_groups(runs, column).items()]
+    groups = point_groups(runs, column, exclude_disturbed=exclude_disturbed)
+    return [point_summary(p, g) for p, g in groups.items()]

@@ -1,19 +1,19 @@
 """The best point of a study, the runner-up, and how sure we are of the order.
 
 :func:`best` ranks the points by mean (preferring points measured at least ``min_n`` times),
-compares the runner-up with the winner and reports the share of bootstrap resamples in which
-the winner's mean is better.
+compares the runner-up with the winner by :func:`~tunelab.stats.intervals.compare` (paired
+by round where they share rounds) and reports, from that comparison's own test, the
+one-sided confidence that the winner is the better one.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from tunelab.stats.intervals import compare_with_distribution
+from tunelab.stats.intervals import compare
 from tunelab.stats.labels import failures_text
-from tunelab.stats.results import DEFAULT_RESAMPLES, BestResult, StatsError, check_direction
+from tunelab.stats.results import BestResult, StatsError, check_direction
 from tunelab.stats.summaries import check_runs, point_groups, point_summary, sort_key
 
 if TYPE_CHECKING:
@@ -27,15 +27,14 @@ def best(
     *,
     noise_threshold: float = 0.02,
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
     min_n: int = 2,
+    exclude_disturbed: bool = False,
 ) -> BestResult:
     """The best point by mean of ``fom``, the runner-up, and how sure we are of the order.
 
     Best and runner-up are chosen among the points with at least ``min_n`` successful
     values (a single lucky run cannot win); only when no point has that many are the
-    points with fewer considered.
+    points with fewer considered. ``exclude_disturbed`` leaves runs flagged disturbed out.
     Raises :class:`StatsError` when there are no runs or no successful run with a value.
     """
     check_direction(direction)
@@ -43,16 +42,19 @@ def best(
         raise StatsError("no runs to choose the best point from")
     column = check_runs(runs, fom)
     name = column.removeprefix("fom.")
-    groups = point_groups(runs, column)
+    groups = point_groups(runs, column, exclude_disturbed=exclude_disturbed)
     summaries = [point_summary(p, g) for p, g in groups.items()]
     ranked = sorted((s for s in summaries if s.n > 0), key=lambda s: sort_key(s, direction))
     # A single lucky run must not crown a point: prefer points measured at least min_n times.
     candidates = [s for s in ranked if s.n >= min_n] or ranked
     if not candidates:
         totals: dict[str, int] = {}
+        left_out = sum(s.left_out for s in summaries)
         for s in summaries:
             for status, count in s.failed.items():
                 totals[status] = totals.get(status, 0) + count
+        if left_out:
+            totals["disturbed, left out"] = left_out
         raise StatsError(
             f"no successful run with a value of {name}: {len(runs)} runs ({failures_text(totals)})"
         )
@@ -62,12 +64,20 @@ def best(
     runner_up = candidates[1]
     a, b = groups[runner_up.point], groups[winner.point]
     rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None else None
-    comparison, distribution = compare_with_distribution(
-        a.values, b.values, direction, noise_threshold, confidence, n_resamples, seed, rounds
-    )
-    p_beats: float | None = None
-    if distribution is not None and distribution.size:
-        finite = distribution[~np.isnan(distribution)]
-        if finite.size:
-            p_beats = float(np.mean(finite > 1.0) + 0.5 * np.mean(finite == 1.0))
-    return BestResult(name, direction, winner, runner_up, comparison, p_beats)
+    comparison = compare(a.values, b.values, direction, noise_threshold=noise_threshold,
+                         confidence=confidence, rounds=rounds)
+    return BestResult(name, direction, winner, runner_up, comparison,
+                      _confidence_better(comparison.speedup, comparison.se_log,
+                                         comparison.df))
+
+
+def _confidence_better(speedup: float, se_log: float, df: float) -> float | None:
+    """P(T_df < log speedup / se): the one-sided confidence that B beats A."""
+    from scipy import stats
+
+    if not (math.isfinite(speedup) and speedup > 0 and math.isfinite(se_log)
+            and math.isfinite(df)):
+        return None
+    if se_log == 0:
+        return 1.0 if speedup > 1 else 0.0 if speedup < 1 else 0.5
+    return float(stats.t.cdf(math.log(speedup) / se_log, df))

@@ -5,6 +5,10 @@ Only ``tunelab run`` (and ``status`` collecting batch jobs) opens a store for wr
 up to date (:func:`~tunelab.store.schema.create_schema`). Every other command opens it
 read-only (SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot work, e.g. a WAL
 database on a read-only file system), so a study on a read-only medium can still be read.
+
+Every open checks the database first (SQLite's ``quick_check``): a damaged file is refused in
+one line by every command, never read in part or written to; so is a database truncated to
+0 bytes beside the files of earlier runs, which SQLite would take for a new one.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from urllib.parse import quote
 from tunelab.errors import StoreError
 from tunelab.store.database import Store
 from tunelab.store.schema import DB_NAME, REQUIRED_TABLES, create_schema
+
+RUNS_DIR = "runs"
+"""Where a study's runs leave their files (``runs/<point>/r<repeat>``)."""
 
 __all__ = ["open_store"]
 
@@ -34,8 +41,11 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
         study_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create {study_dir}: {exc.strerror or exc}") from None
+    _refuse_truncated(path)
     try:
         conn = sqlite3.connect(path, timeout=30)
+        if path.stat().st_size:
+            _check_intact(conn, path)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
@@ -43,7 +53,41 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: cannot open the results database for writing: {exc}") \
             from None
+    except StoreError:
+        conn.close()
+        raise
     return Store(conn, path)
+
+
+def _refuse_truncated(path: Path) -> None:
+    """Refuse a database emptied to 0 bytes while the runs it recorded left their
+    directories: SQLite would take it for a new database and the study would start over."""
+    try:
+        empty = path.stat().st_size == 0
+        runs = path.parent / RUNS_DIR
+        leftovers = empty and runs.is_dir() and next(runs.iterdir(), None) is not None
+    except OSError:
+        return  # a missing file is a new study; other faults surface when it is opened
+    if leftovers:
+        raise StoreError(f"{path}: is empty (0 bytes), but {runs} holds the files of earlier "
+                         "runs: the results database was truncated. Restore it from a copy, "
+                         "or remove it and runs/ to start the study over")
+
+
+def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a damaged database before anything reads or writes it: SQLite's
+    ``quick_check`` (every page and b-tree, without the slower index cross-checks)."""
+    try:
+        row = conn.execute("PRAGMA quick_check(1)").fetchone()
+        problem = None if row is not None and row[0] == "ok" else str(row[0] if row else "?")
+    except sqlite3.DatabaseError as exc:
+        problem = str(exc)
+    if problem is not None:
+        detail = next((line for line in problem.splitlines() if not line.startswith("***")),
+                      problem)
+        raise StoreError(f"{path}: the results database is damaged ({detail}); "
+                         "nothing was read or changed. Restore it from a copy, or save what "
+                         f"SQLite can still read with: sqlite3 {path} .recover")
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
@@ -58,13 +102,20 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
             problem = exc
             continue
         try:
+            _check_intact(conn, path)
             tables = {row[0] for row in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables >= REQUIRED_TABLES:
                 conn.close()
+                if not tables and path.stat().st_size == 0:
+                    raise StoreError(f"{path}: is empty (0 bytes): no run was recorded, or "
+                                     "the results database was truncated")
                 raise StoreError(f"{path}: holds no tunelab results (a database of "
                                  "something else, or one whose writer never finished)")
             return conn
+        except StoreError:
+            conn.close()
+            raise
         except sqlite3.DatabaseError as exc:
             conn.close()
             problem = exc

@@ -350,6 +350,40 @@ class Store:
             "SELECT snapshot FROM sysinfo ORDER BY id DESC LIMIT 1").fetchone()
         return dict(json.loads(row[0])) if row else {}
 
+    # --- disturbed runs ---------------------------------------------------------------------
+
+    def disturbed_runs(self) -> list[tuple[str, int, str]]:
+        """The ok runs the noise watch flagged disturbed: (point key, repeat, evidence)."""
+        if not self._has_table("noise"):
+            return []
+        rows = self._conn.execute(
+            "SELECT p.key, r.repeat, COALESCE(n.evidence, '') FROM runs r "
+            "JOIN points p ON p.id = r.point_id JOIN noise n ON n.run_id = r.id "
+            "WHERE r.status = 'ok' AND n.disturbed != 0 ORDER BY r.id")
+        return [(k, int(rep), str(ev)) for k, rep, ev in rows]
+
+    def discard_runs(self, runs: list[tuple[str, int, str]], at: str) -> None:
+        """Remove the (point key, repeat, evidence) runs so that they run again, in one
+        transaction; each is noted in the meta value ``discarded_runs`` (a JSON list of
+        ``{point, repeat, evidence, at}``), so that the study says what it ran twice."""
+        if not runs:
+            return
+        note = json.loads(self.get_meta("discarded_runs") or "[]")
+        with self._writing() as conn:
+            for key, repeat, evidence in runs:
+                row = conn.execute(
+                    "SELECT r.id FROM runs r JOIN points p ON p.id = r.point_id "
+                    "WHERE p.key = ? AND r.repeat = ?", (key, repeat)).fetchone()
+                if row is None:
+                    continue
+                for table, column in (("foms", "run_id"), ("noise", "run_id"),
+                                      ("runs", "id")):
+                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (row[0],))
+                note.append({"point": key, "repeat": repeat, "evidence": evidence, "at": at})
+            conn.execute("INSERT INTO meta (key, value) VALUES ('discarded_runs', ?) "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                         (json.dumps(note),))
+
     def runs_frame(self) -> pd.DataFrame:
         """One row per run: run columns, one column per parameter, ``fom.<name>`` columns."""
         return read_runs_frame(self._conn)

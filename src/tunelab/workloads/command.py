@@ -20,8 +20,9 @@ The wall time the engine measured is always recorded as the FOM ``wall_s``.
 Everything is checked before the first run: placeholders are plain names of the study
 (``{x}``, ``{x:>8}``; no ``{x.attr}``, ``{x[0]}`` or ``{x:{w}}``) with a format width and
 precision within ``LIMITS.template_width``; environment names hold no ``=`` or NUL; the working
-directory exists. FOM regexes run with the ``regex`` engine under a CPU-time budget
-(``LIMITS.regex_timeout_s`` for all of a run's regexes together), so a pattern that
+directory exists; FOM regexes are sized before they are compiled (``LIMITS.regex_size``, see
+:mod:`tunelab.workloads.regexsize`). FOM regexes run with the ``regex`` engine under a CPU-time
+budget (``LIMITS.regex_timeout_s`` for all of a run's regexes together), so a pattern that
 backtracks catastrophically fails the run instead of hanging the study.
 """
 
@@ -50,6 +51,7 @@ from tunelab.workload import (
     WorkloadOptions,
     last_json_object,
 )
+from tunelab.workloads.regexsize import expanded_size
 
 __all__ = ["CommandOptions", "CommandWork", "CommandWorkload", "read_json_foms"]
 
@@ -126,7 +128,15 @@ class CommandOptions(WorkloadOptions):
     @field_validator("foms")
     @classmethod
     def _regexes_compile(cls, foms: dict[str, str]) -> dict[str, str]:
+        budget = LIMITS.regex_size
         for name, pattern in foms.items():
+            size = expanded_size(pattern, budget)
+            if size > budget:
+                raise ValueError(
+                    f"FOM {name!r}: the regex {_shown(pattern)!r} grows larger than "
+                    f"{LIMITS.regex_size:,} once its counted repeats ({{n}}) are expanded "
+                    "(with the study's other FOM regexes); repeat less, or use * or +")
+            budget -= size
             try:
                 compiled = regex.compile(pattern, regex.MULTILINE)
             except (regex.error, OverflowError, RecursionError) as exc:
@@ -134,6 +144,10 @@ class CommandOptions(WorkloadOptions):
             if "value" not in compiled.groupindex and compiled.groups == 0:
                 raise ValueError(f"FOM {name!r}: the regex needs a group, e.g. (?P<value>...)")
         return foms
+
+
+def _shown(pattern: str, width: int = 60) -> str:
+    return pattern if len(pattern) <= width else pattern[:width - 1] + "…"
 
 
 _SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?"

@@ -42,11 +42,14 @@ FOMS = (
     "batch_size", "local_batch", "link_gbit", "hosts", "host_cores", "steps", "warmup",
     # the input pipeline (--data memory / files:DIR)
     "volumes_per_s", "samples", "busy_s", "data_s", "drop_s", "overhead_s", "au", "au_min",
+    "comm_frac",
     "wait_frac", "overhead_frac", "input_frac", "au_run", "au_run_min", "first_wait_s",
     "shutdown_s", "prep_s", "read_bytes", "read_Bps", "read_MBps", "read_MiBps",
     "read_MBps_per_worker", "proc_rchar_Bps", "proc_device_Bps", "io_check", "device_share",
     "corrupt_samples", "epochs", "loader_workers", "prefetch", "dataset_samples",
     "mean_sample_bytes", "read_limit_Bps", "compute_step_s",
+    # GPU energy over the timed steps (NVML; absent without it)
+    "energy_J", "energy_J_per_sample", "power_W",
 )
 
 
@@ -67,7 +70,7 @@ class DDPOptions(WorkloadOptions):
     prefetch: int = Field(2, ge=1, le=64)
     cache: Literal["cold", "warm", "keep"] = "cold"
     read_limit: str | None = None
-    decode: Literal["on", "off"] = "on"
+    decode: Literal["on", "off", "gpu"] = "on"
     on_corrupt: Literal["skip", "fail"] = "skip"
     patch: int = Field(128, ge=64, le=512)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -75,6 +78,8 @@ class DDPOptions(WorkloadOptions):
     amp: Literal["auto", "on", "off"] = "auto"
     threads: int | None = Field(None, ge=1)
     bucket_mb: float = Field(25.0, gt=0)
+    allreduce: Literal["auto", "emulate", "real", "off"] = "auto"
+    fabric: str = "auto"
     placement: Literal["local", "vnodes"] = "local"
     link_gbit: float = Field(0.0, ge=0)
     timeout: float = Field(120.0, gt=0)
@@ -92,7 +97,8 @@ _FLAGS = {
     "cache": "--cache", "read_limit": "--read-limit", "decode": "--decode",
     "on_corrupt": "--on-corrupt", "patch": "--patch", "device": "--device",
     "backend": "--backend", "amp": "--amp",
-    "threads": "--threads", "bucket_mb": "--bucket-mb", "placement": "--placement",
+    "threads": "--threads", "bucket_mb": "--bucket-mb", "allreduce": "--allreduce",
+    "fabric": "--fabric", "placement": "--placement",
     "link_gbit": "--link-gbit", "timeout": "--timeout",
     "rendezvous_timeout": "--rendezvous-timeout", "seed": "--seed",
 }

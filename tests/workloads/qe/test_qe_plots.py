@@ -96,3 +96,48 @@ def test_plots_without_ndiag_or_baseline(tmp_path: Path) -> None:
                                                 runs["fom.pwscf_wall_s"], np.nan)
     paths = plot_qe_study(runs, tmp_path)
     assert [p.name for p in paths] == ["qe_wall_vs_np.png"]
+
+
+def _legend_covers_data(fig) -> list[tuple[float, float]]:  # noqa: ANN001
+    """Data points (markers, error-bar ends, line vertices) drawn under the legend."""
+    fig.canvas.draw()
+    boxes = [legend.get_window_extent() for legend in fig.legends]
+    for ax in fig.axes:
+        if ax.get_legend() is not None:
+            boxes.append(ax.get_legend().get_window_extent())
+    covered = []
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            xy = ax.transData.transform(np.column_stack(line.get_data()).astype(float))
+            covered += [tuple(p) for p in xy for box in boxes if box.contains(*p)]
+    return covered
+
+
+@pytest.mark.parametrize("draw", ["ndiag", "np"])
+def test_the_legend_covers_no_data_and_stays_in_the_figure(draw: str) -> None:
+    """Many series with the largest values in the upper right, where a legend inside the axes
+    would go: the legend is drawn beside the axes, inside the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tunelab.workloads.qe.plots import ndiag_figure, np_figure
+
+    rows = []
+    for i, (np_, npool) in enumerate([(1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 8)]):
+        for ndiag in (1, 4):
+            rows.append({"np": np_, "npool": npool, "ndiag": ndiag, "n": 3,
+                         "mean": 0.3 + 0.2 * i + ndiag * 0.3, "std": 0.05})
+    table = pd.DataFrame(rows)
+    fig = ndiag_figure(table, "pwscf_wall_s") if draw == "ndiag" else \
+        np_figure(table[table["ndiag"] == 1], "pwscf_wall_s")
+    try:
+        assert fig.legends or any(ax.get_legend() for ax in fig.axes)
+        assert _legend_covers_data(fig) == []
+        width, height = fig.canvas.get_width_height()
+        for legend in fig.legends:
+            box = legend.get_window_extent()
+            assert box.x0 >= 0 and box.x1 <= width and box.y0 >= 0 and box.y1 <= height
+    finally:
+        plt.close(fig)

@@ -187,7 +187,7 @@ def test_preparation_must_write_the_prefix_the_input_reads(tmp_path: Path) -> No
     _input(tmp_path, "scf.in")
     wl = _workload(tmp_path, prepare=[{"input": "scf.in"}])
     assert "prepared before the runs, not timed: scf.in (np 1, once per study)" in wl.facts()
-    assert "pw.x can count only after the preparation" in wl.setup.nk.source
+    assert "pw.x counts them once the preparation ran, at the first run" in wl.setup.nk.source
 
 
 def test_seed_files_must_exist(tmp_path: Path) -> None:

@@ -41,3 +41,34 @@ def test_si_study_runs_reports_and_writes_a_job_script(tmp_path):
     assert best.returncode == 0
     np_best = launch[0].split()[2]
     assert f"np={np_best}" in best.stdout.replace("\n", " ")
+
+
+@pytest.mark.parametrize(("seeds", "fragment"), [
+    (["simd.md"], "reads the directory simd.save from outdir, but the seed files (simd.md)"),
+    (["old-out"], "reads the directory simd.save from outdir, but the seed files (old-out)"),
+])
+def test_an_md_restart_without_its_save_directory_is_refused_alike_everywhere(tmp_path, seeds,
+                                                                               fragment):
+    """space, --dry-run and run refuse the same input: a restart whose seeds lack prefix.save
+    (here: the .md file alone, or a directory that holds simd.save one level down) used to pass
+    the first two and fail every run at 0.00 s."""
+    restart = Path(__file__).parents[3] / "examples" / "qe" / "si-md-restart.in"
+    (tmp_path / "si-md-restart.in").write_text(restart.read_text())
+    (tmp_path / "simd.md").write_text("md history\n")
+    (tmp_path / "old-out" / "simd.save").mkdir(parents=True)
+    (tmp_path / "s.yaml").write_text(
+        "name: md\nworkload:\n  name: qe\n  options:\n    input: si-md-restart.in\n"
+        f"    seed: {seeds}\n    oversubscribe: true\nparameters: {{np: [1], npool: [1]}}\n"
+        "repeats: 1\n")
+    errors = set()
+    for command in (["space"], ["run", "--dry-run"], ["run", "--dir", "d"]):
+        res = tunelab(*command, "s.yaml", cwd=tmp_path)
+        assert res.returncode == 2, (command, res.stderr)
+        assert fragment in res.stderr and "s.yaml:4:" in res.stderr, res.stderr
+        errors.add(res.stderr)
+    assert len(errors) == 1  # one and the same line
+    assert not (tmp_path / "d" / "runs").exists() or not any((tmp_path / "d" / "runs").iterdir())
+    (tmp_path / "simd.save").mkdir()
+    (tmp_path / "s.yaml").write_text((tmp_path / "s.yaml").read_text().replace(
+        str(seeds), "[simd.md, simd.save]"))
+    assert tunelab("space", "s.yaml", cwd=tmp_path).returncode == 0

@@ -76,7 +76,8 @@ def test_scf_then_nscf_times_only_the_nscf(tmp_path: Path) -> None:
         assert foms["kpoints"] == 16  # 6x6x6 grid, as the rules computed before the run
         assert (run_dir / "out" / "si.save" / "charge-density.dat").is_file()
     space = _cli(tmp_path, "space", study)
-    assert "qe: k-points (nk): 16," in space.stdout
+    assert "qe: k-points (nk): 16, counted by pw.x" in space.stdout, space.stdout
+    assert "on the prepared data" in space.stdout and "estimate" not in space.stdout
 
 
 def test_md_restart_continues_from_prepared_data_per_point(tmp_path: Path) -> None:

@@ -2,9 +2,11 @@
 hand: CUDA when there is one, else the CPU) and write the median as a profile entry, so
 ``--compute emulate:MODEL/NAME/bBATCH`` emulates this device with a measured figure.
 
-One process, no communication: the step is what one accelerator does (forward, backward,
-optimizer), the same work :mod:`tunelab.bench.ddp.worker` times under DDP, on random inputs
-of the model's shape. The entry's source names the machine, the date, torch and the input.
+One process, no communication: the step is what one accelerator does, built by
+:func:`tunelab.bench.ddp.step.training_step` exactly as a benchmark worker builds it (model
+preparation and memory format, autocast dtype, gradient scaler, optimizer, the input
+normalised on the device), fed the synthetic source's batch. The entry records the precision
+and memory format it measured; its source names the machine, the date, torch and the input.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ def calibrate_device(*, model: str, batch: int, steps: int = 5, warmup: int = 2,
     """Measure; write the entry; return it and the table's path."""
     import torch
 
-    from tunelab.bench.ddp.data import _random_samples
+    from tunelab.bench.ddp.data import SyntheticSource
     from tunelab.bench.ddp.models import build_model
+    from tunelab.bench.ddp.step import training_step
     from tunelab.bench.ddp.worker import select_runtime
 
     if model not in MODELS:
@@ -58,30 +61,12 @@ def calibrate_device(*, model: str, batch: int, steps: int = 5, warmup: int = 2,
     rt = select_runtime(device, "auto", amp, 0, cuda_devices=torch.cuda.device_count())
     dev = torch.device(rt.device)
     net, spec = build_model(model, image_size=image_size, patch=patch, device=dev)
-    gen = torch.Generator().manual_seed(0)
-    x, y = _random_samples(spec, batch, gen)
-    if x.dtype == torch.uint8:
-        x = x.float().div_(255)
-    if spec.task == "segment3d":
-        y = y.long()
-    x, y = x.to(dev), y.to(dev)
-    loss_fn = (torch.nn.BCEWithLogitsLoss() if spec.task == "segment"
-               else torch.nn.CrossEntropyLoss())
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler("cuda", enabled=rt.amp)
+    step = training_step(net, spec, dev, rt.amp, ddp=False)
+    x, y, _ = SyntheticSource(spec, batch, dev, 0).next_batch()
     times = []
     for i in range(warmup + steps):
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast(dev.type, dtype=torch.float16, enabled=rt.amp):
-            loss = loss_fn(net(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+        step(x, y)  # synchronises the device at its start and end
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     if dev.type == "cuda":
@@ -93,10 +78,11 @@ def calibrate_device(*, model: str, batch: int, steps: int = 5, warmup: int = 2,
     shape = "x".join(map(str, spec.sample_shape))
     profile = Profile(
         model=model, accelerator=_slug(name) if name else default,
-        precision="fp16-amp" if rt.amp else "fp32", batch=batch,
+        precision=step.setup.precision, batch=batch, memory_format=step.setup.memory_format,
         step_s=round(statistics.median(times), 6), kind="measured",
         source=(f"tunelab bench ddp calibrate on {platform.node()} ({hw}), "
                 f"{datetime.date.today().isoformat()}, torch {torch.__version__}, input {shape}"),
-        note=f"median of {steps} steps after {warmup} warm-up; spread "
-             f"{min(times):.4f}-{max(times):.4f} s")
+        note=f"the benchmark's step ({step.setup.precision}, {step.setup.memory_format}, "
+             f"{step.setup.optimizer}); median of {steps} steps after {warmup} warm-up; "
+             f"spread {min(times):.4f}-{max(times):.4f} s")
     return profile, write_profile(profile, output)

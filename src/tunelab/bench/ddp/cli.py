@@ -30,9 +30,9 @@ def ddp(
     steps: Annotated[int, typer.Option("--steps", "-s", help="Timed steps.")] = 10,
     warmup: Annotated[int, typer.Option(help="Untimed steps first.")] = 2,
     compute: Annotated[str, typer.Option(
-        help="real, emulate:SECONDS (wait SECONDS per step instead of computing; gradients "
-             "are still all-reduced for real) or emulate:MODEL/ACCELERATOR/bBATCH (a profile, "
-             "e.g. emulate:resnet50/a100/b400).")] = "real",
+        help="real, emulate:SECONDS (wait SECONDS per step instead of computing) or "
+             "emulate:MODEL/ACCELERATOR/bBATCH (a profile, e.g. "
+             "emulate:resnet50/a100/b400).")] = "real",
     image_size: Annotated[int, typer.Option(help="ResNet input height and width.")] = 224,
     window: Annotated[int, typer.Option(help="Leopard window length (multiple of 32).")] = 2048,
     patch: Annotated[int, typer.Option(help="unet3d: edge of the cubic training patch.")] = 128,
@@ -50,8 +50,8 @@ def ddp(
         help="files: limit reads from the dataset's disk, e.g. 200MB/s (cgroup io/blkio "
              "throttle; root).")] = None,
     decode: Annotated[str, typer.Option(
-        help="on: decode and crop samples | off: read the bytes only (MLPerf Storage's "
-             "method).")] = "on",
+        help="on: decode and crop samples in the loaders | off: read the bytes only (MLPerf "
+             "Storage's method) | gpu: loaders read bytes, nvJPEG decodes on the GPU.")] = "on",
     on_corrupt: Annotated[str, typer.Option(
         help="skip (count and name corrupt samples) | fail (stop naming the file).")] = "skip",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
@@ -60,6 +60,13 @@ def ddp(
     threads: Annotated[int | None, typer.Option(
         help="Threads per worker (default: cores / workers).")] = None,
     bucket_mb: Annotated[float, typer.Option(help="DDP gradient bucket size, MiB.")] = 25.0,
+    allreduce: Annotated[str, typer.Option(
+        help="auto | emulate (the fabric's ring all-reduce time, overlapped with the backward "
+             "part; the default under emulated compute) | real (gloo/NCCL; the default with "
+             "real compute) | off. One worker never all-reduces.")] = "auto",
+    fabric: Annotated[str, typer.Option(
+        help="--allreduce emulate: whose fabric (v100 | a100 | h100 | b200; auto: the "
+             "profile's accelerator, else h100).")] = "auto",
     placement: Annotated[str, typer.Option(
         help="local (nodes on this host) | vnodes (virtual nodes; root)")] = "local",
     link_gbit: Annotated[float, typer.Option(
@@ -97,7 +104,8 @@ def ddp(
                 warmup=warmup, compute=compute, data=data, loader_workers=loader_workers,
                 prefetch=prefetch, cache=cache, read_limit=read_limit, decode=decode,
                 on_corrupt=on_corrupt, device=device, backend=backend, amp=amp,
-                threads=threads, bucket_mb=bucket_mb, placement=placement,
+                threads=threads, bucket_mb=bucket_mb, allreduce=allreduce, fabric=fabric,
+                placement=placement,
                 link_gbit=link_gbit, timeout=timeout, rendezvous_timeout=rendezvous_timeout,
                 port=port, seed=seed, fault=parse_fault(inject_fault),
             ).validate()

@@ -8,9 +8,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.bench.ddp.profiles import Profile
+
+if TYPE_CHECKING:
+    from tunelab.bench.ddp.fabric import Fabric
 from tunelab.bench.faults import fault_fields
 from tunelab.errors import WorkloadError
 
@@ -41,7 +44,8 @@ DATA_SOURCES = ("synthetic", "memory", "memory:DIR", "files:DIR")
 #: the run, or left as found.
 CACHE_MODES = ("cold", "warm", "keep")
 ON_CORRUPT = ("skip", "fail")
-DECODE = ("on", "off")
+#: ``gpu``: nvJPEG on the worker's CUDA device (torchvision.io.decode_jpeg), loaders read bytes
+DECODE = ("on", "off", "gpu")
 MAX_LOADER_WORKERS = 64
 MAX_PREFETCH = 64
 MIN_RATE = 1e3
@@ -197,6 +201,8 @@ class DDPConfig:
     amp: str = "auto"
     threads: int | None = None
     bucket_mb: float = 25.0
+    allreduce: str = "auto"
+    fabric: str = "auto"
     placement: str = "local"
     link_gbit: float = 0.0
     timeout: float = 120.0
@@ -216,6 +222,9 @@ class DDPConfig:
         _choice("--cache", self.cache, CACHE_MODES)
         _choice("--decode", self.decode, DECODE)
         _choice("--on-corrupt", self.on_corrupt, ON_CORRUPT)
+        from tunelab.bench.ddp.fabric import ALLREDUCE_MODES
+
+        _choice("--allreduce", self.allreduce, ALLREDUCE_MODES)
         _bounded("--loader-workers", self.loader_workers, 0, MAX_LOADER_WORKERS)
         _bounded("--prefetch", self.prefetch, 1, MAX_PREFETCH)
         _bounded("--patch", self.patch, 64, 512)
@@ -263,6 +272,20 @@ class DDPConfig:
                                     f"{self.local_batch} (--batch-size {self.batch_size} / "
                                     f"--workers {self.workers}); use --batch-size "
                                     f"{p.batch * self.workers}")
+        if self.allreduce == "emulate" and not compute.emulated:
+            raise WorkloadError("--allreduce emulate needs --compute emulate:…: real compute "
+                                "all-reduces real gradients (--allreduce real, or off)")
+        if self.allreduce_mode == "emulate":
+            self.fabric_spec  # noqa: B018  (an unknown name is refused here)
+        elif self.fabric != "auto":
+            raise WorkloadError(f"--fabric {self.fabric} applies to --allreduce emulate (the "
+                                f"all-reduce here is {self.allreduce_mode})")
+        if self.decode == "gpu":
+            if self.device == "cpu":
+                raise WorkloadError("--decode gpu needs --device cuda (nvJPEG on the GPU)")
+            if data.kind != "files" or self.model == "unet3d":
+                raise WorkloadError("--decode gpu decodes JPEG images read from files: use "
+                                    "--data files:DIR with a ResNet model")
         for name, value, high in (("--bucket-mb", self.bucket_mb, 4096.0),
                                   ("--timeout", self.timeout, 86400.0),
                                   ("--rendezvous-timeout", self.rendezvous_timeout, 86400.0)):
@@ -313,6 +336,28 @@ class DDPConfig:
     def compute_mode(self) -> Compute:
         """The parsed ``compute`` option."""
         return parse_compute(self.compute)
+
+    @property
+    def allreduce_mode(self) -> str:
+        """``emulate``, ``real`` or ``off`` (``auto``: emulate under emulated compute)."""
+        if self.allreduce != "auto":
+            return self.allreduce
+        return "emulate" if self.compute_mode.emulated else "real"
+
+    @property
+    def fabric_spec(self) -> Fabric:
+        """The fabric ``--allreduce emulate`` models: ``--fabric``, else the profile's
+        accelerator's, else :data:`~tunelab.bench.ddp.fabric.DEFAULT_FABRIC`'s."""
+        from tunelab.bench.ddp.fabric import DEFAULT_FABRIC, find_fabric, load_fabrics
+
+        name = self.fabric
+        if name == "auto":
+            profile = self.compute_mode.profile
+            fabrics = load_fabrics()
+            name = profile.accelerator if profile and profile.accelerator in fabrics \
+                else DEFAULT_FABRIC
+            return find_fabric(name, fabrics)
+        return find_fabric(name)
 
     def node_of(self, rank: int) -> int:
         """The node hosting global ``rank`` (ranks are numbered node by node)."""

@@ -158,7 +158,8 @@ def memory_pool_size(local_batch: int) -> int:
 def _decoder(cfg: DDPConfig, unit: str) -> Decoder:
     from tunelab.bench.ddp.samples import Decoder
 
-    return Decoder(unit, cfg.image_size, cfg.patch, cfg.decode == "on")
+    return Decoder(unit, cfg.image_size, cfg.patch, cfg.decode == "on",
+                   encoded=cfg.decode == "gpu")
 
 
 def check_dataset(cfg: DDPConfig, spec_unit: str) -> DatasetIndex | None:
@@ -394,6 +395,10 @@ class LoaderSource:
         self._left -= 1
         self._check(batch.info)
         x, y = batch.x, batch.y
+        if isinstance(x, list):  # --decode gpu: JPEG bytes, decoded on the device
+            from tunelab.bench.ddp.gpudecode import decode_batch
+
+            x = decode_batch(x, self._cfg.image_size, self._device)
         if self._device.type == "cuda":
             x = x.to(self._device, non_blocking=self._pin)
             y = y.to(self._device, non_blocking=self._pin)

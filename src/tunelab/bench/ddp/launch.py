@@ -7,7 +7,9 @@ node by node, rank ``r`` lives on node ``r // W``). Where the nodes are is a
 host over the loopback interface; ``vnodes`` runs each inside a virtual node (network
 namespace, a link with a bandwidth limit) — see :mod:`tunelab.bench.ddp.placement`.
 
-Failures, each one line on stderr and exit status 4:
+Failures, each one line on stderr and exit status 4 (the workers' and torchrun's own output,
+tracebacks included, is kept out of stderr and written to ``ddp-failure.log`` in the current
+directory, which the line names):
 
 * a rendezvous that does not complete within ``--rendezvous-timeout`` names the ranks that
   never joined and the nodes they belong to;
@@ -35,20 +37,25 @@ from typing import IO, Any
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.placement import NodeSlot, open_placement
 from tunelab.bench.ddp.worker import EXIT_FAILURE, read_status
+from tunelab.errors import WorkloadError
 
-__all__ = ["describe_ranks", "launch", "node_argv", "worker_threads"]
+__all__ = ["FAILURE_LOG", "check_devices", "describe_ranks", "launch", "node_argv",
+           "worker_threads"]
 
 _ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*exitcode\s*:\s*(-?\d+)")
 _GRACE_S = 5.0
+#: where a failed run's full output goes (the current directory: a study's run directory)
+FAILURE_LOG = "ddp-failure.log"
 
 
 class _Pump:
-    """Copy a child's output to ``target`` line by line, keeping the text for diagnosis."""
+    """Keep a child's output for diagnosis, not shown: a failure is one line on stderr (the
+    launcher's) and the full text (torchrun's and the workers' messages and tracebacks) goes
+    to the run's log (:data:`FAILURE_LOG`)."""
 
-    def __init__(self, stream: IO[str], target: IO[str]) -> None:
+    def __init__(self, stream: IO[str]) -> None:
         self.lines: list[str] = []
         self._stream = stream
-        self._target = target
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -57,8 +64,6 @@ class _Pump:
             self.lines.append(line)
             if len(self.lines) > 5000:
                 del self.lines[:1000]
-            self._target.write(line)
-        self._target.flush()
 
     def join(self) -> str:
         self._thread.join(timeout=5)
@@ -125,6 +130,7 @@ class _Run:
         absent = cfg.fault.node if cfg.fault and cfg.fault.action == "absent" else -1
         self.procs: list[subprocess.Popen[str] | None] = []
         self.pumps: list[_Pump] = []
+        self.text = ""
         for slot in slots:
             if slot.index == absent:
                 self.procs.append(None)
@@ -139,7 +145,7 @@ class _Run:
             self.procs.append(proc)
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
-                    self.pumps.append(_Pump(stream, sys.stderr))
+                    self.pumps.append(_Pump(stream))
 
     def joined(self) -> list[int]:
         out = []
@@ -174,7 +180,7 @@ class _Run:
             for p in self.procs:
                 if p is not None:
                     _kill(p)
-        text = "".join(pump.join() for pump in self.pumps)
+        text = self.text = "".join(pump.join() for pump in self.pumps)
         codes = [p.returncode if p is not None else None for p in self.procs]
         if all(c == 0 for c in codes) and Path(self.result_file).is_file():
             return None
@@ -241,6 +247,39 @@ class _Run:
         return "the workers finished without a result (see the messages above)"
 
 
+def _keep_log(text: str) -> str:
+    """Write the workers' full output to :data:`FAILURE_LOG`; the note naming it."""
+    if not text.strip():
+        return ""
+    try:
+        Path(FAILURE_LOG).write_text(text)
+    except OSError:
+        return ""
+    return f" (full output in {Path(FAILURE_LOG).resolve()})"
+
+
+def check_devices(cfg: DDPConfig) -> None:
+    """Before anything starts: a node's workers fit its GPUs (NCCL needs one each), and
+    ``--decode gpu`` has a GPU JPEG decoder; one-line :class:`WorkloadError` otherwise."""
+    if cfg.device == "cpu" and cfg.decode != "gpu":
+        return
+    import torch
+
+    from tunelab.bench.ddp.worker import check_gpu_layout, select_runtime
+
+    gpus = torch.cuda.device_count()
+    if cfg.decode == "gpu":
+        from tunelab.bench.ddp.gpudecode import gpu_decode_unavailable
+
+        why = gpu_decode_unavailable()
+        if why:
+            raise WorkloadError(f"--decode gpu: {why}; use --decode on (Pillow in the loader "
+                                "processes) or off")
+    rt = select_runtime(cfg.device, cfg.backend, cfg.amp, 0, cuda_devices=gpus)
+    if rt.device.startswith("cuda"):
+        check_gpu_layout(cfg.workers_per_node, gpus, rt.backend)
+
+
 def _storage(cfg: DDPConfig, stack: contextlib.ExitStack[Any]) -> dict[str, Any]:
     """Check the dataset, prepare the page cache, apply the read limit (for the block);
     what was found and done, for the result."""
@@ -275,6 +314,7 @@ def launch(cfg: DDPConfig) -> int:
     """Run the benchmark described by ``cfg``; print the table and the JSON line."""
     from tunelab.bench.ddp.report import fom_line, render_table
 
+    check_devices(cfg)
     with contextlib.ExitStack() as stack:
         storage = _storage(cfg, stack)
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tunelab-ddp-"))
@@ -282,7 +322,7 @@ def launch(cfg: DDPConfig) -> int:
         run = _Run(cfg, slots, Path(tmp))
         reason = run.wait()
         if reason is not None:
-            print(f"ddp: {reason}", file=sys.stderr, flush=True)
+            print(f"ddp: {reason}{_keep_log(run.text)}", file=sys.stderr, flush=True)
             return EXIT_FAILURE
         result = json.loads(Path(run.result_file).read_text())
     result["storage"] = storage

@@ -8,15 +8,16 @@ communication after compute ended) and ``other_s`` (optimizer and bookkeeping).
 
 A step runs from one request for a batch to the next, so its parts add up to it exactly:
 ``data_s`` (waiting for the batch: the loader's queue, the copy to the device), ``drop_s``
-(dropping the page cache at an epoch boundary, ``--cache cold``), the busy part
-(``compute_s`` + ``exposed_s`` + ``other_s``: what an accelerator would be doing; MLPerf
-Storage counts communication as compute too) and the harness's own ``overhead`` (the loop,
-its status file: the rest). Accelerator utilisation AU = busy / (step - drop): the fraction
-of the time the worker was neither waiting for input nor running the harness; with the
-input-wait and overhead fractions it adds up to 1. ``au`` covers the timed steps; ``au_run``
-the whole run of the worker, from its first request for data (the loader's start-up) to the
-loader's shutdown, warm-up, barriers and cache drops included. A run is ``input_bound`` when
-some worker waited for data more than 10 % of its timed steps.
+(dropping the page cache at an epoch boundary, ``--cache cold``), the accelerator's compute
+(``compute_s`` + ``other_s``: the emulated wait, or forward, backward and optimizer), the
+all-reduce not overlapped (``exposed_s``) and the harness's own ``overhead`` (the loop, its
+status file: the rest). Accelerator utilisation is MLPerf Storage's: **AU = compute / (step -
+drop)**, the share of the time the accelerator computes; the all-reduce's exposed share
+(``comm_frac``) is reported beside it, never inside it, and with the input-wait and overhead
+shares they add up to 1. ``au`` covers the timed steps; ``au_run`` the whole run of the
+worker, from its first request for data (the loader's start-up) to the loader's shutdown,
+warm-up, barriers and cache drops included. A run is ``input_bound`` when some worker
+waited for data more than 10 % of its timed steps.
 
 A step ends for all workers together (the all-reduce synchronises them), so a step's time is
 the slowest worker's; throughput is the samples delivered in the timed steps over the slowest
@@ -31,6 +32,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["INPUT_BOUND", "RankRecord", "RunAccount", "StepRecord", "Summary", "ring_factor",
            "summarize"]
@@ -60,8 +62,14 @@ class StepRecord:
     corrupt: int = 0
 
     @property
+    def accel_s(self) -> float:
+        """The accelerator's own compute (forward, backward, optimizer; or the emulated wait):
+        what AU counts."""
+        return self.compute_s + self.other_s
+
+    @property
     def busy_s(self) -> float:
-        """Compute, communication not overlapped, optimizer: the accelerator's share."""
+        """Compute and the all-reduce not overlapped: the step without input and harness."""
         return self.compute_s + self.exposed_s + self.other_s
 
 
@@ -70,7 +78,7 @@ class RunAccount:
     """A worker's whole run: from its first request for data to its loader's shutdown."""
 
     run_s: float
-    busy_s: float
+    compute_s: float
     wait_s: float
     drop_s: float
     first_wait_s: float
@@ -115,6 +123,7 @@ class Summary:
     overhead_s: float = 0.0
     au: float = math.nan
     au_min: float = math.nan
+    comm_frac: float = math.nan
     wait_frac: float = math.nan
     overhead_frac: float = math.nan
     input_frac: float = math.nan
@@ -171,7 +180,7 @@ def summarize(ranks: Sequence[RankRecord], samples_per_step: int) -> Summary:
     run_device = sum(a.device_bytes for a in runs) if known else -1
     # the timed steps only: the first ones also page in what a dropped cache took away
     # (libraries the loader processes map), which read_bytes counts too
-    au_run = [a.busy_s / a.run_s for a in runs if a.run_s > 0]
+    au_run = [a.compute_s / a.run_s for a in runs if a.run_s > 0]
     return Summary(
         workers=workers,
         steps=n_steps,
@@ -191,12 +200,13 @@ def summarize(ranks: Sequence[RankRecord], samples_per_step: int) -> Summary:
         drop_s=mean_of("drop_s"),
         overhead_s=statistics.fmean(s.step_s - s.data_s - s.drop_s - s.busy_s
                                     for r in ranks for s in r.steps),
-        au=statistics.fmean(a for a, _, _, _ in shares),
-        au_min=min(a for a, _, _, _ in shares),
-        wait_frac=statistics.fmean(w for _, w, _, _ in shares),
-        overhead_frac=statistics.fmean(o for _, _, o, _ in shares),
-        input_frac=max(i for _, _, _, i in shares),
-        input_bound=max(i for _, _, _, i in shares) > INPUT_BOUND,
+        au=statistics.fmean(sh.au for sh in shares),
+        au_min=min(sh.au for sh in shares),
+        comm_frac=statistics.fmean(sh.comm for sh in shares),
+        wait_frac=statistics.fmean(sh.wait for sh in shares),
+        overhead_frac=statistics.fmean(sh.overhead for sh in shares),
+        input_frac=max(sh.input for sh in shares),
+        input_bound=max(sh.input for sh in shares) > INPUT_BOUND,
         au_run=statistics.fmean(au_run) if au_run else math.nan,
         au_run_min=min(au_run) if au_run else math.nan,
         first_wait_s=max((a.first_wait_s for a in runs), default=math.nan),
@@ -215,13 +225,23 @@ def summarize(ranks: Sequence[RankRecord], samples_per_step: int) -> Summary:
     )
 
 
-def _shares(steps: Sequence[StepRecord]) -> tuple[float, float, float, float]:
-    """AU, input-wait share and overhead share of the time not spent dropping the cache
-    (they add up to 1), and the input wait's share of the whole step time."""
+class _Shares(NamedTuple):
+    au: float
+    comm: float
+    wait: float
+    overhead: float
+    input: float
+
+
+def _shares(steps: Sequence[StepRecord]) -> _Shares:
+    """AU (compute), the exposed all-reduce's, the input wait's and the overhead's shares of
+    the time not spent dropping the cache (they add up to 1), and the input wait's share of
+    the whole step time."""
     total = sum(s.step_s for s in steps)
     span = total - sum(s.drop_s for s in steps)
     if span <= 0:
-        return math.nan, math.nan, math.nan, math.nan
-    busy = sum(s.busy_s for s in steps) / span
+        return _Shares(math.nan, math.nan, math.nan, math.nan, math.nan)
+    au = sum(s.accel_s for s in steps) / span
+    comm = sum(s.exposed_s for s in steps) / span
     wait = sum(s.data_s for s in steps) / span
-    return busy, wait, 1.0 - busy - wait, sum(s.data_s for s in steps) / total
+    return _Shares(au, comm, wait, 1.0 - au - comm - wait, sum(s.data_s for s in steps) / total)

@@ -20,7 +20,7 @@ from typing import Any
 from tunelab.errors import WorkloadError
 
 __all__ = ["KINDS", "Profile", "find_profile", "load_profiles", "parse_profile_name",
-           "user_profile_path", "write_profile"]
+           "read_section", "shipped_table", "user_profile_path", "write_profile"]
 
 KINDS = ("measured", "derived")
 MAX_FILE_BYTES = 1 << 20
@@ -40,6 +40,8 @@ class Profile:
     kind: str
     source: str
     note: str = ""
+    #: how the step was run where measured: ``channels_last`` or ``contiguous`` (calibrate)
+    memory_format: str = ""
 
     @property
     def name(self) -> str:
@@ -73,7 +75,8 @@ def _entry(raw: Any, where: str) -> Profile:
         p = Profile(model=str(raw["model"]).lower(), accelerator=str(raw["accelerator"]).lower(),
                     precision=str(raw["precision"]).lower(), batch=int(raw["batch"]),
                     step_s=float(raw["step_s"]), kind=str(raw["kind"]),
-                    source=str(raw["source"]), note=str(raw.get("note", "")))
+                    source=str(raw["source"]), note=str(raw.get("note", "")),
+                    memory_format=str(raw.get("memory_format", "")))
     except (TypeError, ValueError) as exc:
         raise WorkloadError(f"{where}: bad number in profile {raw} ({exc})") from None
     if p.kind not in KINDS:
@@ -85,7 +88,9 @@ def _entry(raw: Any, where: str) -> Profile:
     return p
 
 
-def _read_table(path: Path) -> list[Profile]:
+def read_section(path: Path, key: str) -> list[Any]:
+    """The list under ``key`` of a profile table (``profiles``, ``fabrics``); empty when the
+    file does not exist; one-line errors for an unreadable, oversized or malformed file."""
     import yaml
 
     try:
@@ -102,18 +107,27 @@ def _read_table(path: Path) -> list[Profile]:
     except (OSError, yaml.YAMLError) as exc:
         raise WorkloadError(f"cannot read accelerator profiles {path}: "
                             f"{' '.join(str(exc).split())}") from None
-    raw = doc.get("profiles", []) if isinstance(doc, dict) else None
+    raw = doc.get(key, []) if isinstance(doc, dict) else None
     if not isinstance(raw, list):
-        raise WorkloadError(f"accelerator profiles {path}: expected a list under 'profiles'")
+        raise WorkloadError(f"accelerator profiles {path}: expected a list under '{key}'")
     if len(raw) > MAX_ENTRIES:
         raise WorkloadError(f"accelerator profiles {path}: more than {MAX_ENTRIES} entries")
-    return [_entry(r, str(path)) for r in raw]
+    return raw
+
+
+def shipped_table() -> Path:
+    """The table shipped with tunelab (``profiles.yaml`` beside this module)."""
+    return Path(__file__).with_name("profiles.yaml")
+
+
+def _read_table(path: Path) -> list[Profile]:
+    return [_entry(r, str(path)) for r in read_section(path, "profiles")]
 
 
 def load_profiles(user: Path | None = None) -> list[Profile]:
     """The shipped table, then the user's (same key: the user's entry wins)."""
     table: dict[tuple[str, str, int, str], Profile] = {}
-    for p in _read_table(Path(__file__).with_name("profiles.yaml")):
+    for p in _read_table(shipped_table()):
         table[p.key] = p
     for p in _read_table(user or user_profile_path()):
         table[p.key] = p
@@ -152,7 +166,11 @@ def write_profile(profile: Profile, path: Path | None = None) -> Path:
 
     path = path or user_profile_path()
     entries = [p for p in _read_table(path) if p.key != profile.key] + [profile]
-    doc = {"profiles": [{k: v for k, v in asdict(p).items() if v != ""} for p in entries]}
+    doc: dict[str, Any] = {"profiles": [{k: v for k, v in asdict(p).items() if v != ""}
+                                        for p in entries]}
+    fabrics = read_section(path, "fabrics")
+    if fabrics:  # the user's own fabrics stay
+        doc["fabrics"] = fabrics
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -37,9 +37,24 @@ def _compute_text(cfg: DDPConfig, result: dict[str, Any]) -> str:
         return (f"EMULATED: each worker waits {p.step_s:g} s per step: {p.accelerator} "
                 f"{p.model} at batch {p.batch}, {p.precision} ({p.kind}: {p.source})")
     if mode.emulated:
-        return (f"EMULATED: each worker waits {mode.seconds:g} s per step instead of computing; "
-                "gradients of the model's size are all-reduced for real")
-    return f"real ({result.get('device', '?')}, amp {'on' if result.get('amp') else 'off'})"
+        return f"EMULATED: each worker waits {mode.seconds:g} s per step instead of computing"
+    setup = result.get("setup") or {}
+    return (f"real ({result.get('device', '?')}, {setup.get('precision', '?')}, "
+            f"{setup.get('memory_format', '?')}, {setup.get('optimizer', '?')})")
+
+
+def _allreduce_text(cfg: DDPConfig, result: dict[str, Any]) -> str:
+    mode = result.get("allreduce", cfg.allreduce_mode)
+    if cfg.workers == 1 or mode == "none":
+        return "one worker: no all-reduce"
+    if mode == "off":
+        return "--allreduce off: none"
+    if mode == "emulate":
+        f = (result.get("setup") or {}).get("fabric") or {}
+        return (f"EMULATED on {f.get('accelerator', '?')}'s {f.get('link', '?')} "
+                f"({f.get('GBps', 0):g} GB/s, {f.get('latency_us', 0):g} us per ring step), "
+                "overlapped with the backward part of the step")
+    return f"real ({result.get('backend', '?')})"
 
 
 def _layout_text(cfg: DDPConfig) -> str:
@@ -66,12 +81,18 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
         ("Step time", f"{s['step_s'] * 1e3:.1f} ms +/- {s['step_s_std'] * 1e3:.1f} ms"),
         ("  compute", f"{s['compute_s'] * 1e3:.1f} ms"),
         ("  all-reduce", f"{s['allreduce_s'] * 1e3:.1f} ms window, "
-                         f"{s['exposed_s'] * 1e3:.1f} ms not overlapped"),
+                         f"{s['exposed_s'] * 1e3:.1f} ms not overlapped; "
+                         f"{_allreduce_text(cfg, result)}"),
         ("  other", f"{s['other_s'] * 1e3:.1f} ms (optimizer)"),
         ("Gradient bytes", f"{s['grad_bytes']:,} per step"),
         ("All-reduce bw", f"{s['algbw'] / gib:.3f} GiB/s algorithm, "
                           f"{s['busbw'] / gib:.3f} GiB/s bus"),
     ]
+    e = result.get("energy")
+    if e:
+        rows.append(("GPU energy", f"{e['joules']:,.1f} J over the timed steps, "
+                                   f"{e['J_per_sample']:.4f} J per {unit[:-1]}, mean "
+                                   f"{e['watts']:,.1f} W (NVML, {e['method']})"))
     rows[0] = ("Model", f"{cfg.model} ({result['params']:,} trainable parameters)")
     rows[1:1] = _data_rows(cfg, result)
     rows += _input_rows(cfg, result)
@@ -109,16 +130,20 @@ def _input_rows(cfg: DDPConfig, result: dict[str, Any]) -> list[tuple[str, str]]
     s = result["summary"]
     if cfg.data_spec.kind == "synthetic" and not s.get("read_bytes"):
         return [("Data wait", f"{s.get('data_s', 0.0) * 1e3:.2f} ms per step (synthetic: "
-                              "one batch made once)")]
+                              "one batch made once)"),
+                ("AU", f"{s['au']:.2%} (compute / step time); all-reduce not overlapped "
+                       f"{s['comm_frac']:.2%}")]
     bound = "INPUT-BOUND" if s["input_bound"] else "not input-bound"
     rows = [
         ("Step split", f"data wait {s['data_s'] * 1e3:.1f} ms, compute {s['compute_s'] * 1e3:.1f}"
                        f" ms, all-reduce {s['exposed_s'] * 1e3:.1f} ms not overlapped, other "
                        f"{s['other_s'] * 1e3:.1f} ms, harness {s['overhead_s'] * 1e3:.2f} ms"
                        + (f", cache drop {s['drop_s'] * 1e3:.1f} ms" if s["drop_s"] else "")),
-        ("AU", f"{s['au']:.2%} of the timed steps busy (lowest worker {s['au_min']:.2%}); "
-               f"waiting for input {s['wait_frac']:.2%}, harness {s['overhead_frac']:.2%}; "
-               f"{bound} (data wait {s['input_frac']:.1%} of the step)"),
+        ("AU", f"{s['au']:.2%} of the timed steps computing (compute / step time, MLPerf "
+               f"Storage's AU; lowest worker {s['au_min']:.2%}); beside it: all-reduce not "
+               f"overlapped {s['comm_frac']:.2%}, waiting for input {s['wait_frac']:.2%}, "
+               f"harness {s['overhead_frac']:.2%}; {bound} (data wait {s['input_frac']:.1%} "
+               "of the step)"),
         ("AU whole run", f"{s['au_run']:.2%} (lowest {s['au_run_min']:.2%}): first step waited "
                          f"{s['first_wait_s']:.3f} s for the loader to start, shutdown "
                          f"{s['shutdown_s']:.3f} s, set-up before {result.get('prep_s', 0):.3f} s"
@@ -177,10 +202,24 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "exposed_s": s["exposed_s"],
         "other_s": s["other_s"],
         "grad_bytes": s["grad_bytes"],
+        "allreduce": result.get("allreduce", cfg.allreduce_mode),
+        "allreduce_fabric": ((result.get("setup") or {}).get("fabric") or {}).get("link"),
+        "precision": (result.get("setup") or {}).get("precision"),
+        "memory_format": (result.get("setup") or {}).get("memory_format"),
         "allreduce_algbw": s["algbw"],
         "allreduce_busbw": s["busbw"],
+        **_energy_record(result),
         **_storage_record(cfg, result),
     }
+
+
+def _energy_record(result: dict[str, Any]) -> dict[str, Any]:
+    """GPU energy over the timed steps where NVML reported it (absent otherwise)."""
+    e = result.get("energy")
+    if not e:
+        return {}
+    return {"energy_J": e["joules"], "energy_J_per_sample": e["J_per_sample"],
+            "power_W": e["watts"], "energy_method": e["method"]}
 
 
 def _finite(v: Any) -> Any:
@@ -216,6 +255,7 @@ def _storage_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "overhead_s": s["overhead_s"],
         "au": s["au"],
         "au_min": s["au_min"],
+        "comm_frac": s["comm_frac"],
         "wait_frac": s["wait_frac"],
         "overhead_frac": s["overhead_frac"],
         "input_frac": s["input_frac"],

@@ -111,14 +111,18 @@ class Decoder:
     ``images``: a JPEG -> uint8 (3, size, size), label from the index. ``volumes``: an
     ``.npz`` with ``x`` (1, D, H, W) float32 and ``y`` uint8 -> a random ``patch``^3 crop
     (zero-padded where the volume is smaller). With ``decode=False`` the bytes are read and
-    dropped, and a zero sample of the decoded shape stands in (MLPerf Storage's method).
+    dropped, and a zero sample of the decoded shape stands in (MLPerf Storage's method); with
+    ``encoded=True`` the bytes themselves are the sample (decoded on the GPU later).
     """
 
-    def __init__(self, unit: str, size: int, patch: int, decode: bool) -> None:
+    def __init__(self, unit: str, size: int, patch: int, decode: bool,
+                 encoded: bool = False) -> None:
         self.unit = unit
         self.size = size
         self.patch = patch
         self.decode = decode
+        #: keep the file's bytes (a 1-D uint8 tensor) for the GPU to decode (--decode gpu)
+        self.encoded = encoded
         self._blank: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def shape(self) -> tuple[int, ...]:
@@ -144,6 +148,11 @@ class Decoder:
 
     def __call__(self, data: bytes, label: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Decode ``data``; raises ValueError (or Pillow's and numpy's errors) if corrupt."""
+        if self.encoded:
+            import torch
+
+            return torch.frombuffer(bytearray(data), dtype=torch.uint8), torch.tensor(
+                max(label, 0))
         if not self.decode:
             return self.blank(label)
         if self.unit == "images":
@@ -200,6 +209,8 @@ def _stack(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], decoder: Deco
            ) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
+    if decoder.encoded:  # JPEG bytes of different lengths: a list, decoded on the GPU
+        return list(xs), (torch.stack(list(ys)) if ys else torch.zeros(0, dtype=torch.long))  # type: ignore[return-value]
     if not xs:
         x, y = decoder.blank(0)
         return x[None][:0], y[None][:0]

@@ -13,21 +13,19 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.errors import WorkloadError
 
-if TYPE_CHECKING:
-    import torch
-
-__all__ = ["Runtime", "StatusFile", "read_status", "select_runtime", "worker_main"]
+__all__ = ["Runtime", "StatusFile", "check_gpu_layout", "error_line", "read_status",
+           "select_runtime", "worker_main"]
 
 EXIT_FAILURE = 4
 
@@ -137,79 +135,140 @@ def worker_main(cfg: DDPConfig, status_dir: str | None, result_file: str | None)
                             "would each throttle separately")
     if world != cfg.workers:
         raise WorkloadError(f"torchrun started {world} workers but --workers is {cfg.workers}")
-    phase = "start"
+    phase = _Phase()
     try:
-        summary = _train(cfg, rank, world, local_rank, status)
-        phase = "report"
+        summary = _train(cfg, rank, world, local_rank, status, phase)
+        phase.name = "report"
         if rank == 0:
             _report(cfg, summary, result_file)
         status.write("done")
         return 0
-    except WorkloadError:
+    except WorkloadError as exc:  # bad input found on the node (e.g. too few GPUs): a cause
+        status.write("failed", error=str(exc), origin=True)
         raise
-    except Exception as exc:  # a peer that died, a timeout: one line, then exit non-zero
+    except Exception as exc:  # a peer that died, a timeout, NCCL: one line, then exit non-zero
+        import traceback
+
         from tunelab.bench.ddp.data import LoaderFailure
 
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # no second raise from the loader's
-        msg = " ".join(str(exc).split())[:300]
-        status.write("failed", error=msg, origin=isinstance(exc, LoaderFailure))
-        print(f"ddp: worker {rank} failed in phase {phase}: {type(exc).__name__}: {msg}",
-              file=sys.stderr, flush=True)
+        full = traceback.format_exc()
+        msg = error_line(exc)
+        status.write("failed", error=msg if isinstance(exc, LoaderFailure)
+                     else f"in phase {phase.name}: {msg}",
+                     origin=isinstance(exc, LoaderFailure) or _is_device_error(full))
+        print(f"ddp: worker {rank} failed in phase {phase.name}: {msg}", file=sys.stderr,
+              flush=True)
+        print(full, file=sys.stderr, flush=True)  # the launcher keeps it for the run's log
         return EXIT_FAILURE
 
 
+class _Phase:
+    """The phase a worker is in (init, setup, train, report), named when it fails."""
+
+    def __init__(self) -> None:
+        self.name = "start"
+
+
+_NCCL_LAST = re.compile(r"Last error:\s*(.+)", re.S)
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for a worker's error: NCCL's own message (its "Last error:" text, where it
+    gives one) or the exception's, without tracebacks, at most 300 characters."""
+    text = str(exc)
+    m = _NCCL_LAST.search(text)
+    kind = type(exc).__name__
+    if m:
+        text = f"NCCL: {m.group(1)}"
+    elif "NCCL" in text or "nccl" in kind.lower():
+        kind = f"{kind} (NCCL)"
+    return f"{kind}: {' '.join(text.split())[:300]}"
+
+
+def _is_device_error(text: str) -> bool:
+    """The failure comes from this worker's device or NCCL (a cause, not a peer's echo)."""
+    return "Last error:" in text or "CUDA error" in text or "Duplicate GPU" in text
+
+
+def check_gpu_layout(workers_per_node: int, gpus: int, backend: str) -> None:
+    """Refuse more workers on a node than it has GPUs (NCCL needs one GPU per worker),
+    naming both counts and the choices; gloo may share a GPU."""
+    if backend == "gloo" or workers_per_node <= gpus:
+        return
+    raise WorkloadError(f"{workers_per_node} workers per node need {workers_per_node} GPUs "
+                        f"with NCCL, but this node has {gpus} visible: use at most {gpus} "
+                        f"worker(s) per node (--workers), more nodes (--nodes), or "
+                        f"--backend gloo to share a GPU")
+
+
 def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
-           status: StatusFile) -> dict[str, Any]:
+           status: StatusFile, phase: _Phase) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from tunelab.bench.ddp.comm import CommTimer, bucket_sizes, emulated_allreduce
+    from tunelab.bench.ddp.comm import bucket_sizes
     from tunelab.bench.ddp.data import make_source
     from tunelab.bench.ddp.metrics import RankRecord, RunAccount, StepRecord, summarize
     from tunelab.bench.ddp.models import build_model, parameter_count
+    from tunelab.bench.ddp.step import emulated_step, training_step
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    phase.name = "init"
     rt = select_runtime(cfg.device, cfg.backend, cfg.amp, local_rank,
                         cuda_devices=torch.cuda.device_count())
     device = torch.device(rt.device)
     if device.type == "cuda":
+        check_gpu_layout(_env_int("LOCAL_WORLD_SIZE", cfg.workers_per_node),
+                         torch.cuda.device_count(), rt.backend)
         torch.cuda.set_device(device)
     dist.init_process_group(rt.backend, timeout=datetime.timedelta(seconds=cfg.timeout))
     status.write("joined")
+    phase.name = "setup"
     compute = cfg.compute_mode
+    allreduce = cfg.allreduce_mode if world > 1 else "none"  # one worker: no all-reduce
     model, spec = build_model(cfg.model, image_size=cfg.image_size, window=cfg.window,
                               patch=cfg.patch, device="meta" if compute.emulated else device)
     params = parameter_count(model)
     t_prep = time.perf_counter()
     source = make_source(cfg, spec, device, rank, world, status.directory)
     prep_s = time.perf_counter() - t_prep
-    StepFn = Callable[[Any, Any], tuple[float, float, float, float, int]]
-    step_fn: StepFn
+    setup: dict[str, Any] = {}
     if compute.emulated:
         numels = [p.numel() for p in model.parameters() if p.requires_grad]
-        buckets = [torch.zeros(n, dtype=torch.float32, device=device)
-                   for n in bucket_sizes(numels, 4, cfg.bucket_mb)]
+        sizes = bucket_sizes(numels, 4, cfg.bucket_mb)
         del model
-
-        def step_fn(x: Any, y: Any) -> tuple[float, float, float, float, int]:
-            t0 = time.perf_counter()
-            time.sleep(compute.seconds)
-            t_c = time.perf_counter()
-            comm = emulated_allreduce(buckets, world)
-            t1 = time.perf_counter()
-            return t_c - t0, comm.done - comm.first_launch, t1 - t_c, 0.0, comm.bytes
+        buckets = ([torch.zeros(n, dtype=torch.float32, device=device) for n in sizes]
+                   if allreduce == "real" and world > 1 else [])
+        link = cfg.fabric_spec.link(cfg.nodes) if allreduce == "emulate" else None
+        step_fn = emulated_step(compute.seconds, allreduce, world, buckets=buckets,
+                                bucket_bytes=[4 * n for n in sizes], link=link)
+        if link is not None:
+            setup["fabric"] = {"accelerator": cfg.fabric_spec.accelerator, "link": link.name,
+                               "GBps": link.bandwidth / 1e9, "latency_us": link.latency * 1e6}
     else:
-        step_fn = _real_step(cfg, model, spec, rt, device, CommTimer)
+        train = training_step(model, spec, device, rt.amp,
+                              ddp=world > 1 and allreduce == "real", bucket_mb=cfg.bucket_mb)
+        setup = asdict(train.setup)
+        step_fn = train
 
+    phase.name = "train"
+    meter = None
+    if device.type == "cuda":
+        from tunelab.bench.ddp.energy import open_meter
+
+        meter = open_meter(device.index or 0)
     try:
-        marks, parts, start = _loop(cfg, rank, source, step_fn, status, compute.emulated)
+        marks, parts, start = _loop(cfg, rank, source, step_fn, status, compute.emulated,
+                                    meter.start if meter is not None else None)
     except (RuntimeError, OSError, EOFError) as exc:  # a loader's death surfaces anywhere
         raise source.translate(exc) from None
     if device.type == "cuda":
         torch.cuda.synchronize()
     t_end = time.perf_counter()
     elapsed = t_end - start
+    energy = meter.stop() if meter is not None else None
     status.write("shutdown")
     source.close()
     t_close = time.perf_counter()
@@ -221,7 +280,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
                         device_bytes=int(info.get("device_bytes", -1)),
                         corrupt=int(info.get("corrupt", 0)))
              for k, (d, dr, c, a, e, o, nb, info) in enumerate(parts)]
-    run = RunAccount(run_s=t_close - marks[0], busy_s=sum(s.busy_s for s in steps),
+    run = RunAccount(run_s=t_close - marks[0], compute_s=sum(s.accel_s for s in steps),
                      wait_s=sum(s.data_s for s in steps), drop_s=sum(s.drop_s for s in steps),
                      first_wait_s=steps[0].data_s, shutdown_s=t_close - t_end,
                      read_bytes=sum(s.read_bytes for s in steps),
@@ -232,7 +291,8 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(steps[cfg.warmup:]), run)
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, {"record": asdict(mine), "boot": _boot_id(),
-                                      "data": source.summary(), "prep_s": prep_s})
+                                      "data": source.summary(), "prep_s": prep_s,
+                                      "energy": asdict(energy) if energy else None})
     _leave_group()
     ranks = [_rank_record(g["record"]) for g in gathered]
     hosts = len({g["boot"] for g in gathered})
@@ -244,13 +304,15 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
             "host_cores": os.cpu_count() or 1,
             "per_rank_elapsed_s": [r.elapsed_s for r in ranks],
             "data": _merge_data([g["data"] for g in gathered]),
-            "prep_s": max(g["prep_s"] for g in gathered)}
+            "prep_s": max(g["prep_s"] for g in gathered), "allreduce": allreduce,
+            "setup": setup, "energy": _merge_energy([g["energy"] for g in gathered],
+                                                    summary.samples)}
 
 
 def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFile,
-          emulated: bool) -> tuple[list[float], list[Any], float]:
+          emulated: bool, on_timed: Any = None) -> tuple[list[float], list[Any], float]:
     """Every step: ask for a batch (timed: the data wait), run the step; the start of each
-    step, its parts, and when the timed steps began."""
+    step, its parts, and when the timed steps began (``on_timed`` is called then)."""
     import torch.distributed as dist
 
     from tunelab.bench.ddp.data import LoaderFailure
@@ -262,6 +324,8 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
     for i in range(total):
         if i == cfg.warmup:
             dist.barrier()
+            if on_timed is not None:
+                on_timed()
             start = time.perf_counter()
         t0 = time.perf_counter()
         marks.append(t0)
@@ -283,6 +347,19 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
         c, a, e, o, nbytes = step_fn(x, y)
         parts.append((t1 - t_req - drop, drop, c, a, e, o, nbytes, info))
     return marks, parts, start
+
+
+def _merge_energy(per_rank: list[dict[str, Any] | None], samples: int,
+                  ) -> dict[str, Any] | None:
+    """The GPUs' energy over the timed steps (every worker's summed), per sample and the mean
+    power; None unless every worker's GPU reported it."""
+    if not per_rank or any(e is None for e in per_rank):
+        return None
+    joules = sum(float(e["joules"]) for e in per_rank if e)
+    seconds = max(float(e["seconds"]) for e in per_rank if e)
+    return {"joules": joules, "J_per_sample": joules / samples if samples else None,
+            "watts": joules / seconds if seconds > 0 else None,
+            "method": per_rank[0]["method"] if per_rank[0] else ""}
 
 
 def _rank_record(d: dict[str, Any]) -> Any:
@@ -323,69 +400,6 @@ def _leave_group(wait_s: float = 10.0) -> None:
     t = threading.Thread(target=dist.destroy_process_group, daemon=True)
     t.start()
     t.join(wait_s)
-
-
-def _real_step(cfg: DDPConfig, model: torch.nn.Module, spec: Any, rt: Runtime,
-               device: torch.device, comm_timer: Any) -> Any:
-    """A closure running one real training step on a batch under DDP (input conversion,
-    forward, backward with the bucketed all-reduce overlapping it, optimizer step)."""
-    import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    cuda = device.type == "cuda"
-    if cuda and spec.task == "classify":
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    ddp = DDP(model, device_ids=[device] if cuda else None, bucket_cap_mb=cfg.bucket_mb)
-    timer = comm_timer(None, device)
-    # a plain callable: DDP rejects hooks whose annotations are strings (PEP 563)
-    ddp.register_comm_hook(None, lambda state, bucket: timer(state, bucket))
-    if spec.task in ("classify", "segment3d"):
-        loss_fn: Any = torch.nn.CrossEntropyLoss()
-    else:
-        loss_fn = torch.nn.BCEWithLogitsLoss()
-    if spec.task == "classify":
-        opt: torch.optim.Optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    else:
-        opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler("cuda", enabled=rt.amp)
-    mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1)
-    std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1)
-
-    def prepare(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if x.dtype == torch.uint8:  # decoded images: normalise on the device
-            x = (x.float().div_(255) - mean) / std
-        if spec.task == "segment3d":
-            y = y.long()
-        return x, y
-
-    def step_fn(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float, float, int]:
-        ev0 = None
-        if cuda:
-            torch.cuda.synchronize()
-            ev0 = torch.cuda.Event(enable_timing=True)
-            ev0.record()
-        t0 = time.perf_counter()
-        x, y = prepare(x, y)
-        with torch.autocast(device.type, dtype=torch.float16, enabled=rt.amp):
-            loss = loss_fn(ddp(x), y)
-        scaler.scale(loss).backward()
-        if cuda:
-            torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        comm = timer.take(t0, ev0)
-        if comm is None:
-            return t1 - t0, 0.0, 0.0, t2 - t1, 0
-        compute_end = min(comm.last_launch, t1)
-        return (compute_end - t0, comm.done - comm.first_launch, max(0.0, t1 - compute_end),
-                t2 - t1, comm.bytes)
-
-    return step_fn
 
 
 def _report(cfg: DDPConfig, result: dict[str, Any], result_file: str | None) -> None:

@@ -1,6 +1,6 @@
-"""Where a run ran inside its job, and who else ran there: the evidence the job step stores
-beside each run (``noise`` columns ``cpus``, ``cpu_list``, ``shared_with``, ``evidence``,
-``disturbed``).
+"""Who else ran on a run's nodes: the scheduler's side of the evidence the job step stores
+beside each run (``noise`` columns ``shared_with``, ``evidence``, ``disturbed``, beside the
+noise watch's sample of the run's cores: ``cpus``, ``cpu_list``, ``others_share``…).
 
 A timed run should have its cores to itself: per-run and pack jobs ask for whole nodes unless
 the study says ``isolation: shared``. Whatever was asked, the step records the cores the run
@@ -15,26 +15,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-__all__ = ["cpu_list", "other_jobs", "placement_evidence"]
+from tunelab.noise import cpu_list_text
+
+__all__ = ["other_jobs", "with_neighbours"]
 
 _SQUEUE_TIMEOUT_S = 20.0
-
-
-def cpu_list(cpus: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``0-2,5`` (the kernel's cpuset notation)."""
-    parts: list[str] = []
-    ordered = sorted(set(cpus))
-    start = prev = None
-    for cpu in [*ordered, None]:
-        if cpu is not None and prev is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        if start is not None:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = cpu
-    return ",".join(parts)
 
 
 def other_jobs(hosts: Sequence[str], job_id: str) -> set[str]:
@@ -53,17 +40,23 @@ def other_jobs(hosts: Sequence[str], job_id: str) -> set[str]:
     return {j for j in out.stdout.split() if j.split("_")[0] != job_id}
 
 
-def placement_evidence(hosts: Sequence[str], job_id: str, before: set[str],
-                       ) -> dict[str, float | str | None]:
-    """The ``noise`` columns of a run that ran on ``hosts`` in job ``job_id``: its cores, and
-    the other jobs found there before it (``before``, from :func:`other_jobs`) or now."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = list(range(os.cpu_count() or 1))
+def with_neighbours(noise: Mapping[str, float | str | None] | None, hosts: Sequence[str],
+                    job_id: str, before: set[str]) -> dict[str, float | str | None]:
+    """The run's ``noise`` columns (the noise watch's sample of its cores, when it has one)
+    with the other jobs found on ``hosts`` before it (``before``, from :func:`other_jobs`)
+    or now: a run that shared its nodes is ``disturbed``, and the evidence says with whom."""
+    out: dict[str, float | str | None] = dict(noise or {})
+    if not out.get("cpu_list"):
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = list(range(os.cpu_count() or 1))
+        out.update(cpus=float(len(cpus)), cpu_list=cpu_list_text(cpus))
     shared = sorted(before | other_jobs(hosts, job_id))
-    evidence = (f"other jobs ran on node(s) {','.join(hosts)}: {', '.join(shared)}"
-                if shared else "")
-    return {"cpus": float(len(cpus)), "cpu_list": cpu_list(cpus),
-            "shared_with": ",".join(shared), "evidence": evidence,
-            "disturbed": 1.0 if shared else 0.0}
+    out["shared_with"] = ",".join(shared)
+    if shared:
+        said = f"other jobs ran on node(s) {','.join(hosts)}: {', '.join(shared)}"
+        out["evidence"] = "; ".join(str(e) for e in (out.get("evidence"), said) if e)
+        out["disturbed"] = 1.0
+    out.setdefault("disturbed", 0.0)
+    return out

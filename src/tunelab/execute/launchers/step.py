@@ -33,7 +33,7 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     write_json_atomic,
 )
-from tunelab.execute.launchers.neighbours import other_jobs, placement_evidence
+from tunelab.execute.launchers.neighbours import other_jobs, with_neighbours
 from tunelab.execute.launchers.process import run_command
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
     reason = outcome.reason
     noise = outcome.noise
     if hosts is not None:
-        noise = {**(noise or {}), **placement_evidence(mine, job_id, neighbours)}
+        noise = with_neighbours(noise, mine, job_id, neighbours)
     result = Outcome(outcome.status, outcome.rc, outcome.wall_s, host, started, _now(), reason,
                      noise)
     if not status_file:
@@ -131,14 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID") or ""
     signal.signal(signal.SIGTERM, _terminate)
     from tunelab.cluster.allocation import allocation_hosts
+    from tunelab.execute.launchers.watch import RunWatch
+    from tunelab.noise import NoiseWatch
 
     hosts = allocation_hosts()
+    watch = RunWatch("", noise=NoiseWatch())  # what others took of this node's cores per run
     try:
         for data in spec["runs"]:
             run = RunRequest.from_json(data)
             if (run.run_dir / STARTED_FILE).exists() or (run.run_dir / EXIT_FILE).exists():
                 continue  # begun by an earlier allocation: the controller decides about it
-            if execute_run(run, job_id=job_id, hosts=hosts).status == "lost":
+            if execute_run(run, job_id=job_id, hosts=hosts, watch=watch).status == "lost":
                 return _hold_broken_allocation(job_id)
     except _Terminated:
         print(f"tunelab step: job {job_id} terminated by the scheduler", file=sys.stderr)

@@ -1,7 +1,8 @@
 """What the controller does around each run it executes itself (the local launcher).
 
-:class:`RunWatch` holds a study's :class:`~tunelab.noise.NoiseWatch` (how busy the machine
-was around every run; with ``wait_quiet``, waiting for a quiet machine first) and, when the
+:class:`RunWatch` holds a study's :class:`~tunelab.noise.NoiseWatch` (what other processes
+took of the run's cores while it ran, its own CPU time from the study's cgroup, CPU
+pressure; with ``wait_quiet``, waiting for quiet cores first) and, when the
 study prunes, its :class:`~tunelab.search.RunPruner` (stop a training run whose intermediate
 figures fall behind). The local launcher calls :meth:`RunWatch.start` just before a run and
 :meth:`WatchedRun.finish` after it; the runner calls :meth:`RunWatch.recorded` with each
@@ -15,12 +16,12 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tunelab.execute.launchers.base import Outcome, RunRequest
 
 if TYPE_CHECKING:
-    from tunelab.noise import NoiseWatch
+    from tunelab.noise import NoiseWatch, Snapshot
     from tunelab.search import PruneTrial, RunPruner
     from tunelab.store import RunRecord
 
@@ -33,7 +34,7 @@ class WatchedRun:
 
     watch: RunWatch
     run: RunRequest
-    before: Any
+    before: Snapshot | None
     trial: PruneTrial | None
     should_stop: Callable[[], bool] | None
 
@@ -66,11 +67,12 @@ class RunWatch:
     def start(self, run: RunRequest) -> WatchedRun:
         """Just before ``run`` starts: wait for a quiet machine (if asked), sample it, open
         the run's pruning trial."""
+        from tunelab.execute.hygiene import current_cgroup
         from tunelab.search import IntermediateTail
 
         if self.wait_quiet and self.noise is not None:
             self.noise.wait_quiet()
-        before = self.noise.start() if self.noise is not None else None
+        before = self.noise.start(current_cgroup()) if self.noise is not None else None
         trial, should_stop = None, None
         if self.pruner is not None:
             pruner = self.pruner

@@ -3,7 +3,9 @@
 Input is the engine's runs table (one row per run; parameters as columns ``np``, ``npool``,
 ``ndiag``…; figures of merit as ``fom.<name>``; ``point`` holds the point's canonical JSON).
 The data steps (:func:`scaling_table`, :func:`ndiag_table`, :func:`timer_table`) return
-plain DataFrames and are tested without drawing; :func:`plot_qe_study` renders them.
+plain DataFrames and are tested without drawing; :func:`np_figure` and :func:`ndiag_figure`
+draw them (legends beside the axes, never over a line) and :func:`plot_qe_study` writes the
+PNGs.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAIN_TIMERS",
-    "plot_qe_study",
+    "ndiag_figure",
     "ndiag_table",
+    "np_figure",
+    "plot_qe_study",
     "scaling_table",
     "timer_table",
 ]
@@ -128,39 +132,14 @@ def plot_qe_study(runs: pd.DataFrame, out_dir: Path, *, best: str | None = None,
     label = metric.removeprefix("fom.")
     written: list[Path] = []
 
-    table = scaling_table(runs, metric)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    groups = table.groupby("npool") if "npool" in table.columns else [("all", table)]
-    for npool, part in groups:
-        ax.errorbar(part["np"], part["mean"], yerr=part["std"], marker="o", capsize=3,
-                    label=f"npool={npool}")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(table["np"].unique()), [str(v) for v in sorted(table["np"].unique())])
-    ax.set_xlabel("MPI ranks (np)")
-    ax.set_ylabel(f"{label} (mean ± std)")
-    ax.set_title("pw.x wall time vs ranks (best over the other parameters)")
-    ax.legend()
-    fig.tight_layout()
+    fig = np_figure(scaling_table(runs, metric), label)
     path = out_dir / "qe_wall_vs_np.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     written.append(path)
 
     if "ndiag" in runs.columns and runs["ndiag"].nunique() > 1:
-        table = ndiag_table(runs, metric)
-        fig, ax = plt.subplots(figsize=(6, 4))
-        keys = [k for k in ("np", "npool") if k in table.columns]
-        for key, part in table.groupby(keys):
-            key = key if isinstance(key, tuple) else (key,)
-            name = ", ".join(f"{k}={v}" for k, v in zip(keys, key, strict=True))
-            ax.errorbar(part["ndiag"], part["mean"], yerr=part["std"], marker="o", capsize=3,
-                        label=name)
-        ax.set_xticks(sorted(table["ndiag"].unique()))
-        ax.set_xlabel("linear-algebra group size (ndiag)")
-        ax.set_ylabel(f"{label} (mean ± std)")
-        ax.set_title("pw.x wall time vs ndiag")
-        ax.legend(fontsize="small")
-        fig.tight_layout()
+        fig = ndiag_figure(ndiag_table(runs, metric), label)
         path = out_dir / "qe_wall_vs_ndiag.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
@@ -183,3 +162,46 @@ def plot_qe_study(runs: pd.DataFrame, out_dir: Path, *, best: str | None = None,
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _legend_beside(fig: Any, ax: Any) -> None:
+    """The legend right of the axes, outside them: it never covers a line or a point."""
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside right upper", fontsize="small", frameon=False)
+
+
+def np_figure(table: pd.DataFrame, label: str) -> Any:
+    """Wall time vs np (log 2), a line per npool, from :func:`scaling_table`."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    groups = table.groupby("npool") if "npool" in table.columns else [("all", table)]
+    for npool, part in groups:
+        ax.errorbar(part["np"], part["mean"], yerr=part["std"], marker="o", capsize=3,
+                    label=f"npool={npool}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(table["np"].unique()), [str(v) for v in sorted(table["np"].unique())])
+    ax.set_xlabel("MPI ranks (np)")
+    ax.set_ylabel(f"{label} (mean ± std)")
+    ax.set_title("pw.x wall time vs ranks\n(best over the other parameters)")
+    _legend_beside(fig, ax)
+    return fig
+
+
+def ndiag_figure(table: pd.DataFrame, label: str) -> Any:
+    """Wall time vs ndiag, a line per (np, npool), from :func:`ndiag_table`."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    keys = [k for k in ("np", "npool") if k in table.columns]
+    for key, part in table.groupby(keys):
+        key = key if isinstance(key, tuple) else (key,)
+        name = ", ".join(f"{k}={v}" for k, v in zip(keys, key, strict=True))
+        ax.errorbar(part["ndiag"], part["mean"], yerr=part["std"], marker="o", capsize=3,
+                    label=name)
+    ax.set_xticks(sorted(table["ndiag"].unique()))
+    ax.set_xlabel("linear-algebra group size (ndiag)")
+    ax.set_ylabel(f"{label} (mean ± std)")
+    ax.set_title("pw.x wall time vs ndiag")
+    _legend_beside(fig, ax)
+    return fig

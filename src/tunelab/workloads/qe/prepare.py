@@ -37,7 +37,7 @@ from tunelab.execute.launchers import LocalLauncher
 from tunelab.workloads.qe.parser import parse_pw_output
 from tunelab.workloads.qe.pwinput import STAGED_OUTDIR, PwInput, stage_input
 
-__all__ = ["PREPARE_DIR", "Launch", "Step", "copy_outdir", "prepared_outdir"]
+__all__ = ["PREPARE_DIR", "Launch", "Step", "copy_outdir", "prepared_outdir", "steps_digest"]
 
 PREPARE_DIR = "prepare"
 _DONE = "done"
@@ -73,7 +73,8 @@ class Launch:
     mpi_args: tuple[str, ...]
 
 
-def _digest(steps: Sequence[Step]) -> str:
+def steps_digest(steps: Sequence[Step]) -> str:
+    """What the preparation is, as a short hash: its inputs and how they run."""
     h = hashlib.sha1()
     for step in steps:
         h.update(step.input.text.encode())
@@ -93,7 +94,7 @@ def prepared_outdir(steps: Sequence[Step], study_dir: Path, launch: Launch,
     """The ``outdir`` the steps leave, running them first if they have not run yet (for
     this point, when a step is ``per_point``). Raises :class:`WorkloadError` with the
     reason when a step fails, now or in an earlier call."""
-    where = Path(study_dir) / PREPARE_DIR / _digest(steps)
+    where = Path(study_dir) / PREPARE_DIR / steps_digest(steps)
     if any(s.per_point for s in steps):
         where = where / _point_key(values, env)
     failed = where / _FAILED

@@ -9,7 +9,8 @@ of both, the number pw.x divides among pools.
 
 Answers are cached per input text and pw.x executable (path, size, modification time) in
 :func:`kpoint_cache_dir`, with the version pw.x printed; ``space`` and ``--dry-run`` read the
-cache but never start pw.x.
+cache but never start pw.x. An input that reads an earlier run's data is counted once that
+data exists: by the first run after the preparation, on a copy of the outdir it left.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunelab.errors import WorkloadError
-from tunelab.workloads.qe.pwinput import PwInput, stage_input
+from tunelab.workloads.qe.pwinput import STAGED_OUTDIR, PwInput, stage_input
 
 __all__ = ["PwCount", "cached_count", "count_with_pw", "kpoint_cache_dir"]
 
@@ -55,18 +56,20 @@ def kpoint_cache_dir() -> Path:
     return Path(cache) / "tunelab" / "qe-kpoints"
 
 
-def _key(inp: PwInput, exe: str) -> str:
+def _key(inp: PwInput, exe: str, context: str = "") -> str:
     st = os.stat(exe)
     ident = f"{os.path.realpath(exe)}\0{st.st_size}\0{st.st_mtime_ns}\0"
-    return hashlib.sha256(ident.encode() + inp.text.encode()).hexdigest()[:32]
+    return hashlib.sha256(ident.encode() + inp.text.encode() + context.encode()
+                          ).hexdigest()[:32]
 
 
-def cached_count(inp: PwInput, pw: str) -> PwCount | None:
-    """The cached answer of this pw.x for this input, None when there is none."""
+def cached_count(inp: PwInput, pw: str, context: str = "") -> PwCount | None:
+    """The cached answer of this pw.x for this input (and ``context``: what the outdir it
+    was counted on came from), None when there is none."""
     exe = shutil.which(pw)
     if exe is None:
         return None
-    path = kpoint_cache_dir() / f"{_key(inp, exe)}.json"
+    path = kpoint_cache_dir() / f"{_key(inp, exe, context)}.json"
     try:
         data = json.loads(path.read_text())
         return PwCount(int(data["count"]), int(data["printed"]), str(data["version"]))
@@ -74,11 +77,11 @@ def cached_count(inp: PwInput, pw: str) -> PwCount | None:
         return None
 
 
-def _store(inp: PwInput, exe: str, answer: PwCount) -> None:
+def _store(inp: PwInput, exe: str, answer: PwCount, context: str) -> None:
     directory = kpoint_cache_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{_key(inp, exe)}.json"
+        path = directory / f"{_key(inp, exe, context)}.json"
         part = path.with_name(f"{path.name}.part{os.getpid()}")
         part.write_text(json.dumps({"count": answer.count, "printed": answer.printed,
                                     "version": answer.version, "input": str(inp.path)}))
@@ -88,17 +91,24 @@ def _store(inp: PwInput, exe: str, answer: PwCount) -> None:
 
 
 def count_with_pw(inp: PwInput, pseudos: Mapping[str, Path], pw: str = "pw.x",
-                  timeout_s: float = PROBE_TIMEOUT_S) -> PwCount | None:
+                  timeout_s: float = PROBE_TIMEOUT_S, *, outdir: Path | None = None,
+                  context: str = "") -> PwCount | None:
     """pw.x's own count for ``inp`` (cached); None when pw.x is missing, fails before it
-    counts, or takes longer than ``timeout_s`` to get there."""
+    counts, or takes longer than ``timeout_s`` to get there.
+
+    An input that reads an earlier run's data (nscf, bands, a restart) is counted on a copy
+    of ``outdir``, the data the preparation left; ``context`` names that preparation in the
+    cache (see :func:`cached_count`)."""
     exe = shutil.which(pw)
     if exe is None:
         return None
-    cached = cached_count(inp, pw)
+    cached = cached_count(inp, pw, context)
     if cached is not None:
         return cached
     with tempfile.TemporaryDirectory(prefix="tunelab-qe-nk-") as tmp:
         try:
+            if outdir is not None:
+                shutil.copytree(outdir, Path(tmp) / STAGED_OUTDIR)
             staged = stage_input(inp, Path(tmp), pseudos, "probe.in")
         except (WorkloadError, OSError):
             return None
@@ -107,7 +117,7 @@ def count_with_pw(inp: PwInput, pseudos: Mapping[str, Path], pw: str = "pw.x",
         return None
     printed, version = answer
     result = PwCount(printed * (2 if inp.lsda else 1), printed, version)
-    _store(inp, exe, result)
+    _store(inp, exe, result, context)
     return result
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from tunelab.errors import WorkloadError
+from tunelab.limits import LIMITS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,7 +42,13 @@ from tunelab.workload import (
 )
 from tunelab.workloads.qe.kpoints import is_hybrid_dft
 from tunelab.workloads.qe.parser import parse_pw_output
-from tunelab.workloads.qe.prepare import Launch, Step, copy_outdir, prepared_outdir
+from tunelab.workloads.qe.prepare import (
+    Launch,
+    Step,
+    copy_outdir,
+    prepared_outdir,
+    steps_digest,
+)
 from tunelab.workloads.qe.pseudo_search import Resolved, resolve_pseudos
 from tunelab.workloads.qe.pwcount import cached_count, count_with_pw
 from tunelab.workloads.qe.pwinput import PwInput, read_pw_input, stage_input
@@ -71,7 +78,8 @@ class PrepareStepOptions(WorkloadOptions):
     per_point: bool = Field(
         False, description="run the step once per point with the point's parallelisation "
         "(for restart files written per MPI rank) instead of once per study")
-    timeout: float = Field(3600.0, gt=0, description="seconds before the step is killed")
+    timeout: float = Field(3600.0, gt=0, le=LIMITS.duration_s,
+                           description="seconds before the step is killed")
 
 
 class QEOptions(WorkloadOptions):
@@ -197,6 +205,9 @@ class QEWorkload(Workload):
             options = QEOptions.model_validate(options.model_dump())
         super().__init__(options, study_file)
         self.opts: QEOptions = options
+        self._counted = False
+        """Whether pw.x was asked to count the k-points on the prepared data (see
+        :meth:`command`)."""
 
     # -- the input -------------------------------------------------------------------------
     def _path(self, name: str) -> Path:
@@ -235,13 +246,19 @@ class QEWorkload(Workload):
             if not seed.exists():
                 raise WorkloadError(f"seed {str(seed)!r} (option seed) does not exist")
         _check_previous_run(inp, steps, seeds)
-        return Setup(inp, pseudos, steps, seeds, self._count_kpoints(inp, pseudos),
+        return Setup(inp, pseudos, steps, seeds,
+                     self._count_kpoints(inp, pseudos, _prepared_from(inp, steps, seeds)),
                      energy_tolerance(inp, self.opts.energy_tolerance))
 
-    def _count_kpoints(self, inp: PwInput, pseudos: Resolved) -> NkInfo:
+    def _count_kpoints(self, inp: PwInput, pseudos: Resolved, prepared: str) -> NkInfo:
         if self.opts.nk is not None:
             return NkInfo(self.opts.nk, "the option nk")
         probe_ok = inp.reads_previous_run is None and not pseudos.generated
+        if inp.reads_previous_run is not None and not pseudos.generated:
+            counted = cached_count(inp, self.opts.pw, prepared)  # by a run, after preparing
+            if counted is not None:
+                return NkInfo(counted.count, f"{_per_spin(inp, counted.printed)}counted by "
+                              f"pw.x {counted.version} on the prepared data")
         if probe_ok:
             cached = cached_count(inp, self.opts.pw)
             if cached is None and not self.dry_run:
@@ -251,7 +268,8 @@ class QEWorkload(Workload):
                               f"{cached.version}")
         rules = inp.count_kpoints()
         if rules is not None:
-            why = "pw.x was not run" if probe_ok else "pw.x can count only after the preparation"
+            why = "pw.x was not run" if probe_ok else \
+                "pw.x counts them once the preparation ran, at the first run"
             if probe_ok and not self.dry_run:
                 why = "pw.x did not count them"
             return NkInfo(rules.count, f"{_per_spin(inp, rules.per_spin)}computed with pw.x "
@@ -350,6 +368,11 @@ class QEWorkload(Workload):
                     raise WorkloadError(
                         f"{setup.input.path.name} reads {save} from outdir ({why}), but the "
                         f"preparation steps and seed files left none there")
+                if why is not None and not self._counted and self.opts.nk is None \
+                        and not setup.pseudos.generated:
+                    self._counted = True  # once per study, whatever pw.x answers
+                    count_with_pw(setup.input, setup.pseudos.files, self.opts.pw, outdir=out,
+                                  context=_prepared_from(setup.input, setup.steps, setup.seeds))
             input_name = stage_input(setup.input, ctx.run_dir, setup.pseudos.files).name
             pw = shutil.which(self.opts.pw) or self.opts.pw
         argv = mpi_launch_argv(
@@ -392,13 +415,24 @@ def pw_flags(values: Mapping[str, Any]) -> list[str]:
     return flags
 
 
+def _prepared_from(inp: PwInput, steps: tuple[Step, ...], seeds: tuple[Path, ...]) -> str:
+    """What the outdir an input reads is made from (its preparation steps and seeds), as the
+    k-point cache's context; empty for an input that reads none."""
+    if inp.reads_previous_run is None:
+        return ""
+    return steps_digest(steps) + "\0" + "\0".join(str(seed.resolve()) for seed in seeds)
+
+
 def _per_spin(inp: PwInput, per_spin: int) -> str:
     return f"{per_spin} per spin × 2 spins (LSDA), " if inp.lsda else ""
 
 
 def _check_previous_run(inp: PwInput, steps: tuple[Step, ...], seeds: tuple[Path, ...]
                         ) -> None:
-    """Refuse an input that reads an earlier run's data the study does not provide."""
+    """Refuse an input that reads an earlier run's data the study does not provide: the
+    ``prefix.save`` directory must come from a preparation step of the same prefix or be a
+    seed (the check each run makes once its outdir is filled, made here, so that ``space``
+    and ``--dry-run`` refuse what every run would fail on)."""
     why = inp.reads_previous_run
     if why is None:
         return
@@ -408,9 +442,20 @@ def _check_previous_run(inp: PwInput, steps: tuple[Step, ...], seeds: tuple[Path
             "outdir), and the study provides none: name the run that writes it under the qe "
             "option prepare (e.g. prepare: [{input: scf.in}]) or its files under seed"
         )
-    if steps and not seeds and all(s.input.prefix != inp.prefix for s in steps):
+    save = f"{inp.prefix}.save"
+    if any(s.input.prefix == inp.prefix for s in steps) or \
+            any(seed.name == save and seed.is_dir() for seed in seeds):
+        return
+    if steps and not seeds:
         written = ", ".join(sorted({repr(s.input.prefix) for s in steps}))
         raise WorkloadError(
             f"{inp.path} reads prefix {inp.prefix!r} ({why}), but the preparation steps "
             f"write prefix {written}: give them the same prefix"
         )
+    given = ", ".join(seed.name for seed in seeds)
+    made = (" nor do the preparation steps (prefix "
+            + ", ".join(sorted({repr(s.input.prefix) for s in steps})) + ")") if steps else ""
+    raise WorkloadError(
+        f"{inp.path}: {why} reads the directory {save} from outdir, but the seed files "
+        f"({given}) hold none{made}: add the directory {save} under seed (pw.x would fail "
+        "every run)")

@@ -1,0 +1,300 @@
+"""The hostile inputs of issue 21, one by one: values that used to run for minutes, grow to
+gigabytes, end in a traceback or be silently accepted — each now ends in one line naming the
+file and line, within the CPU and memory limits (``assert_clean``), or, where a run's output
+is at fault, in a failed run with its reason.
+
+Every case runs the real command line (in the worker process, see ``worker.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.hardening.conftest import PY, assert_clean, command_study, printing, store_rows
+from tunelab.limits import LIMITS
+
+ECHO = ["echo", "{x}"]
+EVERY_LOAD = [["space"], ["run", "--dry-run"], ["run"]]
+
+
+def line_of(text: str, fragment: str) -> int:
+    """The 1-based line of ``text`` that holds ``fragment``."""
+    return next(i for i, line in enumerate(text.splitlines(), 1) if fragment in line)
+
+
+# --- values that grow without bound -------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", EVERY_LOAD)
+@pytest.mark.parametrize("expr", ["round(x, -10**9)", "round(x * 1.5, 10**12) + 1",
+                                  "round(x * 7, 3 - 10**12)"])
+def test_round_to_a_huge_number_of_digits_is_refused_at_once(cli, command, expr):
+    text = command_study(["echo", "{y}"], extra=f'derived: {{y: "{expr}"}}\n')
+    assert_clean(cli.run({"s.yaml": text}, [*command, "s.yaml"]), 2,
+                 f"s.yaml:{line_of(text, 'derived')}:", "round(): ndigits", "beyond ±1,233")
+
+
+@pytest.mark.parametrize("pattern", [
+    "((((a{1000}){1000}){1000}){1000})(?P<value>x)",
+    "(?:(?:(?:(?P<value>a)|b){100}){100}){100}",
+    "(?P<value>(x|y){65535})",
+    "(?P<value>a{99999999999999999999999})",
+])
+def test_a_fom_regex_that_expands_beyond_the_limit_is_refused_before_it_compiles(cli,
+                                                                                 pattern):
+    text = command_study(ECHO, options=f"foms: {{v: '{pattern}'}}")
+    assert_clean(cli.run({"s.yaml": text}, ["space", "s.yaml"]), 2, "s.yaml:2:",
+                 f"grows larger than {LIMITS.regex_size:,}")
+
+
+def test_fom_regexes_share_one_budget(cli):
+    foms = ", ".join(f"v{i}: '(?P<value>(ab){{9000}})'" for i in range(8))
+    text = command_study(ECHO, options=f"foms: {{{foms}}}")
+    assert_clean(cli.run({"s.yaml": text}, ["space", "s.yaml"]), 2, "FOM 'v3'",
+                 "with the study's other FOM regexes")
+
+
+def test_a_plain_fom_regex_with_counted_repeats_still_works(cli):
+    text = command_study(printing("took 12.5 s\n"),
+                         options="foms: {v: 'took (?P<value>[0-9]{1,6}[.][0-9]{0,3}) s'}",
+                         extra="objective: {fom: v}\n")
+    assert_clean(cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"]), 0)
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    ("repeats", "9" * 5000), ("repeats", "0x" + "f" * 2000), ("parameters", "9" * 1300),
+])
+def test_integers_with_thousands_of_digits_are_refused_at_their_line(cli, where, value):
+    text = command_study(ECHO)
+    if where == "repeats":
+        text = text.replace("repeats: 1", f"repeats: {value}")
+    else:
+        text = text.replace("x: [1]", f"x: [1, {value}]")
+    digits = sum(ch.isalnum() for ch in value)
+    assert_clean(cli.run({"s.yaml": text}, ["space", "s.yaml"]), 2,
+                 f"s.yaml:{line_of(text, value[:20])}:", f"an integer of {digits:,} digits")
+
+
+@pytest.mark.parametrize("strategy", ["optuna", "random", "grid"])
+@pytest.mark.parametrize("seed", [2**32, 10**30, -1])
+def test_a_seed_beyond_32_bits_is_refused_for_every_strategy(cli, strategy, seed):
+    text = command_study(ECHO, params="x: [1, 2, 3]",
+                         extra=f"search: {{strategy: {strategy}, samples: 2, seed: {seed}}}\n")
+    assert_clean(cli.run({"s.yaml": text}, ["run", "--dry-run", "s.yaml"]), 2,
+                 f"s.yaml:{line_of(text, 'seed')}:", "'search.seed'")
+
+
+@pytest.mark.parametrize("timeout", ["1.0e+300", '"99999999999999999999h"', ".inf", "1e300",
+                                     '"1e300"', "-5", '"8761h"', "31536001"])
+def test_every_timeout_beyond_the_bound_is_refused_alike(cli, timeout):
+    text = command_study(ECHO).replace("timeout: 60", f"timeout: {timeout}")
+    answer = cli.run({"s.yaml": text}, ["space", "s.yaml"])
+    assert_clean(answer, 2, f"s.yaml:{line_of(text, 'timeout')}: 'timeout' must be a")
+
+
+def test_the_longest_timeout_is_accepted(cli):
+    text = command_study(ECHO).replace("timeout: 60", f"timeout: {LIMITS.duration_s}")
+    assert_clean(cli.run({"s.yaml": text}, ["space", "s.yaml"]), 0)
+
+
+# --- names that are one name to Python ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("params", "derived", "fragment"), [
+    ("fi: [1], ﬁ: [2]", "", "parameter 'ﬁ' reads as 'fi'"),
+    ("ﬁ: [2], fi: [1]", "", "parameter 'ﬁ' reads as 'fi'"),
+    ("fi: [1]", 'derived: {ﬁ: "fi + 1"}\n', "derived value 'ﬁ' reads as 'fi'"),
+    ("x: [1], Ｘ: [2]", "", "parameter 'Ｘ' reads as 'X'"),
+])
+def test_names_equal_once_unicode_normalized_are_refused(cli, params, derived, fragment):
+    text = command_study(["echo", "{fi}" if "fi" in params else "{x}"], params=params,
+                         extra=derived)
+    answer = cli.run({"s.yaml": text}, ["space", "s.yaml"])
+    assert_clean(answer, 2, fragment, "NFKC")
+    assert re.search(r"s\.yaml:\d+:", answer["stderr"])
+
+
+# --- figures of merit the statistics cannot hold ------------------------------------------
+
+
+def test_foms_near_the_largest_float_fail_their_runs_and_every_reader_copes(cli):
+    argv = [PY, "-c", "import sys; print('v=' + sys.argv[1])", "{x}"]
+    text = command_study(argv, params="x: ['1.7e308', '1.79e308', '9e307', '1.5', '2.5']",
+                         options="foms: {v: 'v=(?P<value>\\S+)'}",
+                         extra="objective: {fom: v}\nbaseline: {x: '1.5'}\n"
+                               ).replace("repeats: 1", "repeats: 2")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(answer, 1)
+    rows = store_rows(Path(answer["dir"], "runs/s/tunelab.db"))
+    bad = [why for key, _, status, why in rows if "e30" in key]
+    assert len(bad) == 6 and all("is out of range" in (why or "") for why in bad), rows
+    for command in (["compare"], ["best"], ["report"], ["compare", "--format", "json"]):
+        read = cli.run({}, [*command, "runs/s"], cwd=answer["dir"])
+        assert_clean(read, 1)
+        for stream in ("stdout", "stderr"):
+            assert "inf" not in read[stream].replace("info", ""), read[stream]
+            assert "Warning" not in read[stream], read[stream]
+    assert Path(answer["dir"], "runs/s/report.html").is_file()
+
+
+def test_a_zero_spread_prints_as_zero(cli):
+    text = command_study(printing("v=0.7\n"), params="x: [1, 2]",
+                         options="foms: {v: 'v=(?P<value>\\S+)'}",
+                         extra="objective: {fom: v}\nbaseline: {x: 1}\n"
+                         ).replace("repeats: 1", "repeats: 3")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(answer, 0)
+    assert "0.7 ± 0" in answer["stdout"] and "e-1" not in answer["stdout"], answer["stdout"]
+
+
+# --- a damaged results database --------------------------------------------------------------
+
+READERS = [["status"], ["compare"], ["best"], ["export", "-o", "-"], ["export", "-f", "csv"],
+           ["report"], ["status", "--format", "json"]]
+
+
+@pytest.fixture(scope="module")
+def finished(cli) -> dict[str, str]:
+    """A finished study large enough that garbage in its middle hits more than one page:
+    20 runs, each storing a 3,000-character command line."""
+    text = command_study([*printing("v=1.5\n"), "x" * 3000], params="x: " + str(
+        list(range(10))), options="foms: {v: 'v=(?P<value>\\S+)'}",
+                         extra="objective: {fom: v}\n").replace("repeats: 1", "repeats: 2")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"], timeout_s=600)
+    assert_clean(answer, 0)
+    return {"dir": answer["dir"], "text": text}
+
+
+def _copy_study(src: str, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("offset", [0.5, 0.25, 0.9])
+def test_garbage_in_the_middle_of_the_store_is_refused_by_every_command(cli, finished,
+                                                                        tmp_path, offset):
+    study = _copy_study(finished["dir"], tmp_path / "copy")
+    db = study / "runs/s/tunelab.db"
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    size = db.stat().st_size
+    assert size > 10 * 4096, size
+    with db.open("r+b") as f:
+        f.seek(int(size * offset) - 2048)
+        f.write(os.urandom(4096))
+    before = db.read_bytes()
+    for command in [*READERS, ["run", "s.yaml", "-q"]]:
+        target = [] if command[0] == "run" else ["runs/s"]
+        answer = cli.run({}, [command[0], *target, *command[1:]], cwd=str(study))
+        assert_clean(answer, 2, "tunelab.db: the results database is damaged", ".recover")
+    assert db.read_bytes() == before  # nothing wrote to it
+
+
+def test_a_store_truncated_to_zero_bytes_is_not_a_new_study(cli, finished, tmp_path):
+    study = _copy_study(finished["dir"], tmp_path / "copy")
+    db = study / "runs/s/tunelab.db"
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    db.write_bytes(b"")
+    assert_clean(cli.run({}, ["run", "s.yaml", "-q"], cwd=str(study)), 2,
+                 "is empty (0 bytes)", "truncated")
+    assert db.stat().st_size == 0  # not made into a new, empty study
+    for command in READERS:
+        answer = cli.run({}, [command[0], "runs/s", *command[1:]], cwd=str(study))
+        assert_clean(answer, 2, "is empty (0 bytes)")
+
+
+def test_a_new_study_still_starts_in_an_empty_database_file(cli, tmp_path):
+    """A 0-byte file with no runs beside it (a controller killed while creating it) is
+    nothing lost: the study starts."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "tunelab.db").write_bytes(b"")
+    answer = cli.run({"s.yaml": command_study(ECHO)}, ["run", "s.yaml", "--dir",
+                                                       str(tmp_path / "d"), "-q"])
+    assert_clean(answer, 0)
+    conn = sqlite3.connect(tmp_path / "d" / "tunelab.db")
+    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+    conn.close()
+
+
+# --- old and misshapen study files -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("section", "fragment"), [
+    ("workload: command", "'workload' must be a mapping with the fields name, options"),
+    ("objective: pwscf_wall_s", "'objective' must be a mapping with the fields fom, direction"),
+    ("search: grid", "'search' must be a mapping with the fields strategy, seed"),
+    ("constraints: [{x: 1}]", "missing required field 'constraints.0.expr'"),
+])
+def test_old_schema_sections_are_named_by_their_shape_not_a_class(cli, section, fragment):
+    text = command_study(ECHO)
+    if section.startswith("workload"):
+        text = re.sub(r"workload: \{.*\}\}\n", section + "\n", text)
+    else:
+        text += section + "\n"
+    answer = cli.run({"s.yaml": text}, ["space", "s.yaml"])
+    assert_clean(answer, 2, f"s.yaml:{line_of(text, section.split(':')[0] + ':')}:", fragment)
+    assert not re.search(r"\b_[A-Z]\w+", answer["stderr"]), answer["stderr"]
+
+
+# --- every error names the file and the line ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "line", "fragment"), [
+    ("name: s\nworkload: {name: nosuch}\nparameters: {x: [1]}\n", 2, "unknown workload"),
+    (command_study(ECHO, extra="derived: {d: 'y + 1'}\n"), 6, "derived value 'd'"),
+    (command_study(ECHO, extra="constraints:\n  - x > 0\n  - x > 5\n"), 8, "no valid point"),
+    (command_study(ECHO, extra="constraints:\n  - y > 0\n"), 7, "constraint 'y > 0'"),
+    (command_study(ECHO, extra="derived: {d: 'round(x, -10**9)'}\n"), 6, "no valid point"),
+    (command_study(ECHO, extra="search: {strategy: hierarchical, groups: [[y]]}\n"), 6,
+     "search groups: y is not a parameter"),
+    (command_study(ECHO, params="x: [1], y: {type: int, min: 1, max: 100000}, "
+                                "z: {type: int, min: 1, max: 100000}"), 3,
+     "10,000,000,000 combinations"),
+    ("name: s\nworkload: {name: qe, options: {input: nosuch.in}}\nparameters: {np: [1]}\n", 2,
+     "nosuch.in"),
+])
+@pytest.mark.parametrize("command", [["space"], ["run", "--dry-run"]])
+def test_errors_found_while_the_study_is_prepared_name_file_and_line(cli, text, line, fragment,
+                                                                     command):
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, fragment)
+    assert re.search(rf"s\.yaml:{line}: ", answer["stderr"]), answer["stderr"]
+
+
+def test_a_missing_program_names_file_and_line_at_run(cli):
+    text = command_study(["no-such-program-here", "{x}"])
+    assert_clean(cli.run({"s.yaml": text}, ["run", "s.yaml"]), 2, "s.yaml:2:",
+                 "'no-such-program-here' not found")
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    (command_study(ECHO, extra="# a comment\n1: 2\n"), "1: 2"),
+    (command_study(ECHO, extra="yes: 2\n"), "yes: 2"),
+    ("name: s\nworkload: {name: command, options: {argv: [echo]}}\nparameters:\n  x: [1]\n"
+     "  on: [2]\n", "on:"),
+    ("name: s\nworkload: {name: command, options: {argv: [echo]}}\nparameters:\n  x: [1]\n"
+     "  3: [2]\n", "3:"),
+    (command_study(ECHO).replace("repeats: 1", "repeats: !!int 'abc'"), "!!int"),
+    (command_study(ECHO).replace("repeats: 1", "repeats: !!timestamp 'x'"), "!!timestamp"),
+    (command_study(ECHO, extra="noise_threshold: !!float 'abc'\n"), "!!float"),
+    ("o: &o {fom: v, direction: up}\n" + command_study(ECHO, extra="objective:\n  <<: *o\n"),
+     "direction: up"),
+    (command_study(ECHO, extra='description: "a\x01b"\n'), "description"),
+    (command_study(ECHO, params="").replace("parameters: {}", "# none\nparameters: {}"),
+     "parameters: {}"),
+    (command_study(ECHO, extra="baseline: {x: null}\n"), "baseline"),
+    (command_study(ECHO, extra="baseline:\n  x: [1, 2]\n"), "x: [1, 2]"),
+])
+def test_yaml_errors_name_the_line_of_the_fault(cli, text, fragment):
+    answer = cli.run({"s.yaml": text}, ["space", "s.yaml"])
+    assert_clean(answer, 2)
+    assert re.search(rf"s\.yaml:{line_of(text, fragment)}: ", answer["stderr"]), (
+        text, answer["stderr"])
