@@ -15,9 +15,10 @@ Every round runs, one after the other (so a busy moment of the machine hits ever
    once (an all-to-all exchange of one message per peer, every exchange timed after a
    barrier as the merge times its own), and ``ucx_perftest -t tag_bw`` (one way, UCX alone).
 
-It prints medians over the rounds: throughput and bandwidth per row, each bandwidth as a
-fraction of its own bound (the MPI rows of the both-ways bound over the same PML, the others
-of the best one-way bound), and the ratios of the targets: MPI exchange / both-ways bound
+The bounds of a stack are measured right after the merge run over that stack, so the two
+see the same moment of a shared machine. It prints medians over the rounds: throughput and
+bandwidth per row, each bandwidth as a fraction of its own bound (the mpi and tcp rows of
+the both-ways bound of their stack, the others of the best one-way bound), and the ratios of the targets: MPI exchange / both-ways bound
 (also per round, each ratio of one round's run and bound), beside the old ratio to the
 one-way ping-pong, the transfer part of the exchange (after every peer arrived) / both-ways
 bound, and merge throughput / dask-cuda's. The CPU model and load average are printed
@@ -162,6 +163,10 @@ def link_bounds(size: int, stack: str) -> dict[str, float]:
     return {r.pattern: statistics.median(r.samples) for r in run.results}
 
 
+_STACKS = {"tunelab mpi ob1": "mpi-ob1", "tunelab mpi ucx": "mpi-ucx", "tunelab tcp": "tcp"}
+"""The link stack of each row the both-ways bound judges, measured right after its run."""
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -225,20 +230,23 @@ def main() -> None:
                 bw.setdefault(label, []).append(res["bandwidth"])
                 if "bandwidth_transfer" in res:
                     transfer.setdefault(label, []).append(res["bandwidth_transfer"])
+            stack = _STACKS.get(label)
+            if stack and res:  # the bound of its own stack, right after the run it judges
+                limits = link_bounds(msg, stack)
+                prefix = "TCP" if stack == "tcp" else "MPI"
+                for pattern, name in (("oneway", "one way"), ("alltoall", "both ways")):
+                    if pattern in limits:
+                        bw.setdefault(f"{prefix} {name} {stack[-3:]}", []).append(
+                            limits[pattern])
         print(f"  round {r + 1}: dask-cuda local_cudf_merge -t cpu …", flush=True)
         dc = dask_cuda_run(dc_py, args)
         if dc:
             tp.setdefault("dask-cuda merge (cpu)", []).append(dc["throughput"])
             bw.setdefault("dask-cuda merge (cpu)", []).append(dc["bandwidth"])
-        print(f"  round {r + 1}: link bounds …", flush=True)
+        print(f"  round {r + 1}: ucx_perftest …", flush=True)
         value = ucx_perftest(msg)
         if value:
             bw.setdefault("ucx_perftest tag_bw", []).append(value)
-        for stack, prefix in (("mpi-ob1", "MPI"), ("mpi-ucx", "MPI"), ("tcp", "TCP")):
-            limits = link_bounds(msg, stack)
-            for pattern, name in (("oneway", "one way"), ("alltoall", "both ways")):
-                if pattern in limits:
-                    bw.setdefault(f"{prefix} {name} {stack[-3:]}", []).append(limits[pattern])
 
     def fmt(v: float | None) -> str:
         return "—" if v is None else f"{v / MiB:10.1f}"
