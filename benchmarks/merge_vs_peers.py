@@ -18,11 +18,12 @@ Every round runs, one after the other (so a busy moment of the machine hits ever
 The bounds of a stack are measured right after the merge run over that stack, so the two
 see the same moment of a shared machine. It prints medians over the rounds: throughput and
 bandwidth per row, each bandwidth as a fraction of its own bound (the mpi and tcp rows of
-the both-ways bound of their stack, the others of the best one-way bound), and the ratios of the targets: MPI exchange / both-ways bound
-(also per round, each ratio of one round's run and bound), beside the old ratio to the
-one-way ping-pong, the transfer part of the exchange (after every peer arrived) / both-ways
-bound, and merge throughput / dask-cuda's. The CPU model and load average are printed
-with them: compare ratios measured on different machines, never raw rates.
+the both-ways bound of their stack, the others of the best one-way bound), and the ratios
+of the targets: exchange / both-ways bound (also per round, each ratio of one round's run
+and bound), beside the old ratio to the one-way ping-pong, the transfer part of the
+exchange (after every peer arrived) / both-ways bound, and merge throughput / dask-cuda's.
+The CPU model and load average are printed with them: compare ratios measured on different
+machines, never raw rates.
 
     python benchmarks/merge_vs_peers.py --chunk-size 1000000 --iterations 5 --rounds 3 \
         --ucxx-python ~/.cache/tunelab/ucx-venv/bin/python \
