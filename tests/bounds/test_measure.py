@@ -17,7 +17,7 @@ from tunelab.errors import TunelabError
 def test_gemm_and_triad_give_positive_rates_with_their_method():
     g = gemm_rates("fp32", n=128, threads=1, repeats=3, seconds=5)
     assert len(g.samples) == 3 and all(s > 0 for s in g.samples)
-    assert "128^3 fp32" in g.method and "1 threads" in g.method
+    assert "128^3 fp32" in g.method and "1 thread" in g.method
     t = triad_rates(elements=1 << 16, threads=1, repeats=4, seconds=5)
     assert len(t.samples) == 4 and all(s > 0 for s in t.samples)
     assert "65,536 float64" in t.method

@@ -40,6 +40,10 @@ def cpu_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _threads(n: int) -> str:
+    return f"{n} thread{'' if n == 1 else 's'}"
+
+
 def _torch() -> Any:
     try:
         import torch
@@ -101,7 +105,7 @@ def gemm_rates(precision: str, *, n: int, device: str = "cpu", threads: int | No
 
     samples = [flops / s for s in _timed_samples(step, repeats, seconds)]
     return Rates(tuple(samples), f"torch.matmul {n}^3 {precision}, "
-                                 f"{torch.get_num_threads()} threads")
+                                 f"{_threads(torch.get_num_threads())}")
 
 
 def _cuda_gemm(torch: Any, precision: str, n: int, flops: float, repeats: int,
@@ -178,7 +182,7 @@ def triad_rates(*, elements: int, device: str = "cpu", threads: int | None = Non
         return time.perf_counter() - t
 
     samples = [moved / s for s in _timed_samples(step, repeats, seconds)]
-    who = f"{torch.get_num_threads()} threads" if device == "cpu" else device
+    who = _threads(torch.get_num_threads()) if device == "cpu" else device
     return Rates(tuple(samples), f"triad a = b + 3c, {elements:,} float64 "
                                  f"({moved / 2**20:,.0f} MiB a pass), torch.add, {who}")
 

@@ -116,10 +116,10 @@ def bound_label(bound: Bound) -> str:
     """The bound in words: ``link mpi-ucx all-to-all, 2 ranks, 3.81 MiB``."""
     v = bound.variant
     if bound.kind == "gemm":
-        where = f", {v['threads']} threads" if "threads" in v else f" on {v.get('device')}"
+        where = f", {_threads(v['threads'])}" if "threads" in v else f" on {v.get('device')}"
         return f"{v.get('precision')} GEMM{where}"
     if bound.kind == "memory":
-        where = f", {v['threads']} threads" if "threads" in v else f" on {v.get('device')}"
+        where = f", {_threads(v['threads'])}" if "threads" in v else f" on {v.get('device')}"
         return f"memory triad{where}"
     if bound.kind == "link":
         pattern = {"alltoall": "all-to-all", "bothways": "both ways",
@@ -128,6 +128,10 @@ def bound_label(bound: Bound) -> str:
         return (f"link {v.get('stack')} {pattern}, {v.get('ranks')} ranks{nodes}, "
                 f"{_show('message_bytes', v.get('message_bytes', 0))}")
     return f"storage {v.get('cache')} read of {v.get('directory')}"
+
+
+def _threads(n: Any) -> str:
+    return f"{n} thread{'' if str(n) == '1' else 's'}"
 
 
 def headroom_word(fraction: float) -> str:

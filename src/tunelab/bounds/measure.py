@@ -115,14 +115,15 @@ def _gemm(plan: Plan, say: Progress, notes: list[str]) -> list[Bound]:
         fp32 = None
         for precision in wanted:
             say(f"gemm {precision} {plan.gemm_n}^3 on {plan.device}"
-                + (f", {threads} threads" if threads else ""))
+                + (f", {threads} thread{'s' * (threads != 1)}" if threads else ""))
             r = gemm_rates(precision, n=plan.gemm_n, device=plan.device, threads=threads or None,
                            repeats=plan.gemm_repeats, seconds=plan.seconds_per_step)
             value = median_of(r.samples)
             if precision == "fp32":
                 fp32 = value
             elif precision == "bf16" and plan.device == "cpu" and fp32 and value < fp32:
-                notes.append(f"bf16 left out ({threads} threads): {value / 1e9:,.1f} GFLOP/s, "
+                notes.append(f"bf16 left out ({threads} thread{'s' * (threads != 1)}): "
+                             f"{value / 1e9:,.1f} GFLOP/s, "
                              f"slower than fp32's {fp32 / 1e9:,.1f}")
                 continue
             variant: dict[str, Any] = {"precision": precision, "device": plan.device}
@@ -137,7 +138,8 @@ def _memory(plan: Plan, say: Progress) -> list[Bound]:
 
     out = []
     for threads in plan.threads if plan.device == "cpu" else (0,):
-        say(f"memory triad on {plan.device}" + (f", {threads} threads" if threads else ""))
+        say(f"memory triad on {plan.device}"
+            + (f", {threads} thread{'s' * (threads != 1)}" if threads else ""))
         r = triad_rates(elements=plan.triad_elements, device=plan.device,
                         threads=threads or None, repeats=20 if plan.quick else 40,
                         seconds=plan.seconds_per_step / 2)
