@@ -9,14 +9,21 @@ Every round runs, one after the other (so a busy moment of the machine hits ever
 2. dask-cuda's ``local_cudf_merge -t cpu`` against a local Dask cluster started with the
    ``dask scheduler`` / ``dask worker`` command lines (dask-cuda's own cluster needs a GPU);
    skipped with a message when dask-cuda does not import;
-3. the link's upper bound at the size of one exchanged message (one column of one partition,
-   8 bytes x rows for that worker): ``ucx_perftest -t tag_bw`` and an mpi4py ping-pong (ob1
-   and UCX PML).
+3. the link's limits at the size of one exchanged message (one column of one partition,
+   8 bytes x rows for that worker), measured by ``tunelab bounds``' own link probes over the
+   same stack (ob1, the UCX PML, plain TCP sockets): one way (a ping-pong) and both ways at
+   once (an all-to-all exchange of one message per peer, every exchange timed after a
+   barrier as the merge times its own), and ``ucx_perftest -t tag_bw`` (one way, UCX alone).
 
-It prints medians over the rounds: throughput and bandwidth per row, each bandwidth as a
-fraction of its own bound (the MPI rows of the ping-pong over the same PML, the others of
-the best bound), and the ratios of the targets: MPI exchange / MPI ping-pong and merge
-throughput / dask-cuda's.
+The bounds of a stack are measured right after the merge run over that stack, so the two
+see the same moment of a shared machine. It prints medians over the rounds: throughput and
+bandwidth per row, each bandwidth as a fraction of its own bound (the mpi and tcp rows of
+the both-ways bound of their stack, the others of the best one-way bound), and the ratios
+of the targets: exchange / both-ways bound (also per round, each ratio of one round's run
+and bound), beside the old ratio to the one-way ping-pong, the transfer part of the
+exchange (after every peer arrived) / both-ways bound, and merge throughput / dask-cuda's.
+The CPU model and load average are printed with them: compare ratios measured on different
+machines, never raw rates.
 
     python benchmarks/merge_vs_peers.py --chunk-size 1000000 --iterations 5 --rounds 3 \
         --ucxx-python ~/.cache/tunelab/ucx-venv/bin/python \
@@ -135,46 +142,40 @@ def ucx_perftest(size: int) -> float | None:
     return float(m.group(1)) * MiB if m else None
 
 
-PINGPONG = """
-import sys, time
-import numpy as np
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-size, iters = int(sys.argv[1]), int(sys.argv[2])
-buf = np.zeros(size, dtype=np.uint8)
-other = 1 - comm.rank
-for phase in ("warm", "timed"):
-    n = 3 if phase == "warm" else iters
-    comm.Barrier()
-    t = time.perf_counter()
-    for _ in range(n):
-        if comm.rank == 0:
-            comm.Send(buf, dest=other); comm.Recv(buf, source=other)
-        else:
-            comm.Recv(buf, source=other); comm.Send(buf, dest=other)
-    elapsed = time.perf_counter() - t
-if comm.rank == 0:
-    print(2 * size * iters / elapsed)
-"""
-
-
-def mpi_pingpong(size: int, pml: str) -> float | None:
-    """One-direction bandwidth of an mpi4py ping-pong between two ranks, bytes/s."""
-    if shutil.which("mpirun") is None:
+def link_bounds(size: int, stack: str) -> dict[str, float]:
+    """The link's limits over one stack (``mpi-ob1``, ``mpi-ucx``, ``tcp``) at one message
+    size, by the code of ``tunelab bounds`` (:mod:`tunelab.bounds.link`): one way (a
+    ping-pong) and both ways at once (an all-to-all of one message per peer, each exchange
+    timed on its own after a barrier, as the merge times its exchange), bytes/s per rank,
+    medians of 5 blocks."""
+    if stack != "tcp" and shutil.which("mpirun") is None:
         print("  - mpirun not installed; skipped")
-        return None
-    from tunelab.cluster.mpi import mpirun_argv
+        return {}
+    sys.path.insert(0, str(SRC))
+    from tunelab.bounds.link import link_rates
+    from tunelab.errors import TunelabError
 
-    env = {"OMPI_MCA_pml": pml}
-    if pml == "ucx":
-        env.update(OMPI_MCA_pml_ucx_tls="any", OMPI_MCA_pml_ucx_devices="any")
-    argv = mpirun_argv(2) + [sys.executable, "-c", PINGPONG, str(size), "50"]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(env), timeout=300)
     try:
-        return float(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        print(f"  ! MPI ping-pong ({pml}) failed: {proc.stderr.strip()[-300:]}")
-        return None
+        run = link_rates(stack, patterns=["oneway", "alltoall"], sizes=[size], ranks=2,
+                         repeats=5, block_bytes=256 << 20)
+    except TunelabError as exc:
+        print(f"  ! link bounds ({stack}) failed: {exc}")
+        return {}
+    return {r.pattern: statistics.median(r.samples) for r in run.results}
+
+
+_STACKS = {"tunelab mpi ob1": "mpi-ob1", "tunelab mpi ucx": "mpi-ucx", "tunelab tcp": "tcp"}
+"""The link stack of each row the both-ways bound judges, measured right after its run."""
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 def _med(values: list[float]) -> float | None:
@@ -203,8 +204,8 @@ def main() -> None:
     msg = 8 * c // n  # bytes of one exchanged message: one int64 column of one partition
     print(f"merge_vs_peers: {n} workers, {c} rows per chunk, {args.iterations} timed "
           f"iterations x {args.rounds} rounds, exchanged message ~{msg / MiB:.2f} MiB "
-          f"(one column of one partition), {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.2f}")
+          f"(one column of one partition), {_cpu_model()}, {os.cpu_count()} cores, load "
+          f"average {os.getloadavg()[0]:.2f}")
     plan: list[tuple[str, str, list[str], dict[str, str] | None, str, Path]] = [
         ("tunelab tcp", "tcp", [], None, py, SRC),
         ("tunelab mpi ob1", "mpi", ["--mpi-pml", "ob1"], None, py, SRC),
@@ -220,6 +221,7 @@ def main() -> None:
                  for label, t, e, env, p, _ in plan if t in ("tcp", "mpi")]
     tp: dict[str, list[float]] = {}
     bw: dict[str, list[float]] = {}
+    transfer: dict[str, list[float]] = {}
     for r in range(args.rounds):
         for label, transport, extra, env, python, src in plan:
             print(f"  round {r + 1}: {label} …", flush=True)
@@ -227,29 +229,41 @@ def main() -> None:
             if res:
                 tp.setdefault(label, []).append(res["throughput"])
                 bw.setdefault(label, []).append(res["bandwidth"])
+                if "bandwidth_transfer" in res:
+                    transfer.setdefault(label, []).append(res["bandwidth_transfer"])
+            stack = _STACKS.get(label)
+            if stack and res:  # the bound of its own stack, right after the run it judges
+                limits = link_bounds(msg, stack)
+                prefix = "TCP" if stack == "tcp" else "MPI"
+                for pattern, name in (("oneway", "one way"), ("alltoall", "both ways")):
+                    if pattern in limits:
+                        bw.setdefault(f"{prefix} {name} {stack[-3:]}", []).append(
+                            limits[pattern])
         print(f"  round {r + 1}: dask-cuda local_cudf_merge -t cpu …", flush=True)
         dc = dask_cuda_run(dc_py, args)
         if dc:
             tp.setdefault("dask-cuda merge (cpu)", []).append(dc["throughput"])
             bw.setdefault("dask-cuda merge (cpu)", []).append(dc["bandwidth"])
-        print(f"  round {r + 1}: link bounds …", flush=True)
-        for label, value in (("ucx_perftest tag_bw", ucx_perftest(msg)),
-                             ("MPI ping-pong ob1", mpi_pingpong(msg, "ob1")),
-                             ("MPI ping-pong ucx", mpi_pingpong(msg, "ucx"))):
-            if value:
-                bw.setdefault(label, []).append(value)
+        print(f"  round {r + 1}: ucx_perftest …", flush=True)
+        value = ucx_perftest(msg)
+        if value:
+            bw.setdefault("ucx_perftest tag_bw", []).append(value)
 
     def fmt(v: float | None) -> str:
         return "—" if v is None else f"{v / MiB:10.1f}"
 
-    bounds = {k: _med(bw.get(k, [])) for k in ("ucx_perftest tag_bw", "MPI ping-pong ob1",
-                                                "MPI ping-pong ucx")}
-    best_bound = max((v for v in bounds.values() if v), default=None)
+    bound_names = ("ucx_perftest tag_bw", "MPI one way ob1", "MPI both ways ob1",
+                   "MPI one way ucx", "MPI both ways ucx", "TCP one way tcp",
+                   "TCP both ways tcp")
+    bounds = {k: _med(bw.get(k, [])) for k in bound_names}
+    best_bound = max((v for k, v in bounds.items() if v and "both" not in k), default=None)
 
-    def bound_of(label: str) -> float | None:
+    def bound_of(label: str, kind: str = "both ways") -> float | None:
         for pml in ("ob1", "ucx"):
             if label.endswith(f"mpi {pml}"):
-                return bounds[f"MPI ping-pong {pml}"]
+                return bounds[f"MPI {kind} {pml}"]
+        if label.endswith(" tcp") and "dask" not in label:
+            return bounds[f"TCP {kind} tcp"]
         return best_bound
 
     print(f"  load average at the end {os.getloadavg()[0]:.2f} (other work on the machine "
@@ -267,11 +281,22 @@ def main() -> None:
         print(f"{label:<26} {fmt(t):>17} {fmt(b):>16} {share}  {runs}")
     print("-" * 100)
     dcuda = _med(tp.get("dask-cuda merge (cpu)", []))
-    for label in ("tunelab mpi ob1", "tunelab mpi ucx"):
-        b, pp = _med(bw.get(label, [])), bound_of(label)
-        if b and pp:
-            print(f"bandwidth {label} / MPI ping-pong {label[-3:]}: {b / pp:5.2f} "
-                  f"(target >= 0.70: {'met' if b >= 0.7 * pp else 'MISSED'})")
+    for label in ("tunelab mpi ob1", "tunelab mpi ucx", "tunelab tcp"):
+        pml = label[-3:]
+        b, both, one = _med(bw.get(label, [])), bound_of(label), bound_of(label, "one way")
+        if not (b and both):
+            continue
+        stack = "TCP" if pml == "tcp" else "MPI"
+        rounds = [x / y for x, y in zip(bw.get(label, []),
+                                        bw.get(f"{stack} both ways {pml}", []), strict=False)]
+        print(f"bandwidth {label} / {stack} both-ways bound {pml}: {b / both:5.2f} "
+              f"(target >= 0.70: {'met' if b >= 0.7 * both else 'MISSED'}; per round "
+              f"{', '.join(f'{x:.2f}' for x in rounds)})"
+              + (f"; / one-way ping-pong {pml}: {b / one:5.2f}" if one else ""))
+        t = _med(transfer.get(label, []))
+        if t:
+            print(f"  its transfer (after every peer arrived) / {stack} both-ways bound {pml}: "
+                  f"{t / both:5.2f}; the rest of the exchange waited for the slower peer")
     if dcuda:
         for label in [p[0] for p in plan if p[0].startswith("tunelab")]:
             t = _med(tp.get(label, []))

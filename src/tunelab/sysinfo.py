@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
 import re
@@ -15,7 +17,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["snapshot"]
+__all__ = ["fingerprint", "machine_identity", "snapshot"]
 
 KEY_PACKAGES = ("tunelab", "numpy", "scipy", "pandas", "torch", "mpi4py", "dask",
                 "distributed", "ucxx", "optuna")
@@ -80,3 +82,22 @@ def snapshot(extra_tools: Mapping[str, Sequence[str]] | None = None) -> dict[str
         "tools": tool_versions,
         "loadavg": list(os.getloadavg()),
     }
+
+
+def machine_identity(snap: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a :func:`snapshot` that name the machine itself (host, CPU model, cores,
+    memory, GPU), without what changes from run to run (load, versions)."""
+    gpu = str((snap.get("tools") or {}).get("nvidia-smi") or "").split(",")[0].strip()
+    memory = snap.get("memory_gib")
+    return {"host": snap.get("host"), "cpu_model": snap.get("cpu_model"),
+            "logical_cores": snap.get("logical_cores"),
+            "physical_cores": snap.get("physical_cores"),
+            "memory_gib": round(float(memory)) if isinstance(memory, int | float) else None,
+            "gpu": gpu or None}
+
+
+def fingerprint(snap: Mapping[str, Any]) -> str:
+    """A short stable name of the machine a :func:`snapshot` was taken on (12 hex digits of
+    the hash of :func:`machine_identity`): the key of its measured bounds."""
+    text = json.dumps(machine_identity(snap), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -15,6 +15,11 @@ Rules for implementers:
 * ``invariants`` name FOMs that must agree across all runs of a study (for example the total
   energy of a pw.x input); a run whose value differs from the study's reference by more than
   the tolerance is recorded as ``invalid``.
+* ``work`` (a classmethod, optional) declares what one run did against the machine's limits
+  (:class:`Work`: FLOPs at a precision, bytes exchanged between ranks, bytes read from a
+  directory, bytes moved through memory), from the study's options, the point's values and
+  the run's FOMs; the reports divide each rate by the bound ``tunelab bounds`` measured on
+  the machine (the fraction of bound). A workload that declares nothing gets no such column.
 * Workload classes are registered through the entry-point group ``tunelab.workloads``
   (``name = "package.module:Class"``). A plugin that fails to import is skipped with a warning
   and listed with the reason by ``tunelab workloads``; asking for it by name raises that reason.
@@ -43,8 +48,9 @@ from tunelab.errors import WorkloadError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ENTRY_POINT_GROUP", "Command", "Needs", "Objective", "RunContext", "Workload",
-           "WorkloadOptions", "available_workloads", "get_workload", "last_json_object"]
+__all__ = ["ENTRY_POINT_GROUP", "WORK_KINDS", "Command", "Needs", "Objective", "RunContext",
+           "Work", "Workload", "WorkloadOptions", "available_workloads", "get_workload",
+           "last_json_object"]
 
 Direction = Literal["minimize", "maximize"]
 
@@ -107,6 +113,30 @@ class RunContext:
     cores: int
     repeat: int = 0
     placement: Placement = field(default_factory=Placement)
+
+
+WORK_KINDS = ("gemm", "memory", "link", "storage")
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one run did against one kind of machine limit (see :mod:`tunelab.bounds`).
+
+    ``kind``: ``gemm`` (arithmetic, ``rate`` in FLOP/s), ``memory`` (bytes/s through main
+    memory), ``link`` (bytes/s one rank sent to others), ``storage`` (bytes/s read).
+    ``variant`` picks the bound among those measured: gemm ``precision`` (``fp32``,
+    ``bf16``, ``fp16``, ``tf32``), ``device``, ``threads``; link ``stack`` (``mpi-ob1``,
+    ``mpi-ucx``), ``pattern`` (``alltoall``, ``bothways``, ``oneway``), ``ranks``,
+    ``message_bytes``; storage ``directory``, ``cache`` (``cold``/``warm``); memory
+    ``threads``. ``amount`` is the work of one run (FLOPs or bytes; None when unknown),
+    which a roofline plot needs; ``what`` names it in words ("training FLOP/s").
+    """
+
+    kind: str
+    rate: float
+    variant: Mapping[str, Any] = field(default_factory=dict)
+    amount: float | None = None
+    what: str = ""
 
 
 _MAX_RANKS = 1_000_000
@@ -264,6 +294,18 @@ class Workload(ABC):
 
         ``runs`` is the store's runs table (``Store.runs_frame``); ``best`` and ``baseline``
         are point keys. Return the paths written into ``out_dir``.
+        """
+        return []
+
+    @classmethod
+    def work(cls, options: Mapping[str, Any], values: Mapping[str, Any],
+             foms: Mapping[str, float]) -> list[Work]:
+        """What one run did against the machine's limits (none by default).
+
+        ``options`` are the study's workload options with the defaults filled in,
+        ``values`` the point's parameters, ``foms`` one ok run's figures of merit (without
+        the ``fom.`` prefix). Return one :class:`Work` per limit the run leans on; leave out
+        what cannot be told from these (a missing FOM): the reports then say nothing of it.
         """
         return []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -70,6 +71,31 @@ def test_iteration_stats_by_hand() -> None:
     w0 = (600 / 0.25 + 400 / 0.25) / 2
     w1 = (1000 / 0.1 + 2000 / 0.4) / 2
     assert s.bandwidth_lr == pytest.approx(2 / (1 / w0 + 1 / w1))
+
+
+def test_the_transfer_is_the_exchange_less_the_wait_for_the_peers() -> None:
+    from dataclasses import replace
+
+    from tunelab.bench.merge.config import MergeConfig
+    from tunelab.bench.merge.report import fom_line
+
+    records = [  # worker 0 waited 0.2 s of its 0.25 s left phase for worker 1 to arrive
+        replace(rec(0, 0, wall=0.5, tl=0.25, tr=0.25, bl=600, br=400), sync_left_s=0.2,
+                sync_right_s=0.05),
+        replace(rec(1, 0, wall=0.5, tl=0.1, tr=0.4, bl=1000, br=2000), sync_left_s=0.0,
+                sync_right_s=0.0),
+    ]
+    s = iteration_stats(records, chunk_size=10)
+    assert s.bandwidth == pytest.approx(3000.0)                      # the seed's figure
+    assert s.bandwidth_transfer == pytest.approx(2 / (0.25 / 1000 + 0.5 / 3000))
+    assert s.sync_s == pytest.approx(0.25)
+    summary = summarize([s], workers=2, chunk_size=10)
+    line = json.loads(fom_line(MergeConfig(), summary))
+    assert line["bandwidth_transfer"] == pytest.approx(s.bandwidth_transfer)
+    untimed = iteration_stats([rec(0, 0, 0.5, 0.2, 0.2, 10, 10)], chunk_size=10)
+    assert math.isnan(untimed.bandwidth_transfer)  # Dask: no count swap to time
+    assert "bandwidth_transfer" not in json.loads(
+        fom_line(MergeConfig(), summarize([untimed], workers=1, chunk_size=10)))
 
 
 def test_summary_excludes_warmup_and_uses_sample_std() -> None:

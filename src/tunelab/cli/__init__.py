@@ -17,7 +17,7 @@ import sys
 
 import typer
 
-from tunelab.cli import catalog, results, study
+from tunelab.cli import bounds, catalog, results, study
 from tunelab.cli.common import Interrupted, app, ignore_further_signals
 from tunelab.cli.pipes import ReaderLeft, guard_stdout, silence_stdout
 from tunelab.errors import TunelabError, interrupted
@@ -27,7 +27,7 @@ __all__ = ["app", "main"]
 
 COMMANDS = (study.run, study.status, study.space, results.compare, results.best,
             results.report, results.script, results.combine, results.replay, results.export,
-            catalog.workloads, catalog.init)
+            bounds.bounds, catalog.workloads, catalog.init)
 """The commands of ``app``, in the order ``tunelab --help`` lists them."""
 for _command in COMMANDS:
     app.command()(_command)

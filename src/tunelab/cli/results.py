@@ -40,6 +40,7 @@ def compare(
     With one directory, every point against the study's baseline; with two (or
     --baseline-study), the second study against the first, point by point.
     """
+    from tunelab.report.headroom import with_headroom
     from tunelab.report.results import load_results
     from tunelab.report.views import compare_view, cross_compare_view, with_storage
 
@@ -50,7 +51,7 @@ def compare(
         directories = [baseline_study, *directories]
     if len(directories) == 1:
         results = load_results(directories[0], exclude_disturbed=exclude_disturbed)
-        emit(with_storage(compare_view(results), results.runs), fmt)
+        emit(with_headroom(with_storage(compare_view(results), results.runs), results), fmt)
         exit_if_failed(status_counts(results), f"study {results.name!r}")
         return
     a, b = (load_results(d, exclude_disturbed=exclude_disturbed) for d in directories)
@@ -65,6 +66,7 @@ def compare(
 def best(directory: DirArg, exclude_disturbed: ExcludeDisturbedOpt = False,
          fmt: FormatOpt = OutputFormat.text) -> None:
     """The best point, and how sure we are that it beats the runner-up."""
+    from tunelab.report.headroom import with_best_headroom
     from tunelab.report.results import load_results
     from tunelab.report.views import best_view
     from tunelab.stats import StatsError
@@ -74,7 +76,7 @@ def best(directory: DirArg, exclude_disturbed: ExcludeDisturbedOpt = False,
         winner, problem = results.best_result(), ""
     except StatsError as exc:
         winner, problem = None, str(exc)
-    emit(best_view(results, winner, problem), fmt)
+    emit(with_best_headroom(best_view(results, winner, problem), results, winner), fmt)
     exit_if_failed(status_counts(results), f"study {results.name!r}")
 
 

@@ -31,7 +31,7 @@ from torch import nn
 
 from tunelab.leopard.errors import LeopardError
 
-__all__ = ["Architecture", "LeopardUNet", "count_parameters"]
+__all__ = ["Architecture", "LeopardUNet", "count_parameters", "flops_per_window"]
 
 BN_MOMENTUM = 0.01  # PyTorch convention; Keras momentum 0.99
 BN_EPS = 1e-3
@@ -264,3 +264,22 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     )
     return {"trainable": trainable, "non_trainable": frozen + stats,
             "total": trainable + frozen + stats}
+
+
+def flops_per_window(arch: Architecture, window: int, *, train: bool = True) -> float:
+    """FLOPs one window costs: forward and backward (``train``) or forward alone, counted by
+    ``torch.utils.flop_counter`` from the model's shapes on the meta device (nothing is
+    computed; about 1.0 GFLOP forward and 3.0 with backward at the defaults and 10,240 bp)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = 2  # BatchNorm in training mode needs more than one value per channel
+    with torch.device("meta"):
+        model = LeopardUNet(arch).train(train)
+        x = torch.empty(batch, arch.in_channels, window)
+    with FlopCounterMode(display=False) as counter:
+        if train:
+            model(x).sum().backward()
+        else:
+            with torch.no_grad():
+                model(x)
+    return counter.get_total_flops() / batch

@@ -92,6 +92,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     import torch
 
     from tunelab.leopard.metrics import MetricState
+    from tunelab.leopard.model import flops_per_window
 
     wall0 = time.perf_counter()
     ctx = D.init(cfg.device)
@@ -256,6 +257,10 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             "lr_effective": lr_target,
             "global_batch": float(gb),
             "window": float(window),
+            # the work of a window and the arithmetic it ran in, for the fraction of bound
+            "flops_per_window": flops_per_window(arch, window),
+            "cuda": float(cuda), "amp": float(st.amp),
+            "amp_bf16": float(st.amp and st.amp_dtype == torch.bfloat16),
         })
         if ctx.is_main:
             _write_results(out, cfg, arch.to_dict(), counts, val, test, foms, history,

@@ -69,6 +69,11 @@ def write_report(results: StudyResults, path: str | Path, *,
             f"{fom} of every run, one row per point in the table's order: each dot is a run, "
             "the box spans the middle half of a point's runs and its line is the median.")))
     images.extend(_workload_plots(results, path, best_result))
+    from tunelab.report.headroom import headroom_report
+
+    lines, figure = headroom_report(results, best_result, path)  # every point beside its limit
+    notes += lines
+    images += [figure] if figure else []
     return write_html_report(
         path,
         title=f"tunelab: {results.name}",

@@ -9,6 +9,11 @@ Options::
     json_line: true        # also read the last JSON object line of stdout as FOMs
     env: {OMP_PROC_BIND: close}                         # fixed extra environment
     cwd: null              # working directory (default: the run's own directory)
+    work:                  # what one run does, for the fraction of the machine's bounds
+      flops: "2 * n**3 * reps"       # FLOPs (expressions over parameters and FOMs)
+      bytes_moved: "12 * n**2 * reps"  # bytes through main memory
+      seconds: kernel_s              # the time the work takes (default: wall_s)
+      precision: fp32                # of the FLOPs: fp32, bf16, fp16, tf32
 
 The wall time the engine measured is always recorded as the FOM ``wall_s``.
 
@@ -23,28 +28,71 @@ backtracks catastrophically fails the run instead of hanging the study.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import string
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import regex
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tunelab.errors import ParseError, WorkloadError
+from tunelab.expr import Expression, ExpressionError
 from tunelab.limits import LIMITS
 from tunelab.workload import (
     Command,
     RunContext,
+    Work,
     Workload,
     WorkloadOptions,
     last_json_object,
 )
 from tunelab.workloads.regexsize import expanded_size
 
-__all__ = ["CommandOptions", "CommandWorkload", "read_json_foms"]
+__all__ = ["CommandOptions", "CommandWork", "CommandWorkload", "read_json_foms"]
+
+_AMOUNTS = {"flops": "gemm", "bytes_moved": "memory", "bytes_exchanged": "link",
+            "bytes_read": "storage"}
+_WORDS = {"gemm": "FLOP/s", "memory": "memory bytes/s", "link": "bytes/s sent to other ranks",
+          "storage": "bytes/s read"}
+
+
+class CommandWork(BaseModel):
+    """What one run of a ``command`` workload does (``workload.options.work``): amounts as
+    expressions over the point's parameters and the run's FOMs, the seconds they take
+    (default the FOM ``wall_s``), and what picks the bound (precision, threads; stack,
+    pattern, ranks, message size; directory, cache)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flops: str | None = None
+    bytes_moved: str | None = None
+    bytes_exchanged: str | None = None
+    bytes_read: str | None = None
+    seconds: str = "wall_s"
+    precision: Literal["fp32", "bf16", "fp16", "tf32"] = "fp32"
+    threads: str | None = None
+    stack: str | None = None
+    pattern: Literal["alltoall", "bothways", "oneway"] = "alltoall"
+    ranks: str | None = None
+    message_bytes: str | None = None
+    directory: str | None = None
+    cache: Literal["cold", "warm"] = "cold"
+
+    @field_validator("flops", "bytes_moved", "bytes_exchanged", "bytes_read", "seconds",
+                     "threads", "ranks", "message_bytes")
+    @classmethod
+    def _expression(cls, source: str | None) -> str | None:
+        if source is not None:
+            try:
+                Expression.parse(str(source))
+            except ExpressionError as exc:
+                raise ValueError(str(exc)) from None
+        return source
 
 
 class CommandOptions(WorkloadOptions):
@@ -55,6 +103,7 @@ class CommandOptions(WorkloadOptions):
     json_line: bool = False
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
+    work: CommandWork | None = None
 
     @field_validator("argv")
     @classmethod
@@ -199,6 +248,51 @@ class CommandWorkload(Workload):
                 raise WorkloadError(f"workload 'command': argv[{index}] {arg!r} cannot format "
                                     f"these values: {exc}") from None
         return Command(argv=tuple(argv), env=dict(self.options.env), cwd=self._cwd(ctx.run_dir))
+
+    @classmethod
+    def work(cls, options: Mapping[str, Any], values: Mapping[str, Any],
+             foms: Mapping[str, float]) -> list[Work]:
+        """The amounts of ``options.work`` over its ``seconds``, one :class:`Work` each; an
+        expression that names something the run lacks leaves its item out."""
+        raw = options.get("work")
+        if not raw:
+            return []
+        spec = CommandWork.model_validate(raw)
+        names = {**values, **foms}
+
+        def number(source: str | None) -> float | None:
+            if source is None:
+                return None
+            try:
+                value = Expression.parse(source).evaluate(names)
+            except ExpressionError:
+                return None
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            return float(value) if ok and math.isfinite(value) else None
+
+        seconds = number(spec.seconds)
+        if not seconds or seconds <= 0:
+            return []
+        out = []
+        for field_name, kind in _AMOUNTS.items():
+            amount = number(getattr(spec, field_name))
+            if amount is None or amount < 0:
+                continue
+            variant: dict[str, Any] = {}
+            if kind == "gemm":
+                variant["precision"] = spec.precision
+            if kind in ("gemm", "memory") and (threads := number(spec.threads)):
+                variant["threads"] = int(threads)
+            if kind == "link":
+                ranks, size = number(spec.ranks), number(spec.message_bytes)
+                variant.update(stack=spec.stack, pattern=spec.pattern,
+                               **({"ranks": int(ranks)} if ranks else {}),
+                               **({"message_bytes": size} if size else {}))
+            if kind == "storage":
+                variant.update(cache=spec.cache,
+                               **({"directory": spec.directory} if spec.directory else {}))
+            out.append(Work(kind, amount / seconds, variant, amount, _WORDS[kind]))
+        return out
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         foms: dict[str, float] = read_json_foms(stdout) if self.options.json_line else {}

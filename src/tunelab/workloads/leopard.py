@@ -26,7 +26,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +36,7 @@ from tunelab.workload import (
     Needs,
     Objective,
     RunContext,
+    Work,
     Workload,
     WorkloadOptions,
     last_json_object,
@@ -225,6 +226,26 @@ class LeopardWorkload(Workload):
             argv = [py, *train]
         env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         return Command(argv=tuple(argv), env=env, cwd=ctx.run_dir)
+
+    @classmethod
+    def work(cls, options: Mapping[str, Any], values: Mapping[str, Any],
+             foms: Mapping[str, float]) -> list[Work]:
+        """Training arithmetic: windows/s x FLOPs per window (forward and backward, counted
+        by the run from the model's shapes), in the precision the run computed in (bf16 or
+        fp16 autocast, else fp32; TF32 on a CUDA device)."""
+        rate, per = foms.get("windows_per_s"), foms.get("flops_per_window")
+        if not rate or not per:
+            return []
+        cuda = bool(foms.get("cuda"))
+        if foms.get("amp"):
+            precision = "bf16" if foms.get("amp_bf16") else "fp16"
+        else:
+            precision = "tf32" if cuda else "fp32"
+        variant: dict[str, Any] = {"precision": precision, "device": "cuda" if cuda else "cpu"}
+        threads = values.get("threads", options.get("threads"))
+        if not cuda and threads:
+            variant["threads"] = int(threads)
+        return [Work("gemm", rate * per, variant, None, "training FLOP/s")]
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """The FOMs of the last JSON-object line of stdout."""

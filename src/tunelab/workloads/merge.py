@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -25,18 +26,19 @@ from tunelab.workload import (
     Needs,
     Objective,
     RunContext,
+    Work,
     Workload,
     WorkloadOptions,
     last_json_object,
 )
 
-__all__ = ["FOMS", "MergeOptions", "MergeWorkload"]
+__all__ = ["FOMS", "MergeOptions", "MergeWorkload", "link_stack"]
 
 #: Figures of merit read from the benchmark's JSON line (bytes, bytes/s, seconds, rows).
 FOMS = (
     "throughput", "throughput_std", "bandwidth", "bandwidth_std", "bandwidth_min",
     "bandwidth_median", "bandwidth_max", "bandwidth_lr", "wall_iter_s", "wall_iter_s_std",
-    "exchange_s", "bytes_sent", "merged_rows", "data_processed",
+    "exchange_s", "bytes_sent", "merged_rows", "data_processed", "bandwidth_transfer", "sync_s",
 )
 
 
@@ -72,6 +74,15 @@ _FLAGS = {
     "hostfile": "--hostfile", "protocol": "--protocol", "dask_shuffle": "--dask-shuffle",
     "scheduler_file": "--scheduler-file", "timeout": "--timeout", "verify": "--verify",
 }
+
+
+def link_stack(transport: str, mpi_pml: str, protocol: str = "tcp") -> str | None:
+    """The link stack (a bound's ``stack``) a transport moves its bytes through."""
+    if transport == "mpi":
+        return f"mpi-{mpi_pml}"
+    if transport == "tcp" or (transport == "dask" and protocol == "tcp"):
+        return "tcp"
+    return None
 
 
 class MergeWorkload(Workload):
@@ -162,6 +173,26 @@ class MergeWorkload(Workload):
                     "--workers", str(settings["workers"]), "--nodes", str(placement.nodes),
                     "--timeout", str(settings["timeout"]), "--", *argv]
         return Command(tuple(argv), {}, ctx.run_dir)
+
+    @classmethod
+    def work(cls, options: Mapping[str, Any], values: Mapping[str, Any],
+             foms: Mapping[str, float]) -> list[Work]:
+        """The exchange: every worker sends one column message of 8 x rows/N bytes to every
+        other worker at once (two columns per peer and phase), so its bandwidth is judged
+        against the all-to-all bound at that message size over the same MPI stack."""
+        s = {**options, **{k: v for k, v in values.items() if k in options}}
+        bandwidth = foms.get("bandwidth")
+        stack = link_stack(str(s.get("transport")), str(s.get("mpi_pml")),
+                           str(s.get("protocol")))
+        if bandwidth is None or stack is None:
+            return []
+        workers = int(foms.get("workers") or s.get("workers") or 2)
+        nodes = int(values.get("nodes", 1) or 1)
+        message = 8.0 * float(s.get("chunk_size") or 0) / workers
+        variant = {"stack": stack, "pattern": "alltoall", "ranks": workers, "nodes": nodes,
+                   "message_bytes": message}
+        return [Work("link", bandwidth, variant, foms.get("bytes_sent"),
+                     "exchange bandwidth per worker")]
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         record = last_json_object(stdout, lambda r: r.get("benchmark") == "merge")

@@ -101,11 +101,14 @@ def read_status(directory: str | Path, rank: int) -> tuple[int, str, int] | None
 class Received:
     """What :meth:`Comm.alltoallv` delivers: one array per column holding the rows from
     worker 0, 1, … in rank order (this worker's own rows included), the rows from each
-    worker, and the seconds spent exchanging (counts and data, not the local copy)."""
+    worker, and the seconds spent exchanging (counts and data, not the local copy), of them
+    the seconds of the count swap (waiting for the peers to arrive at the exchange)."""
 
     columns: list[np.ndarray]
     counts: np.ndarray
     seconds: float
+    sync_seconds: float = 0.0
+    """The part of ``seconds`` spent swapping the row counts: until every peer arrived."""
 
 
 class Comm(ABC):
@@ -219,6 +222,7 @@ class Comm(ABC):
         t = time.perf_counter()
         counts = np.asarray(counts, dtype=np.int64)
         recv_counts = self._swap_counts(counts, columns)
+        synced = time.perf_counter()  # every peer has arrived: the rest is the transfer
         send_off = np.concatenate([[0], np.cumsum(counts)])
         recv_off = np.concatenate([[0], np.cumsum(recv_counts)])
         total = int(recv_off[-1])
@@ -230,7 +234,7 @@ class Comm(ABC):
         r = self.rank
         for c, o in zip(columns, out, strict=True):
             o[recv_off[r]:recv_off[r + 1]] = c[send_off[r]:send_off[r + 1]]
-        return Received(out, recv_counts, seconds)
+        return Received(out, recv_counts, seconds, synced - t)
 
     def _swap_counts(self, counts: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
         """Rows every worker will send here (``counts[rank]`` for this worker), checked."""

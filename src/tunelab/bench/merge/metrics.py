@@ -6,6 +6,9 @@ Per worker ``w`` and iteration:
   the time spent in the two exchange phases (left, then right) and bytes are the payload of
   the sent partitions (16 bytes per row: an int64 key and an int64 payload);
 * the reported bandwidth is the **harmonic mean** over workers (min, median, max too);
+* ``bandwidth_transfer`` (not the seed's): the same bytes over the exchange time less its
+  count swap, which ends when every peer has arrived: the transfer itself, without the wait
+  for a slower peer (NaN for a transport that does not time the swap, Dask);
 * ``throughput = n_chunks × data_processed / wall_clock`` with ``n_chunks = workers``,
   ``data_processed = 2 tables × 2 int64 columns × chunk_size rows = 32 · chunk_size`` bytes,
   and ``wall_clock`` the iteration's time from the common start to the last worker's end
@@ -54,11 +57,18 @@ class WorkerIteration:
     bytes_sent_right: int
     bytes_recv: int
     merged_rows: int
+    sync_left_s: float = math.nan
+    sync_right_s: float = math.nan
 
     @property
     def exchange_s(self) -> float:
         """Time in both exchange phases."""
         return self.exchange_left_s + self.exchange_right_s
+
+    @property
+    def transfer_s(self) -> float:
+        """Time in both exchange phases after every peer arrived (NaN when not timed)."""
+        return self.exchange_s - self.sync_left_s - self.sync_right_s
 
     @property
     def bytes_sent(self) -> int:
@@ -85,6 +95,8 @@ class IterationStats:
     exchange_s: float
     bytes_sent: int
     merged_rows: int
+    bandwidth_transfer: float = math.nan
+    sync_s: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,8 @@ class Summary:
     exchange_s: float
     bytes_sent: float
     merged_rows: int
+    bandwidth_transfer: float = math.nan
+    sync_s: float = math.nan
 
 
 def data_processed_bytes(chunk_size: int) -> int:
@@ -146,6 +160,8 @@ def iteration_stats(records: Sequence[WorkerIteration], chunk_size: int) -> Iter
         raise ValueError(f"records of several iterations: {sorted(iters)}")
     bws = [worker_bandwidth(r.bytes_sent, r.exchange_s) for r in records]
     bws_lr = [_seed_slide_bandwidth(r) for r in records]
+    transfer = [r.transfer_s for r in records]
+    timed = all(math.isfinite(t) and t > 0 for t in transfer)
     wall = max(r.wall_s for r in records)
     return IterationStats(
         iteration=records[0].iteration,
@@ -159,6 +175,9 @@ def iteration_stats(records: Sequence[WorkerIteration], chunk_size: int) -> Iter
         exchange_s=max(r.exchange_s for r in records),
         bytes_sent=sum(r.bytes_sent for r in records),
         merged_rows=sum(r.merged_rows for r in records),
+        bandwidth_transfer=(harmonic_mean(worker_bandwidth(r.bytes_sent, r.transfer_s)
+                                          for r in records) if timed else math.nan),
+        sync_s=(max(r.sync_left_s + r.sync_right_s for r in records) if timed else math.nan),
     )
 
 
@@ -209,4 +228,6 @@ def summarize(stats: Sequence[IterationStats], workers: int, chunk_size: int) ->
         exchange_s=mean("exchange_s"),
         bytes_sent=mean("bytes_sent"),
         merged_rows=stats[0].merged_rows,
+        bandwidth_transfer=mean("bandwidth_transfer"),
+        sync_s=mean("sync_s"),
     )

@@ -8,6 +8,7 @@ The JSON line is the last line of stdout and starts with ``{"benchmark": "merge"
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,6 +102,8 @@ def fom_line(cfg: MergeConfig, summary: Summary, **extra: Any) -> str:
         "bytes_sent": summary.bytes_sent,
         "merged_rows": summary.merged_rows,
     }
+    if math.isfinite(summary.bandwidth_transfer):  # transports that time the count swap
+        record.update(bandwidth_transfer=summary.bandwidth_transfer, sync_s=summary.sync_s)
     record.update(extra)
     return json.dumps(record)
 

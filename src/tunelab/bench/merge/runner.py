@@ -57,9 +57,10 @@ def compare_with_reference(got: Any, want: Any) -> str | None:
 
 
 def _exchange(comm: Comm, backend: Backend, df: Any, side: str,
-              it: int) -> tuple[Any, float, int, int]:
+              it: int) -> tuple[Any, float, int, int, float]:
     """Partition ``df``, exchange its column buffers; the frame of what this worker holds
-    now, the exchange seconds, bytes sent to and received from other workers."""
+    now, the exchange seconds, bytes sent to and received from other workers, and the
+    seconds of the exchange spent waiting for the peers (the count swap)."""
     comm.enter(f"partition-{side}", it)
     cols, counts = backend.partition(df, comm.size, comm.pool, side)
     host = [backend.to_host(c) for c in cols]
@@ -68,7 +69,7 @@ def _exchange(comm: Comm, backend: Backend, df: Any, side: str,
     comm.enter(f"exchange-{side}", it)
     got = comm.alltoallv(host, counts, side)
     received = row_bytes * int(got.counts.sum() - got.counts[comm.rank])
-    return backend.frame(*got.columns), got.seconds, sent, received
+    return backend.frame(*got.columns), got.seconds, sent, received, got.sync_seconds
 
 
 def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIteration]:
@@ -86,8 +87,9 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
         comm.enter("barrier", it)
         comm.barrier()
         t0 = time.perf_counter()
-        lframe, t_left, sent_left, recv_left = _exchange(comm, backend, left, "left", it)
-        rframe, t_right, sent_right, recv_right = _exchange(comm, backend, right, "right", it)
+        lframe, t_left, sent_left, recv_left, w_left = _exchange(comm, backend, left, "left", it)
+        rframe, t_right, sent_right, recv_right, w_right = _exchange(comm, backend, right,
+                                                                     "right", it)
         comm.enter("merge", it)
         merged = backend.merge(lframe, rframe)
         wall = time.perf_counter() - t0
@@ -110,7 +112,8 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
         records.append(WorkerIteration(
             rank=rank, iteration=it - cfg.warmup, warmup=it < cfg.warmup, wall_s=wall,
             exchange_left_s=t_left, exchange_right_s=t_right, bytes_sent_left=sent_left,
-            bytes_sent_right=sent_right, bytes_recv=recv_left + recv_right, merged_rows=rows))
+            bytes_sent_right=sent_right, bytes_recv=recv_left + recv_right, merged_rows=rows,
+            sync_left_s=w_left, sync_right_s=w_right))
     comm.enter("gather", cfg.total_iterations - 1)
     gathered = comm.allgather(records)
     comm.enter("done")

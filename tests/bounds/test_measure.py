@@ -1,0 +1,101 @@
+"""The measurements themselves at bounded sizes: GEMM, triad and storage reads give rates,
+the precision choice is made at run time, the plan refuses what cannot be measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tunelab.bounds import compute
+from tunelab.bounds.compute import gemm_rates, precisions_for, triad_rates
+from tunelab.bounds.disk import read_rates, resident_share
+from tunelab.bounds.measure import make_plan, measure
+from tunelab.errors import TunelabError
+
+
+def test_gemm_and_triad_give_positive_rates_with_their_method():
+    g = gemm_rates("fp32", n=128, threads=1, repeats=3, seconds=5)
+    assert len(g.samples) == 3 and all(s > 0 for s in g.samples)
+    assert "128^3 fp32" in g.method and "1 thread" in g.method
+    t = triad_rates(elements=1 << 16, threads=1, repeats=4, seconds=5)
+    assert len(t.samples) == 4 and all(s > 0 for s in t.samples)
+    assert "65,536 float64" in t.method
+
+
+def test_bf16_is_kept_only_when_a_trial_at_run_time_finds_it_fast_enough():
+    fast, why = precisions_for("cpu", 1, trial=lambda threads: (True, 1.8))
+    assert fast == ["fp32", "bf16"] and why == []
+    slow, why = precisions_for("cpu", 1, trial=lambda threads: (False, 0.03))
+    assert slow == ["fp32"] and "0.03x the fp32 rate" in why[0]
+    gpu, why = precisions_for("cuda", None, trial=lambda threads: pytest.fail("no trial"))
+    assert gpu == ["fp32", "tf32", "bf16", "fp16"] and why == []
+
+
+def test_the_plan_takes_the_device_from_one_capability_check(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(compute, "cuda_available", lambda: False)
+    cpu = make_plan(quick=True)
+    assert cpu.device == "cpu" and cpu.gemm_n == 2048 and cpu.threads == (compute.cpu_threads(),)
+    assert "storage" not in cpu.kinds  # no directory named: nothing to read
+    with pytest.raises(TunelabError, match="no CUDA device"):
+        make_plan(quick=True, device="cuda")
+    monkeypatch.setattr(compute, "cuda_available", lambda: True)
+    gpu = make_plan(quick=False)
+    assert gpu.device == "cuda" and gpu.gemm_n == 8192 and gpu.triad_elements == 1 << 28
+    assert make_plan(quick=True, device="cpu").device == "cpu"
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"kinds": ["gpu"]}, "unknown bound kind 'gpu'; valid: gemm, memory, link, storage"),
+    ({"device": "tpu"}, "unknown device"),
+    ({"stacks": ["infiniband"]}, "unknown link stack"),
+    ({"sizes": [0]}, "--sizes"),
+    ({"ranks": 1}, "at least 2 ranks"),
+    ({"threads": [0]}, "--threads"),
+    ({"kinds": ["storage"]}, "needs --storage DIR"),
+    ({"storage": [Path("/nonexistent")]}, "is not a directory"),
+    ({"hostfile": Path("/nonexistent")}, "does not exist"),
+])
+def test_the_plan_refuses_what_cannot_be_measured(kwargs: dict, needle: str):
+    with pytest.raises(TunelabError, match=needle):
+        make_plan(quick=True, **kwargs)
+
+
+def test_storage_reads_cold_and_warm_and_makes_up_a_small_directory(tmp_path: Path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.bin").write_bytes(b"x" * 300_000)
+    (tmp_path / "b.bin").write_bytes(b"y" * 200_000)
+    r = read_rates(tmp_path, nbytes=3 << 20, repeats=2)
+    assert r.files == 3 and r.nbytes == 3 << 20  # two files and a scratch file
+    assert r.scratch == (3 << 20) - 500_000
+    assert len(r.cold) == 2 and len(r.warm) == 2 and min(r.cold + r.warm) > 0
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.bin", "b.bin", "sub"]
+    assert r.resident is None or 0.0 <= r.resident <= 1.0
+    big = read_rates(tmp_path, nbytes=100_000, repeats=1)
+    assert big.scratch == 0 and big.files == 1
+    with pytest.raises(TunelabError, match="is not a directory"):
+        read_rates(tmp_path / "b.bin", nbytes=1)
+
+
+def test_resident_share_sees_pages_read_into_the_cache(tmp_path: Path):
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"z" * (1 << 20))
+    f.read_bytes()
+    share = resident_share([f])
+    assert share is None or share > 0.5
+
+
+def test_measure_fills_a_profile_with_notes_for_what_could_not_run(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    plan = make_plan(quick=True, kinds=["memory", "storage", "link"], threads=[1],
+                     storage=[tmp_path], storage_bytes=1 << 20, stacks=["mpi-ob1"])
+    plan = type(plan)(**{**plan.__dict__, "triad_elements": 1 << 16})
+    monkeypatch.setattr("shutil.which", lambda name: None)  # no mpirun here
+    said: list[str] = []
+    p = measure(plan, say=said.append)
+    kinds = [b.kind for b in p.bounds]
+    assert kinds == ["memory", "storage", "storage"]
+    assert [b.variant.get("cache") for b in p.bounds[1:]] == ["cold", "warm"]
+    assert any("mpirun is not installed" in n for n in p.notes)
+    assert p.machine["cpu_model"] and len(p.fingerprint) == 12 and len(p.loadavg) == 2
+    assert said and said[0].startswith("memory triad")

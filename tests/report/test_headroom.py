@@ -1,0 +1,163 @@
+"""Every point beside the machine's limit in the views: compare's ``of bound`` column (text,
+JSON, CSV), best's headroom sentence, the HTML report's section and figure, and the line
+that says how to measure bounds where none are stored."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tunelab.bounds.profile import Bound, Profile, save_profile
+from tunelab.report.headroom import headroom_report, with_best_headroom, with_headroom
+from tunelab.report.output import render
+from tunelab.report.results import results_from_frame
+from tunelab.report.roofline import roofline_data
+from tunelab.report.views import best_view, compare_view
+from tunelab.sysinfo import fingerprint
+from tunelab.workload import Objective
+
+SNAP = {"host": "node7", "cpu_model": "AMD EPYC", "logical_cores": 2, "physical_cores": 2,
+        "memory_gib": 24.0, "tools": {}}
+MiB = 1 << 20
+
+
+def merge_runs() -> pd.DataFrame:
+    rows = []
+    for pml, bws in (("ob1", [0.5e9, 0.7e9]), ("ucx", [1.6e9, 1.8e9])):
+        for repeat, bw in enumerate(bws):
+            rows.append({"run_id": len(rows) + 1, "point": json.dumps({"mpi_pml": pml}),
+                         "repeat": repeat, "status": "ok", "mpi_pml": pml,
+                         "fom.bandwidth": bw, "fom.workers": 2.0, "fom.bytes_sent": 1.6e7,
+                         "fom.wall_s": 1.0})
+    return pd.DataFrame(rows)
+
+
+def results(runs: pd.DataFrame, spec: dict, sysinfo: dict | None = SNAP, baseline=None):
+    return results_from_frame(runs, Objective("bandwidth", "maximize"), baseline,
+                              name="m", spec=spec, sysinfo=sysinfo)
+
+
+MERGE = {"workload": {"name": "merge", "options": {"chunk_size": 1_000_000}}}
+
+
+@pytest.fixture
+def stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    link = {"ranks": 2, "nodes": 1, "message_bytes": 4 * MiB}
+    save_profile(Profile(fingerprint(SNAP), {"host": "node7"}, "2026-11-26 10:00:00 UTC", (
+        Bound("link", {"stack": "mpi-ucx", "pattern": "alltoall", **link}, 2.0e9),
+        Bound("link", {"stack": "mpi-ucx", "pattern": "oneway", **link}, 4.0e9),
+        Bound("link", {"stack": "mpi-ob1", "pattern": "alltoall", **link}, 1.0e9),
+    ), loadavg=(1.0, 1.5)), tmp_path)
+    return tmp_path
+
+
+def test_compare_shows_each_points_fraction_of_its_bound(stored: Path):
+    r = results(merge_runs(), MERGE, baseline=json.dumps({"mpi_pml": "ob1"}))
+    view = with_headroom(compare_view(r), r)
+    text = render(view, "text")
+    rows = {line.split()[1]: line.split()[-1] for line in text.splitlines()
+            if line.startswith(("1 ", "2 "))}
+    assert rows == {"mpi_pml=ucx": "0.85", "mpi_pml=ob1": "0.60"}
+    assert "of bound: exchange bandwidth per worker / link mpi-ucx all-to-all, 2 ranks, " \
+           "4.00 MiB = 2.00 GB/s (one way: 4.00 GB/s)" in text
+    assert "nearest measured: message_bytes 4.00 MiB (measured) for 3.81 MiB" in text
+    doc = json.loads(render(view, "json"))
+    ucx = next(p for p in doc["headroom"]["points"] if p["point"] == {"mpi_pml": "ucx"})
+    (item,) = ucx["items"]
+    assert item["fraction"] == pytest.approx(0.85) and item["oneway_fraction"] == \
+        pytest.approx(0.425)
+    assert item["bound"]["variant"]["stack"] == "mpi-ucx" and item["n"] == 2
+    assert doc["headroom"]["profile"]["fingerprint"] == fingerprint(SNAP)
+    records = list(csv.DictReader(io.StringIO(render(view, "csv"))))
+    assert {r["label"]: round(float(r["fraction_of_bound"]), 2) for r in records} == \
+        {"mpi_pml=ucx": 0.85, "mpi_pml=ob1": 0.6}
+    assert "| of bound |" in render(view, "markdown")
+
+
+def test_best_says_how_much_room_the_best_point_leaves(stored: Path):
+    r = results(merge_runs(), MERGE)
+    best = r.best_result()
+    view = with_best_headroom(best_view(r, best), r, best)
+    text = render(view, "text")
+    assert ("Headroom: the best point (mpi_pml=ucx) is at 0.85 of the link's all-to-all (both "
+            "ways) limit (link mpi-ucx all-to-all, 2 ranks, 4.00 MiB: 2.00 GB/s; 0.43 of the "
+            "one-way 4.00 GB/s): little room left.") in text
+    doc = json.loads(render(view, "json"))
+    assert doc["headroom"]["sentence"].startswith("Headroom: the best point")
+    assert json.loads(render(view, "json"))["best"]["point"] == {"mpi_pml": "ucx"}
+
+
+def test_without_a_stored_profile_the_views_say_how_to_measure_one(tmp_path: Path,
+                                                                   monkeypatch):
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    r = results(merge_runs(), MERGE)
+    compare = with_headroom(compare_view(r), r)
+    text = render(compare, "text")
+    assert "no bounds measured for node7" in text and "run `tunelab bounds` there" in text
+    assert "of bound" not in text.splitlines()[1]  # no column without bounds
+    assert json.loads(render(compare, "json"))["headroom"]["profile"] is None
+    best = with_best_headroom(best_view(r, r.best_result()), r, r.best_result())
+    assert "run `tunelab bounds`" in render(best, "text")
+    nosnap = results(merge_runs(), MERGE, sysinfo={})
+    assert "the study stored no snapshot" in render(with_headroom(compare_view(nosnap), nosnap),
+                                                    "text")
+
+
+def test_a_workload_that_declares_no_work_leaves_the_views_as_they_were(stored: Path):
+    r = results(merge_runs(), {"workload": {"name": "qe", "options": {}}})
+    view = compare_view(r)
+    assert with_headroom(view, r) is view
+    assert with_best_headroom(best_view(r, r.best_result()), r, r.best_result()).blocks == \
+        best_view(r, r.best_result()).blocks
+    unknown = results(merge_runs(), {"workload": {"name": "no-such-workload"}})
+    assert with_headroom(compare_view(unknown), unknown) == compare_view(unknown)
+
+
+ROOF = {"workload": {"name": "command", "options": {"argv": ["k"], "work": {
+    "flops": "2 * n**3", "bytes_moved": "12 * n**2", "seconds": "kernel_s"}}}}
+
+
+def roof_runs() -> pd.DataFrame:
+    rows = []
+    for n, seconds in ((64, 1e-5), (1024, 0.1)):
+        rows.append({"run_id": len(rows) + 1, "point": json.dumps({"n": n}), "repeat": 0,
+                     "status": "ok", "n": n, "fom.kernel_s": seconds, "fom.wall_s": 1.0,
+                     "fom.bandwidth": 1.0})
+    return pd.DataFrame(rows)
+
+
+def test_the_report_draws_a_roofline_when_runs_declare_flops_and_bytes(tmp_path: Path,
+                                                                       monkeypatch):
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    save_profile(Profile(fingerprint(SNAP), {}, "now", (
+        Bound("gemm", {"precision": "fp32", "device": "cpu", "threads": 2}, 40e9),
+        Bound("memory", {"device": "cpu", "threads": 2}, 10e9))), tmp_path)
+    r = results(roof_runs(), ROOF)
+    from tunelab.report.headroom import headroom_of
+
+    data, _ = headroom_of(r)
+    assert data is not None
+    points = {p.label: p for p in roofline_data(data)}
+    assert points["n=1024"].intensity == pytest.approx(1024 / 6)
+    assert points["n=1024"].flops == pytest.approx(2 * 1024**3 / 0.1)
+    assert points["n=64"].peak == 40e9 and points["n=64"].slope == 10e9
+    lines, figure = headroom_report(r, r.best_result(), tmp_path / "report.html")
+    assert figure is not None and figure[0].name == "report-headroom.png"
+    assert figure[0].stat().st_size > 1000 and figure[1].startswith("Roofline")
+    assert any(line.startswith("Headroom: the best point") for line in lines)
+
+
+def test_the_html_report_has_the_headroom_section(stored: Path, tmp_path: Path):
+    from tunelab.report.writer import write_report
+
+    r = results(merge_runs(), MERGE)
+    html = write_report(r, tmp_path / "out" / "report.html").read_text()
+    assert "Headroom: the best point (mpi_pml=ucx) is at 0.85" in html
+    assert (tmp_path / "out" / "report-headroom.png").is_file()
+    assert "fraction of the machine" in html
