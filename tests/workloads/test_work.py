@@ -7,6 +7,7 @@ import pytest
 
 from tunelab.errors import TunelabError
 from tunelab.workloads.command import CommandOptions, CommandWorkload
+from tunelab.workloads.ddp import DDPOptions, DDPWorkload
 from tunelab.workloads.leopard import LeopardOptions, LeopardWorkload
 from tunelab.workloads.merge import MergeOptions, MergeWorkload, link_stack
 
@@ -36,6 +37,29 @@ def test_leopard_training_is_windows_per_second_times_flops_per_window():
     (t,) = LeopardWorkload.work(options, {}, {**foms, "cuda": 1.0})
     assert t.variant["precision"] == "tf32"
     assert LeopardWorkload.work(options, {}, {"windows_per_s": 1.0}) == []  # an older run
+
+
+def test_ddp_training_arithmetic_and_dataset_reads():
+    options = DDPOptions().model_dump()
+    foms = {"throughput": 50.0, "flops_per_sample": 2.4e10, "compute_emulated": 0.0,
+            "gpu": 0.0, "amp": 0.0}
+    (w,) = DDPWorkload.work(options, {}, foms)
+    assert w.kind == "gemm" and w.rate == 1.2e12 and w.variant == {"precision": "fp32",
+                                                                    "device": "cpu"}
+    (g,) = DDPWorkload.work(options, {}, {**foms, "gpu": 1.0, "amp": 1.0})
+    assert g.variant == {"precision": "fp16", "device": "cuda"}
+    emulated = {**foms, "compute_emulated": 1.0, "read_Bps": 8e8, "read_bytes": 4e9}
+    (r,) = DDPWorkload.work({**options, "data": "files:/data/imagenet", "cache": "warm"}, {},
+                            emulated)  # emulated compute does no arithmetic: reads only
+    assert r.kind == "storage" and r.rate == 8e8 and r.amount == 4e9
+    assert r.variant == {"directory": "/data/imagenet", "cache": "warm"}
+
+
+@pytest.mark.slow
+def test_resnet50_costs_about_24_gflop_per_training_image():
+    from tunelab.bench.ddp.models import flops_per_sample
+
+    assert flops_per_sample("resnet50") == pytest.approx(24.3e9, rel=0.02)
 
 
 def test_leopard_counts_about_one_gflop_forward_per_10240_bp_window():

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -24,13 +25,11 @@ from tunelab.workload import (
     Needs,
     Objective,
     RunContext,
+    Work,
     Workload,
     WorkloadOptions,
     last_json_object,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["FOMS", "DDPOptions", "DDPWorkload"]
 
@@ -47,7 +46,7 @@ FOMS = (
     "shutdown_s", "prep_s", "read_bytes", "read_Bps", "read_MBps", "read_MiBps",
     "read_MBps_per_worker", "proc_rchar_Bps", "proc_device_Bps", "io_check", "device_share",
     "corrupt_samples", "epochs", "loader_workers", "prefetch", "dataset_samples",
-    "mean_sample_bytes", "read_limit_Bps", "compute_step_s",
+    "mean_sample_bytes", "read_limit_Bps", "compute_step_s", "flops_per_sample",
     # GPU energy over the timed steps (NVML; absent without it)
     "energy_J", "energy_J_per_sample", "power_W",
 )
@@ -217,6 +216,30 @@ class DDPWorkload(Workload):
         env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         return Command(tuple(argv), env, ctx.run_dir)
 
+    @classmethod
+    def work(cls, options: Mapping[str, Any], values: Mapping[str, Any],
+             foms: Mapping[str, float]) -> list[Work]:
+        """Real training arithmetic — samples/s x the model's training FLOPs per sample
+        (counted from its shapes by the run), in the precision it computed in (fp16 autocast
+        with ``amp`` on a GPU, else fp32; TF32 on a GPU) — and, with a file dataset, the
+        read rate against the storage bound of its directory. Emulated compute does no
+        arithmetic, so only its reads are judged."""
+        s = {**options, **{k: v for k, v in values.items() if k in options}}
+        works: list[Work] = []
+        rate, per = foms.get("throughput"), foms.get("flops_per_sample")
+        if rate and per and not foms.get("compute_emulated"):
+            gpu = bool(foms.get("gpu"))
+            precision = "fp16" if gpu and foms.get("amp") else ("tf32" if gpu else "fp32")
+            works.append(Work("gemm", rate * per, {"precision": precision,
+                                                   "device": "cuda" if gpu else "cpu"},
+                              None, "training FLOP/s"))
+        data, read = str(s.get("data") or ""), foms.get("read_Bps")
+        if data.startswith("files:") and read:
+            works.append(Work("storage", read, {"directory": data.removeprefix("files:"),
+                                                "cache": str(s.get("cache") or "cold")},
+                              foms.get("read_bytes"), "dataset read B/s"))
+        return works
+
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """The FOMs of the last ``{"benchmark": "ddp", …}`` line of stdout."""
         record = last_json_object(stdout, lambda r: r.get("benchmark") == "ddp")
@@ -224,7 +247,7 @@ class DDPWorkload(Workload):
             foms = {name: float(record[name]) for name in FOMS
                     if isinstance(record.get(name), int | float)
                     and not isinstance(record.get(name), bool)}
-            for flag in ("compute_emulated", "gpu", "input_bound"):
+            for flag in ("compute_emulated", "gpu", "input_bound", "amp"):
                 foms[flag] = 1.0 if record.get(flag) else 0.0
             if "throughput" not in foms:
                 raise ParseError("the ddp result line has no throughput")

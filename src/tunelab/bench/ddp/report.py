@@ -172,6 +172,7 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "benchmark": "ddp",
         "model": cfg.model,
         "params": result["params"],
+        "flops_per_sample": result.get("flops_per_sample"),
         "data": cfg.data,
         "compute": str(cfg.compute_mode),
         "compute_emulated": bool(result["emulated"]),

@@ -140,6 +140,7 @@ def worker_main(cfg: DDPConfig, status_dir: str | None, result_file: str | None)
         summary = _train(cfg, rank, world, local_rank, status, phase)
         phase.name = "report"
         if rank == 0:
+            summary["flops_per_sample"] = _flops_per_sample(cfg)
             _report(cfg, summary, result_file)
         status.write("done")
         return 0
@@ -400,6 +401,18 @@ def _leave_group(wait_s: float = 10.0) -> None:
     t = threading.Thread(target=dist.destroy_process_group, daemon=True)
     t.start()
     t.join(wait_s)
+
+
+def _flops_per_sample(cfg: DDPConfig) -> float | None:
+    """The model's training FLOPs per sample (after the timed steps: nothing they measure
+    waits for it); None where the count fails (it never fails the run)."""
+    from tunelab.bench.ddp.models import flops_per_sample
+
+    try:
+        return flops_per_sample(cfg.model, image_size=cfg.image_size, window=cfg.window,
+                                patch=cfg.patch)
+    except Exception:  # a model the counter cannot trace: the run stands without it
+        return None
 
 
 def _report(cfg: DDPConfig, result: dict[str, Any], result_file: str | None) -> None:
