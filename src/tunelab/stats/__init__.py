@@ -56,6 +56,7 @@ from tunelab.stats.intervals import compare, paired_interval
 from tunelab.stats.labels import verdict_label
 from tunelab.stats.multiplicity import adjust_for_multiple_comparisons, compare_to_baseline
 from tunelab.stats.power import noise_level, repeats_needed
+from tunelab.stats.recommend import Posterior, Recommendation, posterior, recommend
 from tunelab.stats.results import DEFAULT_RESAMPLES as DEFAULT_RESAMPLES
 from tunelab.stats.results import DIRECTIONS as DIRECTIONS
 from tunelab.stats.results import MAX_REPEATS_HINT as MAX_REPEATS_HINT
@@ -81,6 +82,8 @@ __all__ = [
     "PairedInterval",
     "PointComparison",
     "PointSummary",
+    "Posterior",
+    "Recommendation",
     "StatsError",
     "Verdict",
     "adjust_for_multiple_comparisons",
@@ -90,6 +93,8 @@ __all__ = [
     "fom_column",
     "noise_level",
     "paired_interval",
+    "posterior",
+    "recommend",
     "repeats_needed",
     "summarize",
     "verdict_label",

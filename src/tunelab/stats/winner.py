@@ -1,8 +1,9 @@
 """The best point of a study, the runner-up, and how sure we are of the order.
 
-:func:`best` ranks the points by mean (preferring points measured at least ``min_n`` times),
-compares the runner-up with the winner and reports the share of bootstrap resamples in which
-the winner's mean is better.
+:func:`best` crowns the point most likely best given all runs (:func:`~tunelab.stats.recommend
+.recommend`, preferring points measured at least ``min_n`` times: the same point a search
+strategy recommends), compares the runner-up (the next most likely) with it and reports the
+share of bootstrap resamples in which the winner's mean is better.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from tunelab.stats.intervals import compare_with_distribution
 from tunelab.stats.labels import failures_text
+from tunelab.stats.recommend import recommend
 from tunelab.stats.results import DEFAULT_RESAMPLES, BestResult, StatsError, check_direction
 from tunelab.stats.summaries import check_runs, point_groups, point_summary, sort_key
 
@@ -31,11 +33,12 @@ def best(
     seed: int = 0,
     min_n: int = 2,
 ) -> BestResult:
-    """The best point by mean of ``fom``, the runner-up, and how sure we are of the order.
+    """The point most likely best of ``fom``, the runner-up, and how sure we are of them.
 
-    Best and runner-up are chosen among the points with at least ``min_n`` successful
-    values (a single lucky run cannot win); only when no point has that many are the
-    points with fewer considered.
+    Best and runner-up are the points most likely best given every run
+    (:func:`~tunelab.stats.recommend.recommend`; ``p_best`` is the winner's probability)
+    among the points with at least ``min_n`` successful values (a single lucky run cannot
+    win); only when no point has that many are the points with fewer considered.
     Raises :class:`StatsError` when there are no runs or no successful run with a value.
     """
     check_direction(direction)
@@ -56,9 +59,14 @@ def best(
         raise StatsError(
             f"no successful run with a value of {name}: {len(runs)} runs ({failures_text(totals)})"
         )
+    choice = recommend({p: g.values for p, g in groups.items()}, direction, min_n=min_n)
+    p_best = choice.p_best if choice is not None else None
+    if choice is not None:  # most likely best first; the same pool (n >= min_n, or all)
+        order = {key: i for i, key in enumerate(choice.ranking)}
+        candidates.sort(key=lambda s: order.get(s.point, len(order)))
     winner = candidates[0]
     if len(candidates) == 1:
-        return BestResult(name, direction, winner, None, None, None)
+        return BestResult(name, direction, winner, None, None, None, p_best)
     runner_up = candidates[1]
     a, b = groups[runner_up.point], groups[winner.point]
     rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None else None
@@ -70,4 +78,4 @@ def best(
         finite = distribution[~np.isnan(distribution)]
         if finite.size:
             p_beats = float(np.mean(finite > 1.0) + 0.5 * np.mean(finite == 1.0))
-    return BestResult(name, direction, winner, runner_up, comparison, p_beats)
+    return BestResult(name, direction, winner, runner_up, comparison, p_beats, p_best)

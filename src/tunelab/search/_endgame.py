@@ -1,0 +1,153 @@
+"""How a run strategy spends what its budget has left: a contest and a joint search.
+
+A :class:`Contest` decides which measured point is best, on the posterior of
+:mod:`tunelab.stats.recommend` (the statistics ``tunelab best`` uses). Each contest round runs
+the *leader* (the point most likely best, the recommendation) and every point still likely
+enough to be the best — probability at least :data:`CONTENDER` — once more, most likely
+first; points at ``max_repeats`` get no more runs. The winner is *certain* when the leader
+has at least ``min_repeats`` runs (two at least) and its probability of being within the
+indifference of the best reaches ``confidence``.
+
+An :class:`Endgame` alternates exploring new points — proposals of a point strategy, each
+run once: Optuna TPE over the joint space, or every point of a grid — with contest rounds.
+It explores while the runs left exceed its *reserve* (a share of the runs it started with,
+kept for the contest) or while the winner is certain, and runs contest rounds otherwise; it
+ends when the budget is spent, or when nothing is left to explore and the winner is certain
+or cannot be measured further. So it never stops with runs left while the winner is
+uncertain and more runs could tell. An adaptive proposer is told each new point's first
+value (the model learns from the points that ran; later runs of a point only sharpen the
+contest).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tunelab.search._evidence import Evidence
+from tunelab.search._rounds import Budget, RaceSettings
+from tunelab.search.base import RunRequest, Strategy
+from tunelab.space import Point
+
+__all__ = ["CONTENDER", "Contest", "Endgame"]
+
+CONTENDER = 0.025
+"""Probability of being the best from which a point gets contest runs."""
+
+
+class Contest:
+    """Contest rounds among the measured points (see the module docstring)."""
+
+    def __init__(self, evidence: Evidence, settings: RaceSettings) -> None:
+        self.evidence = evidence
+        self.settings = settings
+        self.min_n = max(2, settings.min_repeats)
+
+    def certain(self) -> bool:
+        """Whether the leader is within the indifference of the best at ``confidence``."""
+        ev = self.evidence
+        choice = ev.recommend()
+        if choice is None or choice.p_best is None:
+            return False
+        if ev.n(ev.point(choice.point)) < self.min_n:
+            return False
+        within = ev.posterior().p_within(self.settings.margin)
+        return within[choice.point] >= self.settings.confidence
+
+    def requests(self, limit: int | None = None) -> list[RunRequest]:
+        """One more run of the leader and of every contender, most likely best first (at
+        most ``limit``); none when none may run again."""
+        ev, most = self.evidence, self.settings.max_repeats
+        choice = ev.recommend()
+        if choice is None:
+            return []
+        if choice.p_best is None:  # no point measured twice: the noise is unknown
+            order = list(choice.ranking)
+        else:
+            p = choice.p_best_of
+            others = sorted((k for k in p if k != choice.point), key=lambda k: (-p[k], k))
+            order = [choice.point, *(k for k in others if p[k] >= CONTENDER)]
+            if len(order) == 1 and others:  # the leader is unsure of someone: its rival
+                order.append(others[0])
+        points = [ev.point(k) for k in order]
+        runs = [RunRequest(q, ev.attempts(q)) for q in points if ev.attempts(q) < most]
+        if choice.p_best is None:
+            runs = runs[:1]
+        return runs if limit is None else runs[:limit]
+
+
+class Endgame:
+    """Explore with ``proposer`` and contest the winner (see the module docstring).
+
+    ``reserve`` is the share of the runs left at the start kept for the contest; with no
+    run budget, ``explore`` bounds the new points proposed (None: every point the proposer
+    has).
+    """
+
+    def __init__(self, evidence: Evidence, settings: RaceSettings, budget: Budget,
+                 proposer: Strategy, *, reserve: float, per_round: int = 2,
+                 explore: int | None = None) -> None:
+        self.evidence = evidence
+        self.contest = Contest(evidence, settings)
+        self.budget = budget
+        self.proposer = proposer
+        self.per_round = max(1, per_round)
+        left = budget.left()
+        self.reserve = 0 if left is None else math.ceil(reserve * left)
+        self.explore_left = explore
+        self._untold: list[Point] = []
+        if proposer.adaptive:  # the model learns from every point measured before
+            for p in evidence.points():
+                value = evidence.geometric_mean(p)
+                proposer.tell(p, None if math.isnan(value) else value)
+
+    def _tell(self) -> None:
+        for p in self._untold:
+            value = self.evidence.geometric_mean(p)
+            self.proposer.tell(p, None if math.isnan(value) else value)
+        self._untold = []
+
+    def _explore(self, left: int | None) -> list[RunRequest]:
+        ev = self.evidence
+        n = self.per_round if self.proposer.adaptive else 1 << 30
+        if left is not None:
+            n = min(n, left)
+        if self.explore_left is not None:
+            n = min(n, self.explore_left)
+        out: list[RunRequest] = []
+        while len(out) < n and not self.proposer.done:
+            batch = self.proposer.ask(n - len(out))
+            if not batch:
+                break
+            for p in batch:
+                if ev.attempts(p) == 0:
+                    out.append(RunRequest(p, 0))
+                elif self.proposer.adaptive:  # measured already: the model learns it now
+                    value = ev.geometric_mean(p)
+                    self.proposer.tell(p, None if math.isnan(value) else value)
+        if self.explore_left is not None:
+            self.explore_left -= len(out)
+        if self.proposer.adaptive:
+            self._untold = [r.point for r in out]
+        return out
+
+    def _can_explore(self) -> bool:
+        return not self.proposer.done and (self.explore_left is None or self.explore_left > 0)
+
+    def next_round(self) -> list[RunRequest]:
+        """The next round's runs (none: the endgame is over)."""
+        self._tell()
+        left = self.budget.left()
+        if left == 0:
+            return []
+        explore = self._can_explore()
+        if explore and (left is None or left > self.reserve):
+            runs = self._explore(left)
+            if runs:
+                return runs
+        if not self.contest.certain():
+            runs = self.contest.requests(left)
+            if runs:
+                return runs
+        if self._can_explore():
+            return self._explore(left)
+        return []
