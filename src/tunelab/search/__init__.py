@@ -134,10 +134,12 @@ def make_run_strategy(settings: SearchSettings, space: Space, *, direction: str,
         from tunelab.search._one_at_a_time import OneAtATime
 
         return OneAtATime(space, baseline, direction=direction, env_sets=env_sets,
-                          seed=s.seed, settings=race, budget=budget)
+                          seed=s.seed, settings=race, budget=budget, samples=s.samples,
+                          sampler=s.sampler, per_round=s.per_round)
     if s.strategy == "hierarchical":
         from tunelab.search._hierarchical import Hierarchical
 
         return Hierarchical(space, baseline, direction=direction, groups=s.groups,
-                            seed=s.seed, settings=race, budget=budget)
+                            seed=s.seed, settings=race, budget=budget, env_sets=env_sets,
+                            samples=s.samples, sampler=s.sampler, per_round=s.per_round)
     raise StudyError(f"unknown search strategy {s.strategy!r}; valid: {', '.join(STRATEGIES)}")

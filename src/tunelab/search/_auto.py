@@ -1,14 +1,14 @@
 """``auto``: the search chosen from the space's size and the run budget.
 
-* **Every point fits the budget** (no ``max_runs``, or ``max_runs`` at least the number of
-  valid points): every point runs once (grid, the baseline first), then the runs left go to
-  a contest among the points likely to be the best (:class:`~tunelab.search._endgame.
-  Contest`) until the winner is certain — grid with racing. No point is skipped, so a lone
-  good configuration (a needle) cannot be missed.
-* **A larger space than the budget**: Optuna TPE proposes new points over the joint space
-  (``per_round`` per round, each run once, the baseline first), keeping a quarter of the
-  budget (:data:`RESERVE`) for the contest — TPE with racing. When the winner is certain
-  before the budget is spent, TPE proposes more.
+* **The budget covers every point and a contest** (no ``max_runs``, or ``max_runs`` at least
+  :data:`GRID_BUDGET` runs per valid point): every point runs once (grid, the baseline
+  first), then the runs left go to a contest among the points likely to be the best
+  (:class:`~tunelab.search._endgame.Contest`) until the winner is certain — grid with
+  racing. No point is skipped, so a lone good configuration (a needle) cannot be missed.
+* **A smaller budget**: Optuna TPE proposes new points over the joint space (``per_round``
+  per round, each run once, the baseline first), keeping a quarter of the runs
+  (:data:`~tunelab.search._endgame.RESERVE`) for the contest — TPE with racing. When the
+  winner is certain before the budget is spent, TPE proposes more.
 
 Either way the final choice is the point most likely best given all runs
 (:mod:`tunelab.stats.recommend`), the one ``tunelab best`` crowns.
@@ -16,19 +16,17 @@ Either way the final choice is the point most likely best given all runs
 
 from __future__ import annotations
 
-from tunelab.search._endgame import Endgame
+from tunelab.errors import StudyError
+from tunelab.search._endgame import Endgame, joint_search
 from tunelab.search._rounds import Budget, RaceSettings, RoundStrategy
 from tunelab.search._static import GridSearch
-from tunelab.search.base import RunRequest, Strategy
+from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 
-__all__ = ["RESERVE", "Auto"]
-
-RESERVE = 0.25
-"""Share of the budget a model-based search keeps for the contest of its best points."""
+__all__ = ["GRID_BUDGET", "Auto"]
 
 GRID_BUDGET = 1.5
-"""Share of the budget a model-based search keeps for the contest of its best points."""
+"""Budget, in runs per valid point, from which ``auto`` measures every point."""
 
 
 class Auto(RoundStrategy):
@@ -43,22 +41,19 @@ class Auto(RoundStrategy):
         super().__init__(direction, seed, budget or Budget())
         self.baseline = baseline
         self.settings = settings or RaceSettings()
-        size = space.size
         runs = self.budget.max_runs
-        proposer: Strategy
-        if runs is None or runs >= GRID_BUDGET * size:
+        valid = len(space.points()) if space.enumerable else None
+        if valid is None and runs is None:
+            raise StudyError(f"search strategy 'auto' over a space too large to enumerate "
+                             f"({space.size:,} combinations) needs 'max_runs: N'")
+        if runs is None or (valid is not None and runs >= GRID_BUDGET * valid):
             self.mode = "grid"
-            proposer = GridSearch(space)
-            reserve = 0.0
+            self.endgame = Endgame(self.evidence, self.settings, self.budget, GridSearch(space))
         else:
-            from tunelab.search._optuna import OptunaSearch
-
             self.mode = "model"
-            proposer = OptunaSearch(space, trials=size, direction=direction, seed=seed,
-                                    first=baseline, sampler=sampler, env_sets=env_sets)
-            reserve = RESERVE
-        self.endgame = Endgame(self.evidence, self.settings, self.budget, proposer,
-                               reserve=reserve, per_round=per_round)
+            self.endgame = joint_search(space, self.evidence, self.settings, self.budget,
+                                        seed=seed, env_sets=env_sets, sampler=sampler,
+                                        per_round=per_round, first=baseline)
 
     def _first(self) -> Point | None:
         return self.baseline

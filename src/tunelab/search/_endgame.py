@@ -2,11 +2,13 @@
 
 A :class:`Contest` decides which measured point is best, on the posterior of
 :mod:`tunelab.stats.recommend` (the statistics ``tunelab best`` uses). Each contest round runs
-the *leader* (the point most likely best, the recommendation) and every point still likely
-enough to be the best — probability at least :data:`CONTENDER` — once more, most likely
-first; points at ``max_repeats`` get no more runs. The winner is *certain* when the leader
-has at least ``min_repeats`` runs (two at least) and its probability of being within the
-indifference of the best reaches ``confidence``.
+the *leader* (the point most likely best, the recommendation) and its :data:`RIVALS` most
+likely rivals once more — those whose probability of being the best is at least
+:data:`CONTENDER`, or the most likely one; points at ``max_repeats`` get no more runs. Runs
+go where the choice is decided: a second run for every plausible point would spend a small
+budget like a grid with two repeats. The winner is *certain* when the leader has at least
+``min_repeats`` runs (two at least) and its probability of being within the indifference of
+the best reaches ``confidence``.
 
 An :class:`Endgame` alternates exploring new points — proposals of a point strategy, each
 run once: Optuna TPE over the joint space, or every point of a grid — with contest rounds.
@@ -26,12 +28,18 @@ import math
 from tunelab.search._evidence import Evidence
 from tunelab.search._rounds import Budget, RaceSettings
 from tunelab.search.base import RunRequest, Strategy
-from tunelab.space import Point
+from tunelab.space import Point, Space
 
-__all__ = ["CONTENDER", "Contest", "Endgame"]
+__all__ = ["CONTENDER", "RESERVE", "Contest", "Endgame", "joint_search"]
 
 CONTENDER = 0.025
 """Probability of being the best from which a point gets contest runs."""
+
+RIVALS = 3
+"""Most contenders besides the leader in one contest round (the most likely ones)."""
+
+RESERVE = 0.25
+"""Share of the runs left that a model-based search keeps for the contest."""
 
 
 class Contest:
@@ -54,8 +62,7 @@ class Contest:
         return within[choice.point] >= self.settings.confidence
 
     def requests(self, limit: int | None = None) -> list[RunRequest]:
-        """One more run of the leader and of every contender, most likely best first (at
-        most ``limit``); none when none may run again."""
+        """The contest's next round (at most ``limit`` runs); none when none may run again."""
         ev, most = self.evidence, self.settings.max_repeats
         choice = ev.recommend()
         if choice is None:
@@ -65,26 +72,24 @@ class Contest:
         else:
             p = choice.p_best_of
             others = sorted((k for k in p if k != choice.point), key=lambda k: (-p[k], k))
-            order = [choice.point, *(k for k in others if p[k] >= CONTENDER)]
-            if len(order) == 1 and others:  # the leader is unsure of someone: its rival
-                order.append(others[0])
+            rivals = [k for k in others if p[k] >= CONTENDER][:RIVALS] or others[:1]
+            order = [choice.point, *rivals]
         points = [ev.point(k) for k in order]
         runs = [RunRequest(q, ev.attempts(q)) for q in points if ev.attempts(q) < most]
         if choice.p_best is None:
             runs = runs[:1]
         return runs if limit is None else runs[:limit]
 
-
 class Endgame:
     """Explore with ``proposer`` and contest the winner (see the module docstring).
 
-    ``reserve`` is the share of the runs left at the start kept for the contest; with no
-    run budget, ``explore`` bounds the new points proposed (None: every point the proposer
-    has).
+    ``reserve`` is the share of the runs left at the start kept for the contest;
+    ``explore`` bounds the new points proposed (None: every point the proposer has); with
+    no proposer there is only the contest.
     """
 
     def __init__(self, evidence: Evidence, settings: RaceSettings, budget: Budget,
-                 proposer: Strategy, *, reserve: float, per_round: int = 2,
+                 proposer: Strategy | None, *, reserve: float = 0.0, per_round: int = 2,
                  explore: int | None = None) -> None:
         self.evidence = evidence
         self.contest = Contest(evidence, settings)
@@ -95,19 +100,21 @@ class Endgame:
         self.reserve = 0 if left is None else math.ceil(reserve * left)
         self.explore_left = explore
         self._untold: list[Point] = []
-        if proposer.adaptive:  # the model learns from every point measured before
+        if proposer is not None and proposer.adaptive:  # it learns from the points measured
             for p in evidence.points():
                 value = evidence.geometric_mean(p)
                 proposer.tell(p, None if math.isnan(value) else value)
 
     def _tell(self) -> None:
-        for p in self._untold:
-            value = self.evidence.geometric_mean(p)
-            self.proposer.tell(p, None if math.isnan(value) else value)
+        if self.proposer is not None:
+            for p in self._untold:
+                value = self.evidence.geometric_mean(p)
+                self.proposer.tell(p, None if math.isnan(value) else value)
         self._untold = []
 
     def _explore(self, left: int | None) -> list[RunRequest]:
         ev = self.evidence
+        assert self.proposer is not None
         n = self.per_round if self.proposer.adaptive else 1 << 30
         if left is not None:
             n = min(n, left)
@@ -131,7 +138,8 @@ class Endgame:
         return out
 
     def _can_explore(self) -> bool:
-        return not self.proposer.done and (self.explore_left is None or self.explore_left > 0)
+        return self.proposer is not None and not self.proposer.done and (
+            self.explore_left is None or self.explore_left > 0)
 
     def next_round(self) -> list[RunRequest]:
         """The next round's runs (none: the endgame is over)."""
@@ -151,3 +159,19 @@ class Endgame:
         if self._can_explore():
             return self._explore(left)
         return []
+
+
+def joint_search(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budget, *,
+                 seed: int, env_sets: dict[str, dict[str, str]] | None = None,
+                 sampler: str = "tpe", per_round: int = 2, first: Point | None = None,
+                 explore: int | None = None, trusted: bool = False) -> Endgame:
+    """An :class:`Endgame` exploring the joint space with Optuna (TPE by default), told
+    every point measured so far, keeping :data:`RESERVE` of the runs left for the contest
+    — or, when the points measured so far are ``trusted`` to hold the best, every run left
+    (it explores only while the winner among them is certain)."""
+    from tunelab.search._optuna import OptunaSearch
+
+    proposer = OptunaSearch(space, trials=space.size, direction=evidence.direction, seed=seed,
+                            first=first, sampler=sampler, env_sets=env_sets)
+    return Endgame(evidence, settings, budget, proposer, reserve=1.0 if trusted else RESERVE,
+                   per_round=per_round, explore=explore)

@@ -7,6 +7,15 @@ then each finished stage's winner. When a pass over all groups moved the winner,
 follows (points already measured keep their runs), until a pass changes nothing, ``passes``
 passes were made, or the budget is spent. Groups default to one per parameter in study order
 (the ``env`` axis last): coordinate descent with racing.
+
+Interactions break coordinate descent, so it checks, after the first pass, that some stage
+moved the winner (a change of one group helps), and at the end that the point most likely
+best given every run is the final winner (combining the stages' winners works). When
+either check fails, the rest of the budget goes to a model-based search over the joint space
+(Optuna TPE, told every run so far; without ``max_runs``, as many new points as were
+measured, or ``samples``) with a contest of the best points (:mod:`tunelab.search._endgame`);
+otherwise what is left goes to the contest while the winner is uncertain.
+:attr:`Hierarchical.fallback` says why it searched jointly.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import itertools
 
 from tunelab.errors import StudyError
+from tunelab.search._endgame import Endgame, joint_search
 from tunelab.search._rounds import Budget, Race, RaceSettings, RoundStrategy
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
@@ -32,7 +42,9 @@ class Hierarchical(RoundStrategy):
     def __init__(self, space: Space, start: Point | None, *, direction: str,
                  groups: list[list[str]] | None = None, seed: int = 0,
                  settings: RaceSettings | None = None, budget: Budget | None = None,
-                 passes: int = 3) -> None:
+                 passes: int = 3, env_sets: dict[str, dict[str, str]] | None = None,
+                 samples: int | None = None, sampler: str = "tpe", per_round: int = 2
+                 ) -> None:
         super().__init__(direction, seed, budget or Budget())
         self.space = space
         self.groups = groups or [[name] for name in space.names]
@@ -56,6 +68,13 @@ class Hierarchical(RoundStrategy):
         self.race: Race | None = None
         self.winners: list[Point] = []
         self._pass_start = self.current
+        self._start = self.current
+        self.seed = seed
+        self.env_sets = env_sets
+        self._joint = (samples, sampler, per_round)
+        self.endgame: Endgame | None = None
+        self.fallback: str | None = None
+        """Why the rest went to a search over the joint space (None: it did not)."""
 
     def _first(self) -> Point | None:
         return self.current
@@ -70,6 +89,8 @@ class Hierarchical(RoundStrategy):
         return points
 
     def _next_round(self) -> list[RunRequest]:
+        if self.endgame is not None:
+            return self.endgame.next_round()
         while True:
             if self.race is not None:
                 self.race.judge()
@@ -80,15 +101,33 @@ class Hierarchical(RoundStrategy):
                     self.current = leader
                 self.winners.append(self.current)
             self.stage += 1
+            if self.stage == len(self.groups) and self.current == self._start:
+                return self._end("no group's change alone beats the start")
             if self.stage % len(self.groups) == 0 and self.stage > 0:
                 finished = self.stage // len(self.groups)
                 if self.current == self._pass_start or finished >= self.passes:
-                    return []
+                    chosen = self.evidence.recommended()
+                    return self._end(None if chosen in (None, self.current) else
+                                     f"the stages' winners combined lose to {chosen.label()}")
                 self._pass_start = self.current
             self.race = Race(self.evidence, self.settings)
             self.race.enter(self._stage_points(self.groups[self.stage % len(self.groups)]))
 
+    def _end(self, fallback: str | None) -> list[RunRequest]:
+        """Hand the rest of the budget to the endgame (see the module docstring)."""
+        self.fallback = fallback
+        if fallback is None and self.budget.max_runs is None:
+            self.endgame = Endgame(self.evidence, self.settings, self.budget, None)
+        else:
+            samples, sampler, per_round = self._joint
+            explore = None
+            if self.budget.max_runs is None:
+                explore = samples or max(len(self.evidence.points()), 10)
+            self.endgame = joint_search(self.space, self.evidence, self.settings, self.budget,
+                                        seed=self.seed, env_sets=self.env_sets,
+                                        sampler=sampler, per_round=per_round, explore=explore,
+                                        trusted=fallback is None)
+        return self.endgame.next_round()
+
     def result(self) -> Point | None:
-        if self.race is not None and (leader := self.race.leader()) is not None:
-            return leader
-        return self.evidence.best(min_n=2) or self.current
+        return self.evidence.recommended()

@@ -17,6 +17,14 @@
    best point so far and the combination's neighbours (one parameter changed, or one env
    option added or removed); when a neighbour wins, its own neighbours are checked next, for
    as long as the budget lasts.
+4. **Interactions**: options that only help together, or hurt together, break the method.
+   So it checks that some option helps alone (after step 1) and that combining works — the
+   point most likely best after step 3 is not the baseline or one option alone while two or
+   more options were combined. When either check fails, the rest of the budget goes to a
+   model-based search over the joint space (Optuna TPE, told every run so far; without
+   ``max_runs``, as many new points as were measured, or ``samples``) with a contest of the
+   best points (:mod:`tunelab.search._endgame`); otherwise what is left goes to the contest
+   while the winner is uncertain. :attr:`OneAtATime.fallback` says why it searched jointly.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tunelab.errors import StudyError
+from tunelab.search._endgame import Endgame, joint_search
 from tunelab.search._rounds import Budget, Race, RaceSettings, RoundStrategy
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
@@ -84,7 +93,8 @@ class OneAtATime(RoundStrategy):
 
     def __init__(self, space: Space, baseline: Point | None, *, direction: str,
                  env_sets: dict[str, dict[str, str]] | None = None, seed: int = 0,
-                 settings: RaceSettings | None = None, budget: Budget | None = None) -> None:
+                 settings: RaceSettings | None = None, budget: Budget | None = None,
+                 samples: int | None = None, sampler: str = "tpe", per_round: int = 2) -> None:
         super().__init__(direction, seed, budget or Budget())
         if baseline is None:
             raise StudyError("search strategy 'one-at-a-time' needs a baseline point")
@@ -95,8 +105,15 @@ class OneAtATime(RoundStrategy):
         self.options = self._options()
         self.verdicts: dict[Point, str] = {}
         self.combination: Point | None = None
+        self.merged: list[Point] = []
+        """The better options the combination joins."""
         self.race: Race | None = None
         self._checked: set[Point] = set()
+        self.seed = seed
+        self._joint = (samples, sampler, per_round)
+        self.endgame: Endgame | None = None
+        self.fallback: str | None = None
+        """Why the rest went to a search over the joint space (None: it did not)."""
 
     def _options(self) -> list[Point]:
         out: list[Point] = []
@@ -149,6 +166,7 @@ class OneAtATime(RoundStrategy):
         while winners:
             candidate = self._merge(winners)
             if candidate is not None and self.space.contains(candidate):
+                self.merged = winners
                 return candidate
             winners = winners[:-1]  # leave out the weakest option
         return self.baseline
@@ -183,6 +201,8 @@ class OneAtATime(RoundStrategy):
         return fresh
 
     def _next_round(self) -> list[RunRequest]:
+        if self.endgame is not None:
+            return self.endgame.next_round()
         ev = self.evidence
         if self.combination is None:
             open_ = self._judge_options()
@@ -191,6 +211,8 @@ class OneAtATime(RoundStrategy):
                 return runs if ev.attempts(self.baseline) < self.settings.max_repeats \
                     else runs[1:]
             winners = [p for p, v in self.verdicts.items() if v == "better"]
+            if not winners:
+                return self._end("no option alone is better than the baseline")
             self.combination = self._combine(winners)
             self.race = Race(ev, self.settings)
             best_alone = ev.best([self.baseline, *self.options], self.settings.min_repeats)
@@ -203,15 +225,35 @@ class OneAtATime(RoundStrategy):
         if leader is not None and ev.n(leader) >= self.settings.min_repeats:
             self.race.enter(self._local(leader))
         if self.race.settled:
-            return []
+            return self._end(self._combining_failed())
         return self.race.requests()
 
+    def _combining_failed(self) -> str | None:
+        """Why combining the better options did not work (None: it did)."""
+        chosen = self.evidence.recommended()
+        if len(self.merged) >= 2 and chosen in (self.baseline, *self.options):
+            return (f"the better options combined lose to {chosen.label()}"
+                    if chosen is not None else "the better options combined lose")
+        return None
+
+    def _end(self, fallback: str | None) -> list[RunRequest]:
+        """Hand the rest of the budget to the endgame (see the module docstring)."""
+        self.fallback = fallback
+        if fallback is None and self.budget.max_runs is None:
+            self.endgame = Endgame(self.evidence, self.settings, self.budget, None)
+        else:
+            samples, sampler, per_round = self._joint
+            explore = None
+            if self.budget.max_runs is None:
+                explore = samples or max(len(self.evidence.points()), 10)
+            self.endgame = joint_search(self.space, self.evidence, self.settings, self.budget,
+                                        seed=self.seed, env_sets=self.env_sets,
+                                        sampler=sampler, per_round=per_round, explore=explore,
+                                        trusted=fallback is None)
+        return self.endgame.next_round()
+
     def result(self) -> Point | None:
-        if self.race is not None:
-            leader = self.race.leader()
-            if leader is not None:
-                return leader
-        return self.evidence.best(min_n=2)
+        return self.evidence.recommended()
 
     @property
     def better_options(self) -> list[Point]:

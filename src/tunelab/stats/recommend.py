@@ -22,9 +22,10 @@ successful values only — the same input from the runs table or from a strategy
   with the largest probability among those with at least ``min_n`` successful runs (all
   points when none has that many), so a single lucky run cannot win against measured points.
 
-Without any point measured twice the noise is unknown: the recommendation is then the best
-mean and its probability is None. :meth:`Posterior.p_within` gives, for the strategies'
-stopping rule, the probability that a point is within a margin of the best.
+With a single point measured once, or every value equal, there is no noise to speak of: the
+recommendation is then the best mean and its probability is None. :meth:`Posterior.p_within`
+gives, for the strategies' stopping rule, the probability that a point is within a margin
+of the best.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ SPAN = 8.0
 @dataclass(frozen=True)
 class Recommendation(Generic[K]):
     """The point most likely best (``point``) and that probability (``p_best``: None when
-    no point has two runs, so the noise is unknown). ``ranking`` is every candidate (points
+    the noise is unknown or nil). ``ranking`` is every candidate (points
     with ``min_n`` runs, or all) most likely best first; ``p_best_of`` the probability of
     each point with a run."""
 
@@ -133,10 +134,13 @@ def _probabilities(m: np.ndarray, s: np.ndarray, margin: float) -> np.ndarray:
 class Posterior(Generic[K]):
     """Posteriors of every measured point's true loss (see the module docstring).
 
-    ``mean``/``sd`` are the normal posteriors at the pooled noise estimate; the
-    probabilities average over the noise's own posterior (:data:`NOISE_NODES` quantiles of
-    the scaled inverse chi-square with ``df`` degrees of freedom), so two runs of one point
-    do not make anyone sure.
+    ``sigma`` is the noise estimate on ``df`` degrees of freedom: the pooled within-point
+    sum of squares plus one degree of freedom of prior at the variance of the point means
+    (the noise is taken to be at most about as large as the differences between points,
+    until repeats say better — so equal values drawn twice do not make anyone sure).
+    ``mean``/``sd`` are the normal posteriors at ``sigma``; the probabilities average over
+    the noise's own posterior (:data:`NOISE_NODES` quantiles of the scaled inverse
+    chi-square) while ``df`` is under :data:`EXACT_DF`.
     """
 
     def __init__(self, samples: Mapping[K, Sequence[float]], direction: str) -> None:
@@ -144,12 +148,16 @@ class Posterior(Generic[K]):
         self.keys: list[K] = sorted(losses, key=str)
         n = np.array([losses[k].size for k in self.keys], dtype=float)
         means = np.array([losses[k].mean() for k in self.keys])
-        ss = sum(float(((v - v.mean()) ** 2).sum()) for v in losses.values())
+        ss = math.fsum(float(((v - v.mean()) ** 2).sum()) for v in losses.values())
         self.df = int((n - 1).sum())
+        if means.size >= 2:  # the prior's degree of freedom
+            ss += float(np.var(means, ddof=1))
+            self.df += 1
         self.n = n
         self.sample_means = means
         self.sigma = math.sqrt(ss / self.df) if self.df else math.nan
         self._p_best: dict[K, float] | None = None
+        self._means = means
         if self.df == 0 or self.sigma == 0.0:  # unknown or zero noise: the means as they are
             self.mean, self.sd = means, np.zeros_like(means)
             self._noises = [0.0]
@@ -162,7 +170,6 @@ class Posterior(Generic[K]):
 
             q = chdtri(self.df, 1 - (np.arange(NOISE_NODES) + 0.5) / NOISE_NODES)
             self._noises = [float(v) for v in self.sigma * np.sqrt(self.df / q)]
-        self._means = means
 
     def _probabilities(self, margin: float) -> np.ndarray:
         if self._noises == [0.0]:
@@ -188,7 +195,7 @@ class Posterior(Generic[K]):
         points when none has that many); None without a measured point."""
         if not self.keys:
             return None
-        if self.df == 0:
+        if self._noises == [0.0]:
             order = np.lexsort((np.arange(len(self.keys)), self.sample_means))
             ranking = tuple(self.keys[i] for i in order)
             return Recommendation(ranking[0], None, ranking, {})
