@@ -58,8 +58,8 @@ class Contest:
             return False
         if ev.n(ev.point(choice.point)) < self.min_n:
             return False
-        within = ev.posterior().p_within(self.settings.margin)
-        return within[choice.point] >= self.settings.confidence
+        within = ev.posterior().p_within_of(choice.point, self.settings.margin)
+        return within >= self.settings.confidence
 
     def requests(self, limit: int | None = None) -> list[RunRequest]:
         """The contest's next round (at most ``limit`` runs); none when none may run again."""
@@ -164,14 +164,12 @@ class Endgame:
 def joint_search(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budget, *,
                  seed: int, env_sets: dict[str, dict[str, str]] | None = None,
                  sampler: str = "tpe", per_round: int = 2, first: Point | None = None,
-                 explore: int | None = None, trusted: bool = False) -> Endgame:
+                 explore: int | None = None) -> Endgame:
     """An :class:`Endgame` exploring the joint space with Optuna (TPE by default), told
-    every point measured so far, keeping :data:`RESERVE` of the runs left for the contest
-    — or, when the points measured so far are ``trusted`` to hold the best, every run left
-    (it explores only while the winner among them is certain)."""
+    every point measured so far, keeping :data:`RESERVE` of the runs left for the contest."""
     from tunelab.search._optuna import OptunaSearch
 
     proposer = OptunaSearch(space, trials=space.size, direction=evidence.direction, seed=seed,
                             first=first, sampler=sampler, env_sets=env_sets)
-    return Endgame(evidence, settings, budget, proposer, reserve=1.0 if trusted else RESERVE,
-                   per_round=per_round, explore=explore)
+    return Endgame(evidence, settings, budget, proposer, reserve=RESERVE, per_round=per_round,
+                   explore=explore)

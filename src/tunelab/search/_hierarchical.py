@@ -11,11 +11,9 @@ passes were made, or the budget is spent. Groups default to one per parameter in
 Interactions break coordinate descent, so it checks, after the first pass, that some stage
 moved the winner (a change of one group helps), and at the end that the point most likely
 best given every run is the final winner (combining the stages' winners works). When
-either check fails, the rest of the budget goes to a model-based search over the joint space
-(Optuna TPE, told every run so far; without ``max_runs``, as many new points as were
-measured, or ``samples``) with a contest of the best points (:mod:`tunelab.search._endgame`);
-otherwise what is left goes to the contest while the winner is uncertain.
-:attr:`Hierarchical.fallback` says why it searched jointly.
+either check fails, or the budget is too small for a first pass, the runs go to a
+model-based search over the joint space with a contest of its best points; what is left
+after the passes too (see :mod:`tunelab.search._structured`).
 """
 
 from __future__ import annotations
@@ -23,8 +21,8 @@ from __future__ import annotations
 import itertools
 
 from tunelab.errors import StudyError
-from tunelab.search._endgame import Endgame, joint_search
-from tunelab.search._rounds import Budget, Race, RaceSettings, RoundStrategy
+from tunelab.search._rounds import Budget, Race, RaceSettings
+from tunelab.search._structured import StructuredSearch
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 
@@ -34,7 +32,7 @@ MAX_STAGE_POINTS = 10_000
 """Most combinations one group may have (a group is enumerated in full)."""
 
 
-class Hierarchical(RoundStrategy):
+class Hierarchical(StructuredSearch):
     """Tunes ``groups`` of parameters one after the other."""
 
     name = "hierarchical"
@@ -45,8 +43,9 @@ class Hierarchical(RoundStrategy):
                  passes: int = 3, env_sets: dict[str, dict[str, str]] | None = None,
                  samples: int | None = None, sampler: str = "tpe", per_round: int = 2
                  ) -> None:
-        super().__init__(direction, seed, budget or Budget())
-        self.space = space
+        super().__init__(space, direction=direction, seed=seed, budget=budget,
+                         settings=settings, env_sets=env_sets, samples=samples,
+                         sampler=sampler, per_round=per_round)
         self.groups = groups or [[name] for name in space.names]
         known = set(space.names)
         for group in self.groups:
@@ -62,19 +61,12 @@ class Hierarchical(RoundStrategy):
                 raise StudyError(f"search groups: group {group} has {size} combinations, more "
                                  f"than {MAX_STAGE_POINTS}; split it")
         self.current = start if start is not None else space.points()[0]
-        self.settings = settings or RaceSettings()
         self.passes = passes
         self.stage = -1
         self.race: Race | None = None
         self.winners: list[Point] = []
         self._pass_start = self.current
         self._start = self.current
-        self.seed = seed
-        self.env_sets = env_sets
-        self._joint = (samples, sampler, per_round)
-        self.endgame: Endgame | None = None
-        self.fallback: str | None = None
-        """Why the rest went to a search over the joint space (None: it did not)."""
 
     def _first(self) -> Point | None:
         return self.current
@@ -88,9 +80,11 @@ class Hierarchical(RoundStrategy):
                 points.append(p)
         return points
 
-    def _next_round(self) -> list[RunRequest]:
-        if self.endgame is not None:
-            return self.endgame.next_round()
+    def _needs(self) -> int:
+        stages = sum(len(self._stage_points(group)) for group in self.groups)
+        return (stages - len(self.groups) + 1) * self.settings.min_repeats
+
+    def _structured_round(self) -> list[RunRequest]:
         while True:
             if self.race is not None:
                 self.race.judge()
@@ -112,22 +106,3 @@ class Hierarchical(RoundStrategy):
                 self._pass_start = self.current
             self.race = Race(self.evidence, self.settings)
             self.race.enter(self._stage_points(self.groups[self.stage % len(self.groups)]))
-
-    def _end(self, fallback: str | None) -> list[RunRequest]:
-        """Hand the rest of the budget to the endgame (see the module docstring)."""
-        self.fallback = fallback
-        if fallback is None and self.budget.max_runs is None:
-            self.endgame = Endgame(self.evidence, self.settings, self.budget, None)
-        else:
-            samples, sampler, per_round = self._joint
-            explore = None
-            if self.budget.max_runs is None:
-                explore = samples or max(len(self.evidence.points()), 10)
-            self.endgame = joint_search(self.space, self.evidence, self.settings, self.budget,
-                                        seed=self.seed, env_sets=self.env_sets,
-                                        sampler=sampler, per_round=per_round, explore=explore,
-                                        trusted=fallback is None)
-        return self.endgame.next_round()
-
-    def result(self) -> Point | None:
-        return self.evidence.recommended()

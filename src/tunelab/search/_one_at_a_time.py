@@ -20,11 +20,9 @@
 4. **Interactions**: options that only help together, or hurt together, break the method.
    So it checks that some option helps alone (after step 1) and that combining works — the
    point most likely best after step 3 is not the baseline or one option alone while two or
-   more options were combined. When either check fails, the rest of the budget goes to a
-   model-based search over the joint space (Optuna TPE, told every run so far; without
-   ``max_runs``, as many new points as were measured, or ``samples``) with a contest of the
-   best points (:mod:`tunelab.search._endgame`); otherwise what is left goes to the contest
-   while the winner is uncertain. :attr:`OneAtATime.fallback` says why it searched jointly.
+   more options were combined. When either check fails, or the budget is too small for
+   step 1, the runs go to a model-based search over the joint space with a contest of its
+   best points; what is left after step 3 too (see :mod:`tunelab.search._structured`).
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tunelab.errors import StudyError
-from tunelab.search._endgame import Endgame, joint_search
-from tunelab.search._rounds import Budget, Race, RaceSettings, RoundStrategy
+from tunelab.search._rounds import Budget, Race, RaceSettings
+from tunelab.search._structured import StructuredSearch
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS
@@ -86,7 +84,7 @@ def _one_option_apart(a: frozenset[str], b: frozenset[str],
     return small < large and (large - small) in _atoms(env_sets)
 
 
-class OneAtATime(RoundStrategy):
+class OneAtATime(StructuredSearch):
     """Options alone against the baseline, their combination, then a local check."""
 
     name = "one-at-a-time"
@@ -95,13 +93,12 @@ class OneAtATime(RoundStrategy):
                  env_sets: dict[str, dict[str, str]] | None = None, seed: int = 0,
                  settings: RaceSettings | None = None, budget: Budget | None = None,
                  samples: int | None = None, sampler: str = "tpe", per_round: int = 2) -> None:
-        super().__init__(direction, seed, budget or Budget())
+        super().__init__(space, direction=direction, seed=seed, budget=budget,
+                         settings=settings, env_sets=env_sets, samples=samples,
+                         sampler=sampler, per_round=per_round)
         if baseline is None:
             raise StudyError("search strategy 'one-at-a-time' needs a baseline point")
-        self.space = space
         self.baseline = baseline
-        self.env_sets = env_sets
-        self.settings = settings or RaceSettings()
         self.options = self._options()
         self.verdicts: dict[Point, str] = {}
         self.combination: Point | None = None
@@ -109,11 +106,6 @@ class OneAtATime(RoundStrategy):
         """The better options the combination joins."""
         self.race: Race | None = None
         self._checked: set[Point] = set()
-        self.seed = seed
-        self._joint = (samples, sampler, per_round)
-        self.endgame: Endgame | None = None
-        self.fallback: str | None = None
-        """Why the rest went to a search over the joint space (None: it did not)."""
 
     def _options(self) -> list[Point]:
         out: list[Point] = []
@@ -200,9 +192,10 @@ class OneAtATime(RoundStrategy):
         self._checked.update(fresh)
         return fresh
 
-    def _next_round(self) -> list[RunRequest]:
-        if self.endgame is not None:
-            return self.endgame.next_round()
+    def _needs(self) -> int:
+        return (1 + len(self.options)) * self.settings.min_repeats
+
+    def _structured_round(self) -> list[RunRequest]:
         ev = self.evidence
         if self.combination is None:
             open_ = self._judge_options()
@@ -235,25 +228,6 @@ class OneAtATime(RoundStrategy):
             return (f"the better options combined lose to {chosen.label()}"
                     if chosen is not None else "the better options combined lose")
         return None
-
-    def _end(self, fallback: str | None) -> list[RunRequest]:
-        """Hand the rest of the budget to the endgame (see the module docstring)."""
-        self.fallback = fallback
-        if fallback is None and self.budget.max_runs is None:
-            self.endgame = Endgame(self.evidence, self.settings, self.budget, None)
-        else:
-            samples, sampler, per_round = self._joint
-            explore = None
-            if self.budget.max_runs is None:
-                explore = samples or max(len(self.evidence.points()), 10)
-            self.endgame = joint_search(self.space, self.evidence, self.settings, self.budget,
-                                        seed=self.seed, env_sets=self.env_sets,
-                                        sampler=sampler, per_round=per_round, explore=explore,
-                                        trusted=fallback is None)
-        return self.endgame.next_round()
-
-    def result(self) -> Point | None:
-        return self.evidence.recommended()
 
     @property
     def better_options(self) -> list[Point]:

@@ -31,7 +31,7 @@ of the best.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -43,13 +43,13 @@ __all__ = ["Posterior", "Recommendation", "posterior", "recommend"]
 
 K = TypeVar("K", bound=Hashable)
 
-GRID = 401
+GRID = 301
 """Nodes of the uniform quadrature grid over the range where a best can lie."""
 
 LOCAL = 41
 """Further nodes around each point that can be the best (its own width)."""
 
-NOISE_NODES = 8
+NOISE_NODES = 6
 """Quantiles of the noise's posterior the probabilities average over."""
 
 EXACT_DF = 60
@@ -72,7 +72,7 @@ class Recommendation(Generic[K]):
     p_best_of: Mapping[K, float]
 
 
-def _losses(samples: Mapping[K, Sequence[float]], direction: str
+def _losses(samples: Mapping[K, Iterable[float]], direction: str
             ) -> dict[K, np.ndarray]:
     """Each point's finite values as sorted losses (lower is better); points without one
     are left out."""
@@ -98,9 +98,10 @@ def _normal_posterior(means: np.ndarray, n: np.ndarray, sigma: float
     return (means / within + float(means.mean()) / spread) / precision, np.sqrt(1 / precision)
 
 
-def _probabilities(m: np.ndarray, s: np.ndarray, margin: float) -> np.ndarray:
-    """``P(loss_i <= loss_j + margin for every j != i)`` per point, for independent normal
-    losses (means ``m``, standard deviations ``s``)."""
+def _probabilities(m: np.ndarray, s: np.ndarray, margin: float, only: int | None = None
+                   ) -> np.ndarray:
+    """``P(loss_i <= loss_j + margin for every j != i)`` per point (or for point ``only``,
+    the others left 0), for independent normal losses (means ``m``, deviations ``s``)."""
     from scipy.special import log_ndtr
 
     k = m.size
@@ -110,23 +111,27 @@ def _probabilities(m: np.ndarray, s: np.ndarray, margin: float) -> np.ndarray:
         best = m <= m.min() + margin + 1e-15
         return best / best.sum() if margin == 0 else best.astype(float)
     hi = float((m + SPAN * s).min()) + margin
-    alive = np.flatnonzero(m - SPAN * s < hi)  # the others are never below hi: ~0
-    lo = float((m - SPAN * s)[alive].min())
+    # only points whose lower tail reaches below hi can win or matter: for the others the
+    # survival at every node is 1 (their log is 0) and the probability 0
+    alive = np.flatnonzero(m - SPAN * s < hi)
+    ma, sa = m[alive], s[alive]
+    lo = float((ma - SPAN * sa).min())
     x = np.linspace(lo, hi, GRID)
     # a point much narrower than the grid's step gets nodes of its own
-    narrow = alive[s[alive] < 10 * (hi - lo) / GRID]
-    if narrow.size:
-        local = (m[narrow, None] + s[narrow, None] * np.linspace(-SPAN, SPAN, LOCAL))
+    narrow = sa < 10 * (hi - lo) / GRID
+    if narrow.any():
+        local = (ma[narrow, None] + sa[narrow, None] * np.linspace(-SPAN, SPAN, LOCAL))
         x = np.unique(np.concatenate([x, local[local <= hi]]))
     # every point's survival at x - margin, on the log scale (robust far in the tails)
-    log_sf = log_ndtr((m[:, None] + margin - x[None, :]) / s[:, None])
+    log_sf = log_ndtr((ma[:, None] + margin - x[None, :]) / sa[:, None])
     total = log_sf.sum(axis=0)
-    z = (x[None, :] - m[alive, None]) / s[alive, None]
-    density = np.exp(-0.5 * z * z + total[None, :] - log_sf[alive]) / (
-        s[alive, None] * math.sqrt(2 * math.pi))
+    rows = np.arange(alive.size) if only is None else np.flatnonzero(alive == only)
+    z = (x[None, :] - ma[rows, None]) / sa[rows, None]
+    density = np.exp(-0.5 * z * z + total[None, :] - log_sf[rows]) / (
+        sa[rows, None] * math.sqrt(2 * math.pi))
     out = np.zeros(k)
-    out[alive] = np.trapezoid(density, x, axis=1)
-    if margin == 0:
+    out[alive[rows]] = np.trapezoid(density, x, axis=1)
+    if margin == 0 and only is None:
         out /= out.sum()
     return np.clip(out, 0.0, 1.0)
 
@@ -143,7 +148,7 @@ class Posterior(Generic[K]):
     chi-square) while ``df`` is under :data:`EXACT_DF`.
     """
 
-    def __init__(self, samples: Mapping[K, Sequence[float]], direction: str) -> None:
+    def __init__(self, samples: Mapping[K, Iterable[float]], direction: str) -> None:
         losses = _losses(samples, direction)
         self.keys: list[K] = sorted(losses, key=str)
         n = np.array([losses[k].size for k in self.keys], dtype=float)
@@ -171,12 +176,12 @@ class Posterior(Generic[K]):
             q = chdtri(self.df, 1 - (np.arange(NOISE_NODES) + 0.5) / NOISE_NODES)
             self._noises = [float(v) for v in self.sigma * np.sqrt(self.df / q)]
 
-    def _probabilities(self, margin: float) -> np.ndarray:
+    def _probabilities(self, margin: float, only: int | None = None) -> np.ndarray:
         if self._noises == [0.0]:
-            return _probabilities(self.mean, self.sd, margin)
+            return _probabilities(self.mean, self.sd, margin, only)
         out = np.zeros(len(self.keys))
         for noise in self._noises:
-            out += _probabilities(*_normal_posterior(self._means, self.n, noise), margin)
+            out += _probabilities(*_normal_posterior(self._means, self.n, noise), margin, only)
         return out / len(self._noises)
 
     def p_best(self) -> dict[K, float]:
@@ -189,6 +194,11 @@ class Posterior(Generic[K]):
         """Probability of each point's true loss being within ``margin`` (on the loss
         scale: ``log1p(0.02)`` for 2 %) of every other point's."""
         return dict(zip(self.keys, self._probabilities(margin).tolist(), strict=True))
+
+    def p_within_of(self, key: K, margin: float) -> float:
+        """:meth:`p_within` of one point (cheaper)."""
+        i = self.keys.index(key)
+        return float(self._probabilities(margin, i)[i])
 
     def recommend(self, min_n: int = 2) -> Recommendation[K] | None:
         """The point most likely best among the points with at least ``min_n`` values (all
@@ -207,12 +217,12 @@ class Posterior(Generic[K]):
         return Recommendation(ranking[0], probabilities[ranking[0]], ranking, probabilities)
 
 
-def posterior(samples: Mapping[K, Sequence[float]], direction: str) -> Posterior[K]:
+def posterior(samples: Mapping[K, Iterable[float]], direction: str) -> Posterior[K]:
     """The :class:`Posterior` of ``samples`` (point -> its successful values)."""
     return Posterior(samples, direction)
 
 
-def recommend(samples: Mapping[K, Sequence[float]], direction: str, *, min_n: int = 2
+def recommend(samples: Mapping[K, Iterable[float]], direction: str, *, min_n: int = 2
               ) -> Recommendation[K] | None:
     """The point most likely best given ``samples`` (point -> its successful values), among
     the points with at least ``min_n`` values (all points when none has that many); None
