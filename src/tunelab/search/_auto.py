@@ -1,8 +1,9 @@
 """``auto``: the search chosen from the space's size and the run budget.
 
-* **The budget covers every point and a contest** (no ``max_runs``, or ``max_runs`` at least
-  :data:`GRID_BUDGET` runs per valid point): every point runs once (grid, the baseline
-  first), then the runs left go to a contest among the points likely to be the best
+* **The budget covers every point and a contest** (no ``max_runs``, ``max_runs`` at least
+  :data:`GRID_BUDGET` runs per valid point, or one run per point of a space of at most
+  :data:`SMALL_SPACE` points): every point runs once (grid, the baseline first), then the
+  runs left go to a contest among the points likely to be the best
   (:class:`~tunelab.search._endgame.Contest`) until the winner is certain — grid with
   racing. No point is skipped, so a lone good configuration (a needle) cannot be missed.
 * **A smaller budget**: Optuna TPE proposes new points over the joint space (``per_round``
@@ -18,15 +19,39 @@ from __future__ import annotations
 
 from tunelab.errors import StudyError
 from tunelab.search._endgame import Endgame, joint_search
+from tunelab.search._evidence import Evidence
 from tunelab.search._rounds import Budget, RaceSettings, RoundStrategy
 from tunelab.search._static import GridSearch
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 
-__all__ = ["GRID_BUDGET", "Auto"]
+__all__ = ["GRID_BUDGET", "SMALL_SPACE", "Auto", "plan"]
 
 GRID_BUDGET = 1.5
 """Budget, in runs per valid point, from which ``auto`` measures every point."""
+
+SMALL_SPACE = 20
+"""Valid points up to which a budget of one run per point measures every point: TPE's first
+ten proposals are random, so on a space this small the model would pick a random subset."""
+
+
+def plan(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budget, *,
+         seed: int, env_sets: dict[str, dict[str, str]] | None, sampler: str,
+         per_round: int, first: Point | None) -> tuple[str, Endgame]:
+    """``auto``'s plan for ``budget`` over ``space`` (see the module docstring): its mode
+    (``grid`` or ``model``) and the endgame that carries it out."""
+    runs = budget.max_runs
+    valid = len(space.points()) if space.enumerable else None
+    if valid is None and runs is None:
+        raise StudyError(f"search strategy 'auto' over a space too large to enumerate "
+                         f"({space.size:,} combinations) needs 'max_runs: N'")
+    covered = valid is not None and runs is not None and (
+        runs >= GRID_BUDGET * valid or (valid <= SMALL_SPACE and runs >= valid))
+    if runs is None or covered:
+        return "grid", Endgame(evidence, settings, budget, GridSearch(space))
+    return "model", joint_search(space, evidence, settings, budget, seed=seed,
+                                 env_sets=env_sets, sampler=sampler, per_round=per_round,
+                                 first=first)
 
 
 class Auto(RoundStrategy):
@@ -41,19 +66,9 @@ class Auto(RoundStrategy):
         super().__init__(direction, seed, budget or Budget())
         self.baseline = baseline
         self.settings = settings or RaceSettings()
-        runs = self.budget.max_runs
-        valid = len(space.points()) if space.enumerable else None
-        if valid is None and runs is None:
-            raise StudyError(f"search strategy 'auto' over a space too large to enumerate "
-                             f"({space.size:,} combinations) needs 'max_runs: N'")
-        if runs is None or (valid is not None and runs >= GRID_BUDGET * valid):
-            self.mode = "grid"
-            self.endgame = Endgame(self.evidence, self.settings, self.budget, GridSearch(space))
-        else:
-            self.mode = "model"
-            self.endgame = joint_search(space, self.evidence, self.settings, self.budget,
-                                        seed=seed, env_sets=env_sets, sampler=sampler,
-                                        per_round=per_round, first=baseline)
+        self.mode, self.endgame = plan(space, self.evidence, self.settings, self.budget,
+                                       seed=seed, env_sets=env_sets, sampler=sampler,
+                                       per_round=per_round, first=baseline)
 
     def _first(self) -> Point | None:
         return self.baseline

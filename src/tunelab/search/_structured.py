@@ -6,8 +6,9 @@ together, a start in a local optimum, a budget too small for the method to finis
 :class:`StructuredSearch` hands its runs to an :class:`~tunelab.search._endgame.Endgame`:
 
 * **at the start**, when ``max_runs`` is under :data:`NEEDS` times the runs its first phase
-  needs at the least (:meth:`StructuredSearch._needs`): the whole budget goes to a search
-  over the joint space (Optuna TPE, the baseline first) with a contest of its best points;
+  needs at the least (:meth:`StructuredSearch._needs`): the whole budget goes to ``auto``'s
+  plan for it (:func:`~tunelab.search._auto.plan`: every point and a contest, or TPE over the
+  joint space and a contest);
 * **when a check fails** (:attr:`fallback` says which): the rest of the budget goes there
   too, the model told every run so far (without ``max_runs``: as many new points as were
   measured, or ``samples``);
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
+from tunelab.search._auto import plan
 from tunelab.search._endgame import Endgame, joint_search
 from tunelab.search._rounds import Budget, RaceSettings, RoundStrategy
 from tunelab.search.base import RunRequest
@@ -77,11 +79,16 @@ class StructuredSearch(RoundStrategy):
             explore = None
             if self.budget.max_runs is None:
                 explore = samples or max(len(self.evidence.points()), 10)
-            self.endgame = joint_search(self.space, self.evidence, self.settings, self.budget,
-                                        seed=self.seed, env_sets=self.env_sets,
-                                        sampler=sampler, per_round=per_round,
-                                        first=self._first() if start else None,
-                                        explore=explore)
+            if start:  # nothing measured yet: auto's plan for the budget
+                _, self.endgame = plan(self.space, self.evidence, self.settings, self.budget,
+                                       seed=self.seed, env_sets=self.env_sets,
+                                       sampler=sampler, per_round=per_round,
+                                       first=self._first())
+            else:
+                self.endgame = joint_search(self.space, self.evidence, self.settings,
+                                            self.budget, seed=self.seed,
+                                            env_sets=self.env_sets, sampler=sampler,
+                                            per_round=per_round, explore=explore)
         return self.endgame.next_round()
 
     def result(self) -> Point | None:
