@@ -25,7 +25,7 @@ from tunelab.search._static import GridSearch
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 
-__all__ = ["GRID_BUDGET", "SMALL_SPACE", "Auto", "plan"]
+__all__ = ["GRID_BUDGET", "SMALL_SPACE", "Auto", "covers", "plan"]
 
 GRID_BUDGET = 1.5
 """Budget, in runs per valid point, from which ``auto`` measures every point."""
@@ -35,19 +35,26 @@ SMALL_SPACE = 20
 ten proposals are random, so on a space this small the model would pick a random subset."""
 
 
+def covers(space: Space, budget: Budget) -> bool:
+    """Whether ``budget`` (a ``max_runs``) covers measuring every valid point of ``space``:
+    :data:`GRID_BUDGET` runs per point, or one per point of a space of at most
+    :data:`SMALL_SPACE` points."""
+    runs = budget.max_runs
+    if runs is None or not space.enumerable:
+        return False
+    valid = len(space.points())
+    return runs >= GRID_BUDGET * valid or (valid <= SMALL_SPACE and runs >= valid)
+
+
 def plan(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budget, *,
          seed: int, env_sets: dict[str, dict[str, str]] | None, sampler: str,
          per_round: int, first: Point | None) -> tuple[str, Endgame]:
     """``auto``'s plan for ``budget`` over ``space`` (see the module docstring): its mode
     (``grid`` or ``model``) and the endgame that carries it out."""
-    runs = budget.max_runs
-    valid = len(space.points()) if space.enumerable else None
-    if valid is None and runs is None:
+    if not space.enumerable and budget.max_runs is None:
         raise StudyError(f"search strategy 'auto' over a space too large to enumerate "
                          f"({space.size:,} combinations) needs 'max_runs: N'")
-    covered = valid is not None and runs is not None and (
-        runs >= GRID_BUDGET * valid or (valid <= SMALL_SPACE and runs >= valid))
-    if runs is None or covered:
+    if budget.max_runs is None or covers(space, budget):
         return "grid", Endgame(evidence, settings, budget, GridSearch(space))
     return "model", joint_search(space, evidence, settings, budget, seed=seed,
                                  env_sets=env_sets, sampler=sampler, per_round=per_round,

@@ -62,23 +62,28 @@ class Contest:
         return within >= self.settings.confidence
 
     def requests(self, limit: int | None = None) -> list[RunRequest]:
-        """The contest's next round (at most ``limit`` runs); none when none may run again."""
+        """The contest's next round (at most ``limit`` runs, the runs a budget has left);
+        none when none may run again. With a budget, rivals at ``max_repeats`` give way to
+        the next most likely points, however unlikely: runs left are spent where they can
+        still change the choice (a good point unlucky in its one run)."""
         ev, most = self.evidence, self.settings.max_repeats
         choice = ev.recommend()
         if choice is None:
             return []
-        if choice.p_best is None:  # no point measured twice: the noise is unknown
-            order = list(choice.ranking)
+        if choice.p_best is None:  # no noise to speak of yet: one more run of the leader
+            order = list(choice.ranking)[:1]
         else:
             p = choice.p_best_of
-            others = sorted((k for k in p if k != choice.point), key=lambda k: (-p[k], k))
-            rivals = [k for k in others if p[k] >= CONTENDER][:RIVALS] or others[:1]
+            others = [k for k in sorted(p, key=lambda k: (-p[k], k)) if k != choice.point]
+            open_ = [k for k in others if ev.attempts(ev.point(k)) < most]
+            rivals = [k for k in open_ if p[k] >= CONTENDER][:RIVALS]
+            if not rivals:  # the leader's closest rival; with a budget, the closest open one
+                rivals = open_[:1] if limit is not None else others[:1]
             order = [choice.point, *rivals]
-        points = [ev.point(k) for k in order]
-        runs = [RunRequest(q, ev.attempts(q)) for q in points if ev.attempts(q) < most]
-        if choice.p_best is None:
-            runs = runs[:1]
+        runs = [RunRequest(q, ev.attempts(q)) for q in map(ev.point, order)
+                if ev.attempts(q) < most]
         return runs if limit is None else runs[:limit]
+
 
 class Endgame:
     """Explore with ``proposer`` and contest the winner (see the module docstring).

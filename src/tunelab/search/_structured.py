@@ -5,10 +5,12 @@ group at a time — and both fail when the structure is not there: two options t
 together, a start in a local optimum, a budget too small for the method to finish. A
 :class:`StructuredSearch` hands its runs to an :class:`~tunelab.search._endgame.Endgame`:
 
-* **at the start**, when ``max_runs`` is under :data:`NEEDS` times the runs its first phase
-  needs at the least (:meth:`StructuredSearch._needs`): the whole budget goes to ``auto``'s
-  plan for it (:func:`~tunelab.search._auto.plan`: every point and a contest, or TPE over the
-  joint space and a contest);
+* **at the start**, when ``max_runs`` covers every valid point (:func:`~tunelab.search._auto.covers`:
+  measuring them all assumes no structure, so it cannot miss a point that needs several
+  changes at once) or is under :data:`NEEDS` times the runs its first phase needs at the least
+  (:meth:`StructuredSearch._needs`): the whole budget goes to ``auto``'s plan for it
+  (:func:`~tunelab.search._auto.plan`: every point and a contest, or TPE over the joint space
+  and a contest);
 * **when a check fails** (:attr:`fallback` says which): the rest of the budget goes there
   too, the model told every run so far (without ``max_runs``: as many new points as were
   measured, or ``samples``);
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from tunelab.search._auto import plan
+from tunelab.search._auto import covers, plan
 from tunelab.search._endgame import Endgame, joint_search
 from tunelab.search._rounds import Budget, RaceSettings, RoundStrategy
 from tunelab.search.base import RunRequest
@@ -30,10 +32,11 @@ from tunelab.space import Point, Space
 
 __all__ = ["NEEDS", "StructuredSearch"]
 
-NEEDS = 3
-"""A budget under this many times the fewest runs of the first phase goes to the joint
-search from the start (the first phase takes more than its fewest when verdicts are close,
-and what follows it as much again)."""
+NEEDS = 6
+"""A budget under this many times the fewest runs of the first phase goes to ``auto``'s plan
+from the start: the first phase takes two to five times its fewest when effects are near the
+noise, what follows it (the combination and its neighbours, later stages) as much again, and
+a failed check needs runs left for the joint search."""
 
 
 class StructuredSearch(RoundStrategy):
@@ -61,10 +64,13 @@ class StructuredSearch(RoundStrategy):
         """The method's own next round (handing over with :meth:`_end` when it is over)."""
 
     def _next_round(self) -> list[RunRequest]:
-        if self.endgame is None and not self.evidence.points() and \
-                self.budget.max_runs is not None and self.budget.max_runs < NEEDS * self._needs():
-            return self._end(f"a budget of {self.budget.max_runs} runs is under {NEEDS} times the "
-                             f"{self._needs()} its first phase needs", start=True)
+        if self.endgame is None and not self.evidence.points():
+            runs = self.budget.max_runs
+            if covers(self.space, self.budget):
+                return self._end(f"a budget of {runs} runs covers every point", start=True)
+            if runs is not None and runs < NEEDS * self._needs():
+                return self._end(f"a budget of {runs} runs is under {NEEDS} times the "
+                                 f"{self._needs()} its first phase needs", start=True)
         if self.endgame is not None:
             return self.endgame.next_round()
         return self._structured_round()
