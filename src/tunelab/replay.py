@@ -132,34 +132,30 @@ class Landscape:
         (None for a failed run, or a point that was never recorded)."""
         return _draw(self.runs.get(point), seed, point, repeat)
 
-    def medians(self) -> dict[Point, float]:
-        """Median of each point's successful runs (points without one are left out)."""
-        out: dict[Point, float] = {}
-        for point, runs in self.runs.items():
-            ok = sorted(v for v in runs if v is not None)
-            if ok:
-                mid = len(ok) // 2
-                out[point] = ok[mid] if len(ok) % 2 else (ok[mid - 1] + ok[mid]) / 2
-        return out
+    def means(self) -> dict[Point, float]:
+        """Mean of each point's successful recorded runs — the true mean of what a replayed
+        run of it answers (points without a successful run are left out)."""
+        return {point: math.fsum(ok) / len(ok) for point, runs in self.runs.items()
+                if (ok := [v for v in runs if v is not None])}
 
     def true_best(self) -> tuple[Point, float]:
-        """The point with the best median, and that median."""
-        medians = self.medians()
-        if not medians:
+        """The point with the best true mean, and that mean."""
+        means = self.means()
+        if not means:
             raise TunelabError(f"landscape {self.name!r} has no successful run")
         sign = 1.0 if self.direction == "minimize" else -1.0
-        point = min(medians, key=lambda p: (sign * medians[p], p.key))
-        return point, medians[point]
+        point = min(means, key=lambda p: (sign * means[p], p.key))
+        return point, means[point]
 
     def within(self, point: Point | None, tolerance: float) -> bool:
-        """Whether ``point``'s median is within ``tolerance`` (0.05 = 5 %) of the best."""
+        """Whether ``point``'s true mean is within ``tolerance`` (0.05 = 5 %) of the best."""
         if point is None:
             return False
-        medians = self.medians()
-        if point not in medians:
+        means = self.means()
+        if point not in means:
             return False
         _, best = self.true_best()
-        value = medians[point]
+        value = means[point]
         if self.direction == "minimize":
             return value <= best * (1 + tolerance)
         return value >= best / (1 + tolerance)

@@ -153,3 +153,34 @@ def test_racing_study_runs_through_the_runner_and_resumes(tmp_path):
     again = tunelab("run", path, "--dir", tmp_path / "d", "-q")
     assert again.returncode == 0 and f"0 runs now, {len(frame)} done before" in again.stderr
     shutil.rmtree(tmp_path / "d")
+
+
+def test_tunelab_best_crowns_the_point_the_strategy_recommends(tmp_path):
+    """Item 1 of issue 29: one recommendation. An auto study runs through the runner on a
+    recorded landscape; ``tunelab best`` (from the store) and the strategy (driven in memory
+    on the same recorded runs) name the same point, with the same probability."""
+    import json
+
+    from tunelab.replay import replay_strategy
+    from tunelab.search import Budget, SearchSettings, make_run_strategy
+
+    data = yaml.safe_load((LANDSCAPES / "qe-si8.yaml").read_text())
+    data["search"] = {"strategy": "auto", "seed": 3, "max_runs": 16}
+    path = tmp_path / "auto.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = tunelab("run", path, "--dir", tmp_path / "d", "-q")
+    assert res.returncode == 0, res.stderr
+    shown = tunelab("best", tmp_path / "d", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    landscape = load_landscape(path)
+    strategy = make_run_strategy(SearchSettings("auto", seed=3), landscape.space,
+                                 direction=landscape.direction, repeats=landscape.repeats,
+                                 baseline=landscape.baseline, budget=Budget(16))
+    replayed = replay_strategy(strategy, landscape, seed=0)
+    assert replayed.runs == 16
+    assert document["best"]["point"] == dict(replayed.chosen)
+    choice = strategy.evidence.recommend()  # type: ignore[attr-defined]
+    assert document["p_best"] == pytest.approx(choice.p_best)
+    text = tunelab("best", tmp_path / "d")
+    assert f"Probability that it is the best, given all runs: {choice.p_best:.0%}" in text.stdout

@@ -60,3 +60,15 @@ def test_space_command_describes_a_run_strategy_or_says_what_is_wrong(write_stud
     res = tunelab("space", bad)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "bad.yaml:" in res.stderr and "needs 'samples: N'" in res.stderr
+
+
+def test_auto_over_a_space_too_large_to_enumerate_needs_max_runs(write_study) -> None:
+    big = HEAD.replace("  a: [1, 2, 3]\n", "".join(f"  p{i}: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
+                                                   for i in range(8)))
+    big = big.replace("baseline: {a: 1, b: x}\n", "")
+    path = write_study(big + "search: {strategy: auto}\n")
+    res = tunelab("space", path)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "study.yaml:" in res.stderr and "needs 'max_runs: N'" in res.stderr
+    fine = write_study(big + "search: {strategy: auto, max_runs: 40}\n", "fine.yaml")
+    assert prepare_study(load_study(fine)).new_run_strategy().name == "auto"

@@ -68,7 +68,7 @@ def test_racing_keeps_rounds_interleaved_and_repeats_deterministic(qe_like: Land
 
 
 def test_budget_is_never_exceeded(qe_like: Landscape) -> None:
-    for name in ("racing", "one-at-a-time", "hierarchical", "grid"):
+    for name in ("auto", "racing", "one-at-a-time", "hierarchical", "grid"):
         _, result = run_strategy(qe_like, strategy=name, max_runs=7)
         assert result.runs <= 7
 

@@ -150,6 +150,8 @@ def best_lines(result: BestResult) -> list[str]:
         + (f" ± {fmt_spread(b.std, b.mean)}" if not math.isnan(b.std) else "")
         + f" (n={b.n}, {result.direction})."
     ]
+    if result.p_best is not None:
+        lines.append(f"Probability that it is the best, given all runs: {result.p_best:.0%}.")
     if result.runner_up is None or result.comparison is None:
         lines.append("It is the only point with successful runs: nothing to compare it with.")
         return lines

@@ -366,7 +366,8 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         document = {"schema": "tunelab.best", "version": SCHEMA_VERSION,
                     "study": results.name, "objective": _objective_doc(objective),
                     "best": None, "runner_up": None, "comparison": None,
-                    "p_beats_runner_up": None, "excluded": _exclusions_doc(results),
+                    "p_beats_runner_up": None, "p_best": None,
+                    "excluded": _exclusions_doc(results),
                     "noise": _noise_doc(results), "disturbance": _disturbance_doc(results),
                     "notes": [text, *results.trust]}
         return View((Lines((f"No best point: {text}.", *results.trust, *excluded)),),
@@ -382,6 +383,7 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         "runner_up": _summary_doc(best.runner_up) if best.runner_up else None,
         "comparison": _comparison_doc(c, objective) if c is not None else None,
         "p_beats_runner_up": best.p_beats_runner_up,
+        "p_best": best.p_best,
         "excluded": _exclusions_doc(results),
         "noise": _noise_doc(results),
         "disturbance": _disturbance_doc(results),

@@ -2,9 +2,13 @@
 
 Point strategies (every point gets the study's ``repeats``): ``grid``, ``random``, ``optuna``
 (TPE, GP or CMA-ES, proposing valid points only). Run strategies (they decide the repeats
-too): ``racing`` (races the proposals of grid, random or optuna), ``one-at-a-time`` (options
-alone against the baseline, their combination, a local check), ``hierarchical`` (groups of
-parameters tuned in order). :func:`make_run_strategy` gives every strategy as a run strategy.
+too): ``auto`` (grid with a contest when the budget covers the space, else TPE with a
+contest), ``racing`` (races the proposals of grid, random or optuna), ``one-at-a-time``
+(options alone against the baseline, their combination, a local check), ``hierarchical``
+(groups of parameters tuned in order); the last two search the joint space when options
+interact. Every run strategy's final choice is the point ``tunelab best`` crowns
+(:mod:`tunelab.stats.recommend`). :func:`make_run_strategy` gives every strategy as a run
+strategy.
 :class:`RunPruner` stops training runs whose intermediate figures fall behind (``prune: true``).
 """
 
@@ -39,7 +43,7 @@ __all__ = [
 ]
 
 POINT_STRATEGIES = ("grid", "random", "optuna")
-RUN_STRATEGIES = ("racing", "one-at-a-time", "hierarchical")
+RUN_STRATEGIES = ("auto", "racing", "one-at-a-time", "hierarchical")
 STRATEGIES = POINT_STRATEGIES + RUN_STRATEGIES
 
 
@@ -110,6 +114,12 @@ def make_run_strategy(settings: SearchSettings, space: Space, *, direction: str,
         return Repeated(proposer, repeats, direction=direction, seed=s.seed,
                         baseline=baseline, budget=budget)
     race = s.race(noise_threshold)
+    if s.strategy == "auto":
+        from tunelab.search._auto import Auto
+
+        return Auto(space, direction=direction, seed=s.seed, settings=race, budget=budget,
+                    baseline=baseline, env_sets=env_sets, per_round=s.per_round,
+                    sampler=s.sampler)
     if s.strategy == "racing":
         from tunelab.search._racing import Racing
 
@@ -124,10 +134,12 @@ def make_run_strategy(settings: SearchSettings, space: Space, *, direction: str,
         from tunelab.search._one_at_a_time import OneAtATime
 
         return OneAtATime(space, baseline, direction=direction, env_sets=env_sets,
-                          seed=s.seed, settings=race, budget=budget)
+                          seed=s.seed, settings=race, budget=budget, samples=s.samples,
+                          sampler=s.sampler, per_round=s.per_round)
     if s.strategy == "hierarchical":
         from tunelab.search._hierarchical import Hierarchical
 
         return Hierarchical(space, baseline, direction=direction, groups=s.groups,
-                            seed=s.seed, settings=race, budget=budget)
+                            seed=s.seed, settings=race, budget=budget, env_sets=env_sets,
+                            samples=s.samples, sampler=s.sampler, per_round=s.per_round)
     raise StudyError(f"unknown search strategy {s.strategy!r}; valid: {', '.join(STRATEGIES)}")

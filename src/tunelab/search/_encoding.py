@@ -26,13 +26,15 @@ from typing import Any
 import numpy as np
 
 from tunelab.errors import SpaceError
+from tunelab.limits import LIMITS
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS
 
 __all__ = ["MAX_POOL", "Dimension", "SpaceEncoding"]
 
 MAX_POOL = 200_000
-"""Most valid points kept as candidates (larger spaces: a seeded sample of this many)."""
+"""Largest product of the axes enumerated in full for candidates (a larger space: a seeded
+sample of ``LIMITS.samples`` valid points)."""
 
 UNSET = "-"
 
@@ -59,7 +61,7 @@ class SpaceEncoding:
         if space.size <= MAX_POOL:
             self.points = space.points()
         else:
-            self.points = space.sample(MAX_POOL, seed)
+            self.points = space.sample(LIMITS.samples, seed)
         if not self.points:
             raise SpaceError("no valid point to search")
         self.dimensions: list[Dimension] = []

@@ -7,7 +7,8 @@ within-point variance of the losses (every point with two or more successful run
 ``n - 1`` degrees of freedom), which is far better determined than a per-point variance from
 two or three runs. An interval of the difference of two points' mean losses is a Student t
 interval with that pooled variance. These are the strategies' quick working figures, not the
-report's: what a study finally reports comes from :mod:`tunelab.stats`.
+report's: what a study finally reports comes from :mod:`tunelab.stats` — and so does a
+strategy's final choice, :meth:`Evidence.recommend`, the point ``tunelab best`` crowns.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tunelab.space import Point
+from tunelab.stats.recommend import Posterior, Recommendation, posterior
 
 __all__ = ["Evidence", "Interval"]
 
@@ -58,12 +60,16 @@ class Evidence:
         self.direction = direction
         self._sign = 1.0 if direction == "minimize" else -1.0
         self._points: dict[Point, _PointRuns] = {}
+        self._keys: dict[str, Point] = {}
+        self._posterior: Posterior[str] | None = None
         self._ss = 0.0
         self._df = 0
 
     def add(self, point: Point, repeat: int, value: float | None) -> None:
         """Record run ``repeat`` of ``point``; None, non-finite or non-positive is a failure."""
         runs = self._points.setdefault(point, _PointRuns({}))
+        self._keys.setdefault(point.key, point)
+        self._posterior = None
         if repeat in runs.values:
             raise ValueError(f"run {repeat} of {point.label()} was already recorded")
         ok = value is not None and math.isfinite(value) and value > 0
@@ -115,6 +121,32 @@ class Evidence:
         if self._df == 0:
             return math.nan, 0
         return math.sqrt(max(self._ss, 0.0) / self._df), self._df
+
+    def samples(self) -> dict[str, list[float]]:
+        """Every point's successful values, by point key (as the runs table has them)."""
+        return {p.key: [v for v in runs.values.values() if v is not None]
+                for p, runs in self._points.items()}
+
+    def point(self, key: str) -> Point:
+        """The measured point whose key is ``key``."""
+        return self._keys[key]
+
+    def posterior(self) -> Posterior[str]:
+        """The posterior of every measured point's loss, by point key
+        (:mod:`tunelab.stats.recommend`; kept until the next run is recorded)."""
+        if self._posterior is None:
+            self._posterior = posterior(self.samples(), self.direction)
+        return self._posterior
+
+    def recommend(self, min_n: int = 2) -> Recommendation[str] | None:
+        """The point (key) most likely best given every run — what ``tunelab best`` crowns
+        from the same runs — or None before a successful run."""
+        return self.posterior().recommend(min_n)
+
+    def recommended(self, min_n: int = 2) -> Point | None:
+        """The point of :meth:`recommend`."""
+        choice = self.recommend(min_n)
+        return self._keys[choice.point] if choice is not None else None
 
     def best(self, candidates: list[Point] | None = None, min_n: int = 1) -> Point | None:
         """The candidate with the lowest mean loss among those with ``min_n`` successes

@@ -17,6 +17,12 @@
    best point so far and the combination's neighbours (one parameter changed, or one env
    option added or removed); when a neighbour wins, its own neighbours are checked next, for
    as long as the budget lasts.
+4. **Interactions**: options that only help together, or hurt together, break the method.
+   So it checks that some option helps alone (after step 1) and that combining works — the
+   point most likely best after step 3 is not the baseline or one option alone while two or
+   more options were combined. When either check fails, or the budget is too small for
+   step 1, the runs go to a model-based search over the joint space with a contest of its
+   best points; what is left after step 3 too (see :mod:`tunelab.search._structured`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tunelab.errors import StudyError
-from tunelab.search._rounds import Budget, Race, RaceSettings, RoundStrategy
+from tunelab.search._rounds import Budget, Race, RaceSettings
+from tunelab.search._structured import StructuredSearch
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS
@@ -77,24 +84,26 @@ def _one_option_apart(a: frozenset[str], b: frozenset[str],
     return small < large and (large - small) in _atoms(env_sets)
 
 
-class OneAtATime(RoundStrategy):
+class OneAtATime(StructuredSearch):
     """Options alone against the baseline, their combination, then a local check."""
 
     name = "one-at-a-time"
 
     def __init__(self, space: Space, baseline: Point | None, *, direction: str,
                  env_sets: dict[str, dict[str, str]] | None = None, seed: int = 0,
-                 settings: RaceSettings | None = None, budget: Budget | None = None) -> None:
-        super().__init__(direction, seed, budget or Budget())
+                 settings: RaceSettings | None = None, budget: Budget | None = None,
+                 samples: int | None = None, sampler: str = "tpe", per_round: int = 2) -> None:
+        super().__init__(space, direction=direction, seed=seed, budget=budget,
+                         settings=settings, env_sets=env_sets, samples=samples,
+                         sampler=sampler, per_round=per_round)
         if baseline is None:
             raise StudyError("search strategy 'one-at-a-time' needs a baseline point")
-        self.space = space
         self.baseline = baseline
-        self.env_sets = env_sets
-        self.settings = settings or RaceSettings()
         self.options = self._options()
         self.verdicts: dict[Point, str] = {}
         self.combination: Point | None = None
+        self.merged: list[Point] = []
+        """The better options the combination joins."""
         self.race: Race | None = None
         self._checked: set[Point] = set()
 
@@ -149,6 +158,7 @@ class OneAtATime(RoundStrategy):
         while winners:
             candidate = self._merge(winners)
             if candidate is not None and self.space.contains(candidate):
+                self.merged = winners
                 return candidate
             winners = winners[:-1]  # leave out the weakest option
         return self.baseline
@@ -182,7 +192,10 @@ class OneAtATime(RoundStrategy):
         self._checked.update(fresh)
         return fresh
 
-    def _next_round(self) -> list[RunRequest]:
+    def _needs(self) -> int:
+        return (1 + len(self.options)) * self.settings.min_repeats
+
+    def _structured_round(self) -> list[RunRequest]:
         ev = self.evidence
         if self.combination is None:
             open_ = self._judge_options()
@@ -191,6 +204,8 @@ class OneAtATime(RoundStrategy):
                 return runs if ev.attempts(self.baseline) < self.settings.max_repeats \
                     else runs[1:]
             winners = [p for p, v in self.verdicts.items() if v == "better"]
+            if not winners:
+                return self._end("no option alone is better than the baseline")
             self.combination = self._combine(winners)
             self.race = Race(ev, self.settings)
             best_alone = ev.best([self.baseline, *self.options], self.settings.min_repeats)
@@ -203,15 +218,16 @@ class OneAtATime(RoundStrategy):
         if leader is not None and ev.n(leader) >= self.settings.min_repeats:
             self.race.enter(self._local(leader))
         if self.race.settled:
-            return []
+            return self._end(self._combining_failed())
         return self.race.requests()
 
-    def result(self) -> Point | None:
-        if self.race is not None:
-            leader = self.race.leader()
-            if leader is not None:
-                return leader
-        return self.evidence.best(min_n=2)
+    def _combining_failed(self) -> str | None:
+        """Why combining the better options did not work (None: it did)."""
+        chosen = self.evidence.recommended()
+        if len(self.merged) >= 2 and chosen in (self.baseline, *self.options):
+            return (f"the better options combined lose to {chosen.label()}"
+                    if chosen is not None else "the better options combined lose")
+        return None
 
     @property
     def better_options(self) -> list[Point]:

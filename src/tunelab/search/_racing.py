@@ -68,4 +68,4 @@ class Racing(RoundStrategy):
         return self.race.requests()
 
     def result(self) -> Point | None:
-        return self.race.leader() or self.evidence.best(min_n=2)
+        return self.evidence.recommended()

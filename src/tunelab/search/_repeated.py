@@ -57,4 +57,4 @@ class Repeated(RoundStrategy):
         return [RunRequest(self._current, r) for r in range(self.repeats)]
 
     def result(self) -> Point | None:
-        return self.evidence.best(min_n=min(2, self.repeats))
+        return self.evidence.recommended()

@@ -39,7 +39,8 @@ class _Objective(BaseModel):
     direction: Literal["minimize", "maximize"] = "minimize"
 
 
-StrategyName = Literal["grid", "random", "optuna", "racing", "one-at-a-time", "hierarchical"]
+StrategyName = Literal["grid", "random", "optuna", "auto", "racing", "one-at-a-time",
+                       "hierarchical"]
 
 
 class _Search(BaseModel):

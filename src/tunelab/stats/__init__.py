@@ -54,6 +54,7 @@ from tunelab.stats.labels import verdict_label
 from tunelab.stats.multiplicity import compare_to_baseline, still_undecided
 from tunelab.stats.pooled import noise_level
 from tunelab.stats.power import detectable_change, repeats_needed
+from tunelab.stats.recommend import Posterior, Recommendation, posterior, recommend
 from tunelab.stats.results import DIRECTIONS as DIRECTIONS
 from tunelab.stats.results import MAX_REPEATS_HINT as MAX_REPEATS_HINT
 from tunelab.stats.results import MIN_PAIRS as MIN_PAIRS
@@ -82,6 +83,8 @@ __all__ = [
     "PointComparison",
     "PointSummary",
     "SequentialPlan",
+    "Posterior",
+    "Recommendation",
     "StatsError",
     "Verdict",
     "best",
@@ -93,6 +96,8 @@ __all__ = [
     "holm_adjust",
     "noise_level",
     "paired_interval",
+    "posterior",
+    "recommend",
     "repeats_needed",
     "spending_levels",
     "still_undecided",

@@ -242,3 +242,6 @@ class BestResult:
     runner_up: PointSummary | None
     comparison: Comparison | None
     p_beats_runner_up: float | None
+    p_best: float | None = None
+    """The probability that ``best`` is the best point given all runs
+    (:mod:`tunelab.stats.recommend`); None while no point has two successful runs."""

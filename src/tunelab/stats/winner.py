@@ -1,9 +1,11 @@
 """The best point of a study, the runner-up, and how sure we are of the order.
 
-:func:`best` ranks the points by mean (preferring points measured at least ``min_n`` times),
-compares the runner-up with the winner by :func:`~tunelab.stats.intervals.compare` (paired
-by round where they share rounds) and reports, from that comparison's own test, the
-one-sided confidence that the winner is the better one.
+:func:`best` crowns the point most likely best given all runs (:func:`~tunelab.stats.recommend
+.recommend`, preferring points measured at least ``min_n`` times: the same point a search
+strategy recommends), compares the runner-up (the next most likely) with it by
+:func:`~tunelab.stats.intervals.compare` (paired by round where they share rounds) and
+reports, from that comparison's own test, the one-sided confidence that the winner is the
+better one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tunelab.stats.intervals import compare
 from tunelab.stats.labels import failures_text
+from tunelab.stats.recommend import recommend
 from tunelab.stats.results import BestResult, StatsError, check_direction
 from tunelab.stats.summaries import check_runs, point_groups, point_summary, sort_key
 
@@ -30,11 +33,13 @@ def best(
     min_n: int = 2,
     exclude_disturbed: bool = False,
 ) -> BestResult:
-    """The best point by mean of ``fom``, the runner-up, and how sure we are of the order.
+    """The point most likely best of ``fom``, the runner-up, and how sure we are of them.
 
-    Best and runner-up are chosen among the points with at least ``min_n`` successful
-    values (a single lucky run cannot win); only when no point has that many are the
-    points with fewer considered. ``exclude_disturbed`` leaves runs flagged disturbed out.
+    Best and runner-up are the points most likely best given every run
+    (:func:`~tunelab.stats.recommend.recommend`; ``p_best`` is the winner's probability)
+    among the points with at least ``min_n`` successful values (a single lucky run cannot
+    win); only when no point has that many are the points with fewer considered.
+    ``exclude_disturbed`` leaves runs flagged disturbed out.
     Raises :class:`StatsError` when there are no runs or no successful run with a value.
     """
     check_direction(direction)
@@ -58,9 +63,14 @@ def best(
         raise StatsError(
             f"no successful run with a value of {name}: {len(runs)} runs ({failures_text(totals)})"
         )
+    choice = recommend({p: g.values for p, g in groups.items()}, direction, min_n=min_n)
+    p_best = choice.p_best if choice is not None else None
+    if choice is not None:  # most likely best first; the same pool (n >= min_n, or all)
+        order = {key: i for i, key in enumerate(choice.ranking)}
+        candidates.sort(key=lambda s: order.get(s.point, len(order)))
     winner = candidates[0]
     if len(candidates) == 1:
-        return BestResult(name, direction, winner, None, None, None)
+        return BestResult(name, direction, winner, None, None, None, p_best)
     runner_up = candidates[1]
     a, b = groups[runner_up.point], groups[winner.point]
     rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None else None
@@ -68,7 +78,7 @@ def best(
                          confidence=confidence, rounds=rounds)
     return BestResult(name, direction, winner, runner_up, comparison,
                       _confidence_better(comparison.speedup, comparison.se_log,
-                                         comparison.df))
+                                         comparison.df), p_best)
 
 
 def _confidence_better(speedup: float, se_log: float, df: float) -> float | None:

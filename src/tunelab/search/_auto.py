@@ -1,0 +1,87 @@
+"""``auto``: the search chosen from the space's size and the run budget.
+
+* **The budget covers every point and a contest** (no ``max_runs``, ``max_runs`` at least
+  :data:`GRID_BUDGET` runs per valid point, or one run per point of a space of at most
+  :data:`SMALL_SPACE` points): every point runs once (grid, the baseline first), then the
+  runs left go to a contest among the points likely to be the best
+  (:class:`~tunelab.search._endgame.Contest`) until the winner is certain — grid with
+  racing. No point is skipped, so a lone good configuration (a needle) cannot be missed.
+* **A smaller budget**: Optuna TPE proposes new points over the joint space (``per_round``
+  per round, each run once, the baseline first), keeping a quarter of the runs
+  (:data:`~tunelab.search._endgame.RESERVE`) for the contest — TPE with racing. When the
+  winner is certain before the budget is spent, TPE proposes more.
+
+Either way the final choice is the point most likely best given all runs
+(:mod:`tunelab.stats.recommend`), the one ``tunelab best`` crowns.
+"""
+
+from __future__ import annotations
+
+from tunelab.errors import StudyError
+from tunelab.search._endgame import Endgame, joint_search
+from tunelab.search._evidence import Evidence
+from tunelab.search._rounds import Budget, RaceSettings, RoundStrategy
+from tunelab.search._static import GridSearch
+from tunelab.search.base import RunRequest
+from tunelab.space import Point, Space
+
+__all__ = ["GRID_BUDGET", "SMALL_SPACE", "Auto", "covers", "plan"]
+
+GRID_BUDGET = 1.5
+"""Budget, in runs per valid point, from which ``auto`` measures every point."""
+
+SMALL_SPACE = 20
+"""Valid points up to which a budget of one run per point measures every point: TPE's first
+ten proposals are random, so on a space this small the model would pick a random subset."""
+
+
+def covers(space: Space, budget: Budget) -> bool:
+    """Whether ``budget`` (a ``max_runs``) covers measuring every valid point of ``space``:
+    :data:`GRID_BUDGET` runs per point, or one per point of a space of at most
+    :data:`SMALL_SPACE` points."""
+    runs = budget.max_runs
+    if runs is None or not space.enumerable:
+        return False
+    valid = len(space.points())
+    return runs >= GRID_BUDGET * valid or (valid <= SMALL_SPACE and runs >= valid)
+
+
+def plan(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budget, *,
+         seed: int, env_sets: dict[str, dict[str, str]] | None, sampler: str,
+         per_round: int, first: Point | None) -> tuple[str, Endgame]:
+    """``auto``'s plan for ``budget`` over ``space`` (see the module docstring): its mode
+    (``grid`` or ``model``) and the endgame that carries it out."""
+    if not space.enumerable and budget.max_runs is None:
+        raise StudyError(f"search strategy 'auto' over a space too large to enumerate "
+                         f"({space.size:,} combinations) needs 'max_runs: N'")
+    if budget.max_runs is None or covers(space, budget):
+        return "grid", Endgame(evidence, settings, budget, GridSearch(space))
+    return "model", joint_search(space, evidence, settings, budget, seed=seed,
+                                 env_sets=env_sets, sampler=sampler, per_round=per_round,
+                                 first=first)
+
+
+class Auto(RoundStrategy):
+    """Grid with a contest when the budget covers the space, else TPE with a contest."""
+
+    name = "auto"
+
+    def __init__(self, space: Space, *, direction: str, seed: int = 0,
+                 settings: RaceSettings | None = None, budget: Budget | None = None,
+                 baseline: Point | None = None, env_sets: dict[str, dict[str, str]] | None = None,
+                 per_round: int = 2, sampler: str = "tpe") -> None:
+        super().__init__(direction, seed, budget or Budget())
+        self.baseline = baseline
+        self.settings = settings or RaceSettings()
+        self.mode, self.endgame = plan(space, self.evidence, self.settings, self.budget,
+                                       seed=seed, env_sets=env_sets, sampler=sampler,
+                                       per_round=per_round, first=baseline)
+
+    def _first(self) -> Point | None:
+        return self.baseline
+
+    def _next_round(self) -> list[RunRequest]:
+        return self.endgame.next_round()
+
+    def result(self) -> Point | None:
+        return self.evidence.recommended()

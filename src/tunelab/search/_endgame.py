@@ -1,0 +1,180 @@
+"""How a run strategy spends what its budget has left: a contest and a joint search.
+
+A :class:`Contest` decides which measured point is best, on the posterior of
+:mod:`tunelab.stats.recommend` (the statistics ``tunelab best`` uses). Each contest round runs
+the *leader* (the point most likely best, the recommendation) and its :data:`RIVALS` most
+likely rivals once more — those whose probability of being the best is at least
+:data:`CONTENDER`, or the most likely one; points at ``max_repeats`` get no more runs. Runs
+go where the choice is decided: a second run for every plausible point would spend a small
+budget like a grid with two repeats. The winner is *certain* when the leader has at least
+``min_repeats`` runs (two at least) and its probability of being within the indifference of
+the best reaches ``confidence``.
+
+An :class:`Endgame` alternates exploring new points — proposals of a point strategy, each
+run once: Optuna TPE over the joint space, or every point of a grid — with contest rounds.
+It explores while the runs left exceed its *reserve* (a share of the runs it started with,
+kept for the contest) or while the winner is certain, and runs contest rounds otherwise; it
+ends when the budget is spent, or when nothing is left to explore and the winner is certain
+or cannot be measured further. So it never stops with runs left while the winner is
+uncertain and more runs could tell. An adaptive proposer is told each new point's first
+value (the model learns from the points that ran; later runs of a point only sharpen the
+contest).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tunelab.search._evidence import Evidence
+from tunelab.search._rounds import Budget, RaceSettings
+from tunelab.search.base import RunRequest, Strategy
+from tunelab.space import Point, Space
+
+__all__ = ["CONTENDER", "RESERVE", "Contest", "Endgame", "joint_search"]
+
+CONTENDER = 0.025
+"""Probability of being the best from which a point gets contest runs."""
+
+RIVALS = 3
+"""Most contenders besides the leader in one contest round (the most likely ones)."""
+
+RESERVE = 0.25
+"""Share of the runs left that a model-based search keeps for the contest."""
+
+
+class Contest:
+    """Contest rounds among the measured points (see the module docstring)."""
+
+    def __init__(self, evidence: Evidence, settings: RaceSettings) -> None:
+        self.evidence = evidence
+        self.settings = settings
+        self.min_n = max(2, settings.min_repeats)
+
+    def certain(self) -> bool:
+        """Whether the leader is within the indifference of the best at ``confidence``."""
+        ev = self.evidence
+        choice = ev.recommend()
+        if choice is None or choice.p_best is None:
+            return False
+        if ev.n(ev.point(choice.point)) < self.min_n:
+            return False
+        within = ev.posterior().p_within_of(choice.point, self.settings.margin)
+        return within >= self.settings.confidence
+
+    def requests(self, limit: int | None = None) -> list[RunRequest]:
+        """The contest's next round (at most ``limit`` runs, the runs a budget has left);
+        none when none may run again. With a budget, rivals at ``max_repeats`` give way to
+        the next most likely points, however unlikely: runs left are spent where they can
+        still change the choice (a good point unlucky in its one run)."""
+        ev, most = self.evidence, self.settings.max_repeats
+        choice = ev.recommend()
+        if choice is None:
+            return []
+        if choice.p_best is None:  # no noise to speak of yet: one more run of the leader
+            order = list(choice.ranking)[:1]
+        else:
+            p = choice.p_best_of
+            others = [k for k in sorted(p, key=lambda k: (-p[k], k)) if k != choice.point]
+            open_ = [k for k in others if ev.attempts(ev.point(k)) < most]
+            rivals = [k for k in open_ if p[k] >= CONTENDER][:RIVALS]
+            if not rivals:  # the leader's closest rival; with a budget, the closest open one
+                rivals = open_[:1] if limit is not None else others[:1]
+            order = [choice.point, *rivals]
+        runs = [RunRequest(q, ev.attempts(q)) for q in map(ev.point, order)
+                if ev.attempts(q) < most]
+        return runs if limit is None else runs[:limit]
+
+
+class Endgame:
+    """Explore with ``proposer`` and contest the winner (see the module docstring).
+
+    ``reserve`` is the share of the runs left at the start kept for the contest;
+    ``explore`` bounds the new points proposed (None: every point the proposer has); with
+    no proposer there is only the contest.
+    """
+
+    def __init__(self, evidence: Evidence, settings: RaceSettings, budget: Budget,
+                 proposer: Strategy | None, *, reserve: float = 0.0, per_round: int = 2,
+                 explore: int | None = None) -> None:
+        self.evidence = evidence
+        self.contest = Contest(evidence, settings)
+        self.budget = budget
+        self.proposer = proposer
+        self.per_round = max(1, per_round)
+        left = budget.left()
+        self.reserve = 0 if left is None else math.ceil(reserve * left)
+        self.explore_left = explore
+        self._untold: list[Point] = []
+        if proposer is not None and proposer.adaptive:  # it learns from the points measured
+            for p in evidence.points():
+                value = evidence.geometric_mean(p)
+                proposer.tell(p, None if math.isnan(value) else value)
+
+    def _tell(self) -> None:
+        if self.proposer is not None:
+            for p in self._untold:
+                value = self.evidence.geometric_mean(p)
+                self.proposer.tell(p, None if math.isnan(value) else value)
+        self._untold = []
+
+    def _explore(self, left: int | None) -> list[RunRequest]:
+        ev = self.evidence
+        assert self.proposer is not None
+        n = self.per_round if self.proposer.adaptive else 1 << 30
+        if left is not None:
+            n = min(n, left)
+        if self.explore_left is not None:
+            n = min(n, self.explore_left)
+        out: list[RunRequest] = []
+        while len(out) < n and not self.proposer.done:
+            batch = self.proposer.ask(n - len(out))
+            if not batch:
+                break
+            for p in batch:
+                if ev.attempts(p) == 0:
+                    out.append(RunRequest(p, 0))
+                elif self.proposer.adaptive:  # measured already: the model learns it now
+                    value = ev.geometric_mean(p)
+                    self.proposer.tell(p, None if math.isnan(value) else value)
+        if self.explore_left is not None:
+            self.explore_left -= len(out)
+        if self.proposer.adaptive:
+            self._untold = [r.point for r in out]
+        return out
+
+    def _can_explore(self) -> bool:
+        return self.proposer is not None and not self.proposer.done and (
+            self.explore_left is None or self.explore_left > 0)
+
+    def next_round(self) -> list[RunRequest]:
+        """The next round's runs (none: the endgame is over)."""
+        self._tell()
+        left = self.budget.left()
+        if left == 0:
+            return []
+        explore = self._can_explore()
+        if explore and (left is None or left > self.reserve):
+            runs = self._explore(left)
+            if runs:
+                return runs
+        if not self.contest.certain():
+            runs = self.contest.requests(left)
+            if runs:
+                return runs
+        if self._can_explore():
+            return self._explore(left)
+        return []
+
+
+def joint_search(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budget, *,
+                 seed: int, env_sets: dict[str, dict[str, str]] | None = None,
+                 sampler: str = "tpe", per_round: int = 2, first: Point | None = None,
+                 explore: int | None = None) -> Endgame:
+    """An :class:`Endgame` exploring the joint space with Optuna (TPE by default), told
+    every point measured so far, keeping :data:`RESERVE` of the runs left for the contest."""
+    from tunelab.search._optuna import OptunaSearch
+
+    proposer = OptunaSearch(space, trials=space.size, direction=evidence.direction, seed=seed,
+                            first=first, sampler=sampler, env_sets=env_sets)
+    return Endgame(evidence, settings, budget, proposer, reserve=RESERVE, per_round=per_round,
+                   explore=explore)
