@@ -334,3 +334,15 @@ def test_command_blocks_run_as_written(doc: Path, tmp_path: Path,
             continue
         for command in commands_of(block):
             _run(command, block, scratch)
+
+
+def test_no_file_keeps_a_merge_conflict_marker() -> None:
+    """A merge resolved in a hurry can leave ``<<<<<<<`` / ``>>>>>>>`` lines behind: in a
+    module they fail at import, in a document nothing else notices them."""
+    markers = re.compile(r"^(<<<<<<< |>>>>>>> )", re.M)
+    left = [str(path.relative_to(ROOT))
+            for part in ("README.md", "docs", "src", "tests", "benchmarks", "examples", "scripts")
+            for path in ([ROOT / part] if (ROOT / part).is_file() else (ROOT / part).rglob("*"))
+            if path.is_file() and path.suffix in {".md", ".py", ".yaml", ".yml", ".sh", ".toml"}
+            and markers.search(path.read_text(errors="replace"))]
+    assert left == []
