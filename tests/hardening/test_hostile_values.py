@@ -138,7 +138,9 @@ def test_foms_near_the_largest_float_fail_their_runs_and_every_reader_copes(cli)
         assert_clean(read, 1)
         for stream in ("stdout", "stderr"):
             assert "inf" not in read[stream].replace("info", ""), read[stream]
-            assert "Warning" not in read[stream], read[stream]
+            # no Python warning (RuntimeWarning: overflow …); the disturbed-runs note that
+            # starts "Warning:" depends on the machine's load and is not one
+            assert not re.search(r"[A-Za-z]+Warning", read[stream]), read[stream]
     assert Path(answer["dir"], "runs/s/report.html").is_file()
 
 
