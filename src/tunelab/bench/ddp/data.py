@@ -28,7 +28,6 @@ import re
 import signal
 import time
 import warnings
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tunelab.bench.ddp.config import DDPConfig
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
 
     from tunelab.bench.ddp.dataset import DatasetIndex
     from tunelab.bench.ddp.samples import Decoder
+    from tunelab.bench.ddp.sampling import EpochChain
 
 __all__ = ["DataSource", "LoaderFailure", "LoaderSource", "SyntheticSource", "check_dataset",
            "make_source", "memory_pool_size"]
@@ -207,21 +207,6 @@ def _mem_available() -> int:
     return mem_available()
 
 
-class _Cycle:
-    """A sampler drawing random permutations of range(n) for ever (memory sources)."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        self.n = n
-        self.seed = seed
-
-    def __iter__(self) -> Iterator[int]:
-        import torch
-
-        gen = torch.Generator().manual_seed(self.seed)
-        while True:
-            yield from torch.randperm(self.n, generator=gen).tolist()
-
-
 class LoaderSource:
     """Batches through a DataLoader: ``memory`` pools, or ``files:`` datasets."""
 
@@ -231,6 +216,7 @@ class LoaderSource:
         from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
         from tunelab.bench.ddp import samples as S
+        from tunelab.bench.ddp.sampling import Cycle, EpochChain
 
         self.name = cfg.data_spec.kind
         self.drop_s = 0.0
@@ -248,6 +234,7 @@ class LoaderSource:
         self._plans: dict[int, list[list[int]]] = {}
         self._epoch_steps: dict[int, int] = {}
         self._it: Any = None
+        self._chain: EpochChain | None = None
         gen = torch.Generator().manual_seed(cfg.seed + rank)
         unit = "volumes" if spec.task == "segment3d" else "images"
         decoder = _decoder(cfg, unit) if index is not None else None
@@ -258,12 +245,12 @@ class LoaderSource:
             blank = cfg.decode == "off"  # files would give blanks: so does memory
             x, y = _random_samples(spec, 1 if blank else memory_pool_size(cfg.local_batch), gen)
             dataset = S.MemorySamples(x, y, blank)
-            sampler = BatchSampler(_Cycle(len(dataset), cfg.seed + rank), cfg.local_batch,
+            sampler = BatchSampler(Cycle(len(dataset), cfg.seed + rank), cfg.local_batch,
                                    drop_last=True)
         elif self.name == "memory":
             assert decoder is not None
             dataset = self._decode_share(index, decoder, world)
-            sampler = BatchSampler(_Cycle(len(dataset), cfg.seed + rank), cfg.local_batch,
+            sampler = BatchSampler(Cycle(len(dataset), cfg.seed + rank), cfg.local_batch,
                                    drop_last=True)
         elif index.layout == "tar-shards":
             assert decoder is not None
@@ -280,7 +267,11 @@ class LoaderSource:
             dataset = S.FileSamples(index, decoder, cfg.on_corrupt == "fail")
             self._sampler = DistributedSampler(dataset, num_replicas=world, rank=rank,
                                                shuffle=True, seed=cfg.seed, drop_last=True)
-            sampler = BatchSampler(self._sampler, cfg.local_batch, drop_last=True)
+            if self._cold:  # pages are dropped between epochs: one iterator per epoch
+                sampler = BatchSampler(self._sampler, cfg.local_batch, drop_last=True)
+            else:  # one iterator for all epochs: the prefetch runs across an epoch's end
+                self._chain = EpochChain(self._sampler, cfg.local_batch)
+                sampler = self._chain
         loaders = cfg.loader_workers
         kwargs: dict[str, Any] = {}
         if loaders:
@@ -359,6 +350,12 @@ class LoaderSource:
         epoch = self._epoch
         if self._index is None or self.name == "memory":
             self._epoch_steps[epoch] = 1 << 62  # a memory pool cycles for ever
+        elif self._chain is not None:  # the chain deals every epoch's batches in turn
+            self._epoch_steps[epoch] = self._chain.steps
+            self._left = self._chain.steps
+            if self._it is None:
+                self._it = iter(self._loader)
+            return
         elif self._sampler is not None:
             self._epoch_steps[epoch] = len(self._sampler) // self._cfg.local_batch
             self._sampler.set_epoch(epoch)
