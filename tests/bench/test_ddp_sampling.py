@@ -1,7 +1,7 @@
-"""The loaders read on across an epoch's end: the epochs' batches come from one iterator
-(the same batches a DataLoader started again per epoch deals), so the first batch of an
-epoch is read ahead like every other (the stall at each epoch's start was most of a warm
-run's input wait)."""
+"""What a warm run's input wait was made of, gone: the loaders read on across an epoch's end
+(the epochs' batches come from one iterator, the same batches a DataLoader started again per
+epoch deals), and a batch crosses to the trainer without file descriptors to fetch where it
+need not (undecoded samples as a shape, labels inline)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import pytest
 
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.data import make_source
+from tunelab.bench.ddp.handover import Blank, pack, unpack
 from tunelab.bench.ddp.makedata import MakeDataConfig, make_dataset
 from tunelab.bench.ddp.models import ModelSpec
+from tunelab.bench.ddp.samples import Batch, Decoder
 from tunelab.bench.ddp.sampling import EpochChain
 
 torch = pytest.importorskip("torch")
@@ -92,3 +94,42 @@ def test_a_warm_files_source_reads_the_next_epoch_before_it_is_asked_for(
         assert source.summary()["epochs"] == 2
     finally:
         source.close()
+
+
+def _crosses_without_tensors(obj: object) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return False
+    if isinstance(obj, (tuple, list)):
+        return all(_crosses_without_tensors(o) for o in obj)
+    if isinstance(obj, dict):
+        return all(_crosses_without_tensors(o) for o in obj.values())
+    return True
+
+
+@pytest.mark.parametrize("unit", ["images", "volumes"])
+def test_undecoded_batches_cross_as_a_shape_and_come_back_equal(unit: str) -> None:
+    decoder = Decoder(unit, 32, 64, decode=False)
+    from tunelab.bench.ddp.samples import _stack
+
+    xs, ys = zip(*(decoder(b"", label) for label in range(5)), strict=True)
+    x, y = _stack(xs, ys, decoder)
+    sent = pack(Batch(x, y, {"samples": 5}))
+    assert isinstance(sent.x, Blank) and _crosses_without_tensors(sent)
+    got = unpack(sent)
+    assert got.x.shape == x.shape and got.x.dtype == x.dtype and not got.x.any()
+    assert torch.equal(got.y, y) and got.y.dtype == y.dtype
+    assert got.info == {"samples": 5}
+
+
+def test_decoded_inputs_stay_tensors_and_labels_go_inline() -> None:
+    x = torch.randint(0, 255, (4, 3, 96, 96), dtype=torch.uint8)  # 110 kB
+    y = torch.tensor([3, 1, 4, 1])
+    sent = pack(Batch(x, y, {}))
+    assert sent.x is x  # shared memory, as before
+    assert not isinstance(sent.y, torch.Tensor)
+    got = unpack(sent)
+    assert got.x is x and torch.equal(got.y, y)
+    big = torch.zeros(4, 64, 64, 64, dtype=torch.uint8)  # targets of volumes: large
+    assert pack(Batch(x, big, {})).y is big
+    one = torch.zeros(1, 3, 32, 32, dtype=torch.uint8)  # a real zero sample: sent as is
+    assert torch.equal(unpack(pack(Batch(one, y[:1], {}))).x, one)

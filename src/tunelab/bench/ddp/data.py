@@ -216,6 +216,7 @@ class LoaderSource:
         from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
         from tunelab.bench.ddp import samples as S
+        from tunelab.bench.ddp.handover import pack
         from tunelab.bench.ddp.sampling import Cycle, EpochChain
 
         self.name = cfg.data_spec.kind
@@ -277,7 +278,7 @@ class LoaderSource:
         if loaders:
             kwargs = {"prefetch_factor": cfg.prefetch, "persistent_workers": True,
                       "worker_init_fn": self._worker_init}
-        kwargs.update(collate_fn=S.identity, num_workers=loaders, pin_memory=self._pin,
+        kwargs.update(collate_fn=pack, num_workers=loaders, pin_memory=self._pin,
                       generator=gen)
         with warnings.catch_warnings():  # more loaders than cores is the study's own choice
             warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -376,6 +377,8 @@ class LoaderSource:
         """The next batch on the device (a new epoch begins when this one is used up)."""
         import torch
 
+        from tunelab.bench.ddp.handover import unpack
+
         self.drop_s = 0.0
         if self._left <= 0:
             self._new_epoch()
@@ -391,7 +394,7 @@ class LoaderSource:
             raise self.translate(exc) from None
         self._left -= 1
         self._check(batch.info)
-        x, y = batch.x, batch.y
+        x, y, _ = unpack(batch)
         if isinstance(x, list):  # --decode gpu: JPEG bytes, decoded on the device
             from tunelab.bench.ddp.gpudecode import decode_batch
 

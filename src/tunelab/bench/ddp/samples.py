@@ -398,11 +398,6 @@ class MemorySamples:
         return Batch(self.x.index_select(0, idx), self.y.index_select(0, idx), acc.info())
 
 
-def identity(batch: Batch) -> Batch:
-    """The DataLoader's collate function: batches are built by the datasets."""
-    return batch
-
-
 def signal_text(text: str) -> str:
     """``Killed`` -> ``SIGKILL`` (strsignal text to a signal name), else the text."""
     for sig in signal.Signals:
