@@ -40,6 +40,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
+from reference_tools import cpu_model, ucx_perftest  # noqa: E402
+
 from tunelab.bounds.compute import (  # noqa: E402
     cpu_threads,
     gemm_rates,
@@ -134,13 +136,6 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def _compile(tmp: Path, name: str, source: str, cc: str, flags: list[str]) -> Path | None:
     if shutil.which(cc) is None:
         print(f"  - {cc} not installed: the {name} reference is skipped")
@@ -194,27 +189,6 @@ def c_link(exe: Path, stack: str, size: int, iters: int, reps: int) -> dict[str,
     return {k: statistics.median(v) for k, v in found.items()}
 
 
-def ucx_perftest(size: int) -> float | None:
-    if shutil.which("ucx_perftest") is None:
-        return None
-    port = "13417"
-    server = subprocess.Popen(["ucx_perftest", "-p", port], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        import time
-
-        time.sleep(0.5)
-        proc = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", port, "-t", "tag_bw",
-                               "-s", str(size), "-n", "200", "-w", "20"],
-                              capture_output=True, text=True, timeout=300)
-    finally:
-        if server.poll() is None:
-            server.kill()
-        server.wait(timeout=30)
-    m = re.search(r"^Final:\s+\d+\s+\S+\s+\S+\s+\S+\s+([\d.]+)", proc.stdout, re.M)
-    return float(m.group(1)) * (1 << 20) if m else None
-
-
 def dd_reads(directory: Path) -> tuple[float, float]:
     """Cold and warm MB/s of ``dd`` over the largest file in ``directory``, in bytes/s."""
     target = max((p for p in directory.iterdir() if p.is_file()),
@@ -247,7 +221,7 @@ def main() -> None:
     args = parser.parse_args()
     kinds = set(args.kinds.split(","))
     t, n = args.threads, args.gemm_n
-    print(f"bounds_vs_reference: {_cpu_model()}, {os.cpu_count()} cores, {t} threads, "
+    print(f"bounds_vs_reference: {cpu_model()}, {os.cpu_count()} cores, {t} threads, "
           f"{args.rounds} rounds, load average {os.getloadavg()[0]:.2f}", flush=True)
     ours: dict[str, list[float]] = {}
     ref: dict[str, list[float]] = {}
@@ -323,7 +297,7 @@ def main() -> None:
                                                  5).items():
                             add(ref, f"link {stack} {pattern}", v)
                 add(ref, "ucx_perftest tag_bw (one way, streaming)",
-                    ucx_perftest(args.message_bytes))
+                    ucx_perftest(args.message_bytes, 13417))
 
             if "link" in kinds:
                 steps.append((link_ours, link_ref))

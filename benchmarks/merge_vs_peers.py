@@ -44,6 +44,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # reference_tools, run as a script
+from reference_tools import cpu_model, ucx_perftest  # noqa: E402
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 MiB = 1 << 20
 
@@ -123,25 +126,6 @@ def _to_bytes(m: re.Match[str]) -> float:
     return value * scale
 
 
-def ucx_perftest(size: int) -> float | None:
-    """ucx_perftest tag_bw between two local processes, bytes/s (UCX's MB = 2^20 bytes)."""
-    if shutil.which("ucx_perftest") is None:
-        print("  - ucx_perftest not installed (apt-get install ucx-utils); skipped")
-        return None
-    port = "13411"
-    server = subprocess.Popen(["ucx_perftest", "-p", port], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        proc = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", port, "-t", "tag_bw",
-                               "-s", str(size), "-n", "200", "-w", "20"],
-                              capture_output=True, text=True, timeout=300)
-    finally:
-        server.wait(timeout=30) if server.poll() is not None else server.kill()
-    m = re.search(r"^Final:\s+\d+\s+\S+\s+\S+\s+\S+\s+([\d.]+)", proc.stdout, re.M)
-    return float(m.group(1)) * MiB if m else None
-
-
 def link_bounds(size: int, stack: str) -> dict[str, float]:
     """The link's limits over one stack (``mpi-ob1``, ``mpi-ucx``, ``tcp``) at one message
     size, by the code of ``tunelab bounds`` (:mod:`tunelab.bounds.link`): one way (a
@@ -166,16 +150,6 @@ def link_bounds(size: int, stack: str) -> dict[str, float]:
 
 _STACKS = {"tunelab mpi ob1": "mpi-ob1", "tunelab mpi ucx": "mpi-ucx", "tunelab tcp": "tcp"}
 """The link stack of each row the both-ways bound judges, measured right after its run."""
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def _med(values: list[float]) -> float | None:
@@ -204,7 +178,7 @@ def main() -> None:
     msg = 8 * c // n  # bytes of one exchanged message: one int64 column of one partition
     print(f"merge_vs_peers: {n} workers, {c} rows per chunk, {args.iterations} timed "
           f"iterations x {args.rounds} rounds, exchanged message ~{msg / MiB:.2f} MiB "
-          f"(one column of one partition), {_cpu_model()}, {os.cpu_count()} cores, load "
+          f"(one column of one partition), {cpu_model()}, {os.cpu_count()} cores, load "
           f"average {os.getloadavg()[0]:.2f}")
     plan: list[tuple[str, str, list[str], dict[str, str] | None, str, Path]] = [
         ("tunelab tcp", "tcp", [], None, py, SRC),
@@ -245,7 +219,7 @@ def main() -> None:
             tp.setdefault("dask-cuda merge (cpu)", []).append(dc["throughput"])
             bw.setdefault("dask-cuda merge (cpu)", []).append(dc["bandwidth"])
         print(f"  round {r + 1}: ucx_perftest …", flush=True)
-        value = ucx_perftest(msg)
+        value = ucx_perftest(msg, 13411)
         if value:
             bw.setdefault("ucx_perftest tag_bw", []).append(value)
 
