@@ -142,6 +142,27 @@ def test_bytes_read_agree_with_proc_io_within_5_percent_on_cold_reads(images: Pa
     assert warm["device_bytes"] < 0.05 * warm["bytes"]  # now from the page cache
 
 
+def test_a_batch_asks_the_device_for_all_its_cold_files_at_once(images: Path) -> None:
+    from tunelab.bench.ddp.samples import thread_io, will_need
+
+    index, ds = _batch(images)
+    paths = index.paths()  # type: ignore[attr-defined]
+    ds.__getitems__(list(range(len(paths))))  # type: ignore[attr-defined]
+    drop_file_pages(paths)
+    before = thread_io()
+    if before is None:
+        pytest.skip("no per-thread I/O accounting in this kernel")
+    will_need(paths + [str(images / "no-such-file.jpg")])  # a missing file: left to the read
+    after = thread_io()
+    assert after is not None
+    # every file's pages were requested from the device, and no byte was read by a read call
+    # (the batch's reads then find them in the page cache: one deep queue, not one at a time)
+    assert after[1] - before[1] >= 0.95 * index.bytes  # type: ignore[attr-defined]
+    assert after[0] - before[0] < 4096
+    batch = ds.__getitems__(list(range(len(paths)))).info  # type: ignore[attr-defined]
+    assert batch["bytes"] == index.bytes  # type: ignore[attr-defined]
+
+
 def test_a_corrupt_jpeg_is_skipped_counted_and_named_or_fails(images: Path,
                                                               tmp_path: Path) -> None:
     import shutil

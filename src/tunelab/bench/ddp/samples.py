@@ -69,6 +69,23 @@ def read_file(path: str) -> bytes:
         return f.readall()
 
 
+def will_need(paths: Sequence[str]) -> None:
+    """Ask the kernel to start reading all of ``paths`` now (``POSIX_FADV_WILLNEED``), so a
+    batch's cold reads are queued to the device together instead of one file after
+    another (a deep queue, as DLIO's parallel TFRecord reads have); the reads that follow
+    find the pages arriving or there. Files that cannot be opened are left to the read that
+    reports them."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+
+
 def _loader_id() -> int:
     import torch.utils.data as tud
 
@@ -240,9 +257,10 @@ class FileSamples:
         """The batch of ``indices``: every file read whole, decoded, stacked."""
         acc = _Account()
         xs, ys = [], []
-        for i in indices:
+        paths = [self.index.path(self.index.entries[i]) for i in indices]
+        will_need(paths)  # every read of the batch queued at once, not one after another
+        for i, path in zip(indices, paths, strict=True):
             entry = self.index.entries[i]
-            path = self.index.path(entry)
             try:
                 data = read_file(path)
             except OSError as exc:
