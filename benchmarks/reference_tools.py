@@ -1,27 +1,21 @@
 """What the benchmarks that judge tunelab against reference tools share: the CPU's name for
-their headers, and ``ucx_perftest`` (UCX's own bandwidth test) between two local processes.
-Imported by ``bounds_vs_reference.py`` and ``merge_vs_peers.py`` (run from this folder)."""
+their headers (tunelab's own), and ``ucx_perftest`` (UCX's own bandwidth test) between two
+local processes. Imported by ``bounds_vs_reference.py`` and ``merge_vs_peers.py`` (run from
+this folder)."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from tunelab.sysinfo import cpu_model  # noqa: E402  (the CPU's name, as studies record it)
+
 __all__ = ["cpu_model", "ucx_perftest"]
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (``unknown CPU`` where it says none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def ucx_perftest(size: int, port: int) -> float | None:

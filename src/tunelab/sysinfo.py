@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["fingerprint", "machine_identity", "snapshot"]
+__all__ = ["cpu_model", "fingerprint", "machine_identity", "snapshot"]
 
 KEY_PACKAGES = ("tunelab", "numpy", "scipy", "pandas", "torch", "mpi4py", "dask",
                 "distributed", "ucxx", "optuna")
@@ -29,7 +29,8 @@ DEFAULT_TOOLS: dict[str, list[str]] = {
 }
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else the platform's (``unknown`` if none)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -72,7 +73,7 @@ def snapshot(extra_tools: Mapping[str, Sequence[str]] | None = None) -> dict[str
                      if (v := _tool_version(argv)) is not None}
     return {
         "host": socket.gethostname(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count(),
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),

@@ -21,19 +21,9 @@ from pathlib import Path
 from tunelab.bench.ddp.config import MAX_BATCH, MODELS
 from tunelab.bench.ddp.profiles import Profile, write_profile
 from tunelab.errors import WorkloadError
+from tunelab.sysinfo import cpu_model
 
-__all__ = ["calibrate_device", "cpu_name"]
-
-
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo), else the platform's."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+__all__ = ["calibrate_device"]
 
 
 def _slug(text: str) -> str:
@@ -73,7 +63,7 @@ def calibrate_device(*, model: str, batch: int, steps: int = 5, warmup: int = 2,
         hw = torch.cuda.get_device_name(dev)
         default = _slug(hw)
     else:
-        hw = f"{cpu_name()}, {torch.get_num_threads()} threads"
+        hw = f"{cpu_model()}, {torch.get_num_threads()} threads"
         default = "cpu"
     shape = "x".join(map(str, spec.sample_shape))
     profile = Profile(
