@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from tunelab.errors import WorkloadError
 
-__all__ = ["CachePrep", "drop_file_pages", "drop_page_cache", "mem_available",
+__all__ = ["CachePrep", "advise_files", "drop_file_pages", "drop_page_cache", "mem_available",
            "prefill", "prepare_cache"]
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
@@ -37,8 +37,9 @@ class CachePrep:
     files: int = 0
 
 
-def drop_file_pages(paths: Iterable[str]) -> int:
-    """``posix_fadvise(DONTNEED)`` on every file; the number of files done."""
+def advise_files(paths: Iterable[str], advice: int) -> int:
+    """``posix_fadvise(advice)`` on the whole of every file; the number of files done (one
+    that cannot be opened or advised is passed over)."""
     done = 0
     for path in paths:
         try:
@@ -46,13 +47,18 @@ def drop_file_pages(paths: Iterable[str]) -> int:
         except OSError:
             continue
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(fd, 0, 0, advice)
             done += 1
         except OSError:
             pass
         finally:
             os.close(fd)
     return done
+
+
+def drop_file_pages(paths: Iterable[str]) -> int:
+    """``posix_fadvise(DONTNEED)`` on every file; the number of files done."""
+    return advise_files(paths, os.POSIX_FADV_DONTNEED)
 
 
 def drop_page_cache() -> str:

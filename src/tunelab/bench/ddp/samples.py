@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from torch.utils.data import IterableDataset
 
+from tunelab.bench.ddp.cache import advise_files
 from tunelab.bench.ddp.dataset import IMAGE_EXTS, DatasetIndex
 
 if TYPE_CHECKING:
@@ -75,15 +76,7 @@ def will_need(paths: Sequence[str]) -> None:
     another (a deep queue, as DLIO's parallel TFRecord reads have); the reads that follow
     find the pages arriving or there. Files that cannot be opened are left to the read that
     reports them."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        finally:
-            os.close(fd)
+    advise_files(paths, os.POSIX_FADV_WILLNEED)
 
 
 def _loader_id() -> int:
