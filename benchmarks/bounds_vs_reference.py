@@ -50,6 +50,7 @@ from tunelab.bounds.compute import (  # noqa: E402
 )
 from tunelab.bounds.disk import read_rates  # noqa: E402
 from tunelab.bounds.link import link_rates, stack_env  # noqa: E402
+from tunelab.bounds.linkprobe import buffer_sets, default_working_set  # noqa: E402
 from tunelab.cluster.mpi import mpirun_argv  # noqa: E402
 
 TRIAD_C = r"""
@@ -91,19 +92,23 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, n; MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &n);
     long size = atol(argv[1]); int iters = atoi(argv[2]), reps = atoi(argv[3]);
-    char *s = big(size), *r = big(size * (n - 1));
-    memset(s, rank, size); memset(r, 0, size * (n - 1));
+    /* as the probe: one send buffer (hot), receive buffer sets cycled through (from memory) */
+    int sets = atoi(argv[4]);
+    char *s0 = big(size), **r = malloc(sets * sizeof(char *));
+    memset(s0, rank, size);
+    for (int j = 0; j < sets; j++) { r[j] = big(size * (n - 1)); memset(r[j], 0, size * (n - 1)); }
     MPI_Request *q = malloc(2 * n * sizeof(MPI_Request));
     for (int rep = -1; rep < reps; rep++) {           /* rep -1: warm-up */
         MPI_Barrier(MPI_COMM_WORLD);
         double t = MPI_Wtime();
         for (int i = 0; i < iters; i++) {
+            char *si = s0, *ri = r[i % sets];
             if (rank == 0) {
-                MPI_Send(s, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
-                MPI_Recv(r, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(si, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+                MPI_Recv(ri, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             } else if (rank == 1) {
-                MPI_Recv(r, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                MPI_Send(s, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+                MPI_Recv(ri, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(si, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
             }
         }
         t = MPI_Wtime() - t;
@@ -112,13 +117,14 @@ int main(int argc, char **argv) {
     for (int rep = -1; rep < reps; rep++) {
         double busy = 0.0;
         for (int i = 0; i < iters; i++) {
+            char *si = s0, *ri = r[i % sets];
             MPI_Barrier(MPI_COMM_WORLD);
             double t = MPI_Wtime(); int k = 0;
             for (int p = 1; p < n; p++)
-                MPI_Irecv(r + (p - 1) * size, size, MPI_BYTE, (rank + p) % n, 0,
+                MPI_Irecv(ri + (p - 1) * size, size, MPI_BYTE, (rank + p) % n, 0,
                           MPI_COMM_WORLD, &q[k++]);
             for (int p = 1; p < n; p++)
-                MPI_Isend(s, size, MPI_BYTE, (rank + p) % n, 0, MPI_COMM_WORLD, &q[k++]);
+                MPI_Isend(si, size, MPI_BYTE, (rank + p) % n, 0, MPI_COMM_WORLD, &q[k++]);
             MPI_Waitall(k, q, MPI_STATUSES_IGNORE);
             busy += MPI_Wtime() - t;
         }
@@ -179,7 +185,9 @@ def torch_timer_gemm(precision: str, n: int, threads: int) -> float:
 
 
 def c_link(exe: Path, stack: str, size: int, iters: int, reps: int) -> dict[str, float]:
-    argv = [*mpirun_argv(2), str(exe), str(size), str(iters), str(reps)]
+    """The C reference over ``stack``, cycling through as many receive sets as the probe."""
+    sets = buffer_sets(size, 2, default_working_set(2))
+    argv = [*mpirun_argv(2), str(exe), str(size), str(iters), str(reps), str(sets)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600,
                          env={**os.environ, **stack_env(stack)}).stdout
     found: dict[str, list[float]] = {}

@@ -8,7 +8,15 @@ import shutil
 import pytest
 
 from tunelab.bounds.link import link_rates, stack_env
-from tunelab.bounds.linkprobe import _iterations, main
+from tunelab.bounds.linkprobe import (
+    CACHE_MULTIPLE,
+    MAX_SETS,
+    _iterations,
+    buffer_sets,
+    default_working_set,
+    last_level_cache,
+    main,
+)
 from tunelab.errors import TunelabError
 
 
@@ -43,6 +51,24 @@ def test_probe_refuses_an_unknown_pattern(capsys: pytest.CaptureFixture[str]):
         main(["--patterns", "oneway,sideways"])
     assert info.value.code == 2 and "unknown pattern 'sideways'" in capsys.readouterr().err
     assert _iterations(1 << 20, 64 << 20) == 64 and _iterations(1 << 30, 1) == 3
+
+
+def test_receive_buffers_cycle_through_more_than_the_cache():
+    """A workload receives into memory it has not touched lately: the probe's receive sets
+    with its send buffer hold four last-level caches (a quarter of the memory available
+    shared by the ranks of a host at the most), so a reused buffer is long out of cache."""
+    llc = last_level_cache()
+    assert llc >= 1 << 20
+    ws = default_working_set(2)
+    assert ws <= CACHE_MULTIPLE * llc and ws > 0
+    for size, ranks in ((4 << 20, 2), (1 << 20, 3), (65536, 8)):
+        sets = buffer_sets(size, ranks, ws)
+        held = size * (1 + sets * (ranks - 1))
+        assert held >= ws or sets == MAX_SETS
+        assert size * (1 + (sets - 1) * (ranks - 1)) < ws  # no set more than needed
+    assert buffer_sets(1 << 30, 2, ws) == 1  # one message beyond the working set: one set
+    assert buffer_sets(16, 2, ws) == MAX_SETS
+    assert default_working_set(10**9) < ws  # many ranks on one host share the memory
 
 
 needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun")
