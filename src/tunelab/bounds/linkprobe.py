@@ -19,10 +19,10 @@ a workload sends it has just produced: in the cache) and receives into sets of b
 cycle through ``--working-set`` bytes, by default four times the host's last-level cache
 (where a workload receives, it has not touched since: in memory). Measured three ways on a
 2-core AMD EPYC (32 MiB L3, 4 MiB messages both ways over ob1): one reused buffer pair
-(both ends in the cache) 10-12 GB/s, a rate the merge exchange's transfer reached only 0.56
-of; both ends cycled through memory 3.6-5 GB/s, which the merge's transfer exceeded
-(1.4-1.7x: no bound); a hot source and a cold destination 6.3 GB/s, with the merge's transfer
-at 0.98 of it.
+(both ends in the cache) 10-16 GB/s, a rate the merge exchange's transfer reached only 0.56
+of; both ends cycled through memory 3.6-5.8 GB/s, which the merge's transfer exceeded
+(1.69x: no bound); a hot source and a cold destination 6.5-6.7 GB/s, with the merge's
+transfer at 0.86 of it (docs/bounds.md).
 
 For ``bothways`` and ``alltoall`` every exchange starts after a barrier and is timed on its
 own, from this rank's first post to its last completion (the merge times its exchange so);

@@ -51,7 +51,7 @@ def _unpack_tensor(t: Any) -> Any:
     import numpy as np
     import torch
 
-    if isinstance(t, Blank):  # the pin-memory thread hands tuples on as lists
+    if isinstance(t, Blank):  # shape as a tuple, whatever sequence it arrived as
         key = (tuple(t.shape[1:]), t.dtype)
         if key not in _ZEROS:
             _ZEROS[key] = torch.zeros(key[0], dtype=t.dtype)
