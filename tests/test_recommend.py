@@ -49,6 +49,15 @@ def test_two_lucky_runs_are_believed_less_than_ten() -> None:
     assert choice.p_best is not None and choice.p_best > choice.p_best_of["B"]
 
 
+def test_judged_on_its_own_runs_the_lucky_pair_is_the_likelier_best() -> None:
+    """What decides the crown (shrunk) and what decides the next runs (each point on its own
+    runs) differ exactly there: unshrunk, B's better mean makes it the likelier best."""
+    post = posterior(_lucky_pair(), "minimize")
+    shrunk, own = post.p_best(), post.p_best_unpooled()
+    assert shrunk["A"] > shrunk["B"] and own["B"] > own["A"]
+    assert sum(own.values()) == pytest.approx(1.0)
+
+
 def test_the_order_of_points_and_runs_changes_nothing() -> None:
     rng = np.random.default_rng(3)
     samples = {f"p{i}": list(np.exp(rng.normal(0.02 * (i % 5), 0.07, 1 + i % 3)))

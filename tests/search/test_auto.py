@@ -11,6 +11,10 @@ from tests.search.conftest import make_landscape
 from tunelab.errors import StudyError
 from tunelab.replay import Landscape, replay_strategy
 from tunelab.search import Budget, SearchSettings, make_run_strategy
+from tunelab.search._endgame import Contest
+from tunelab.search._evidence import Evidence
+from tunelab.search._rounds import RaceSettings
+from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 
 
@@ -108,6 +112,24 @@ def test_auto_stops_early_only_when_the_winner_is_certain() -> None:
     assert capped.runs == 60  # rivals at max_repeats give way to the next likely points
     _, unbounded = run(twins, "auto", max_repeats=4)
     assert unbounded.runs <= 6 * 4  # no budget: the contest ends when every rival has 4 runs
+
+
+def test_the_contest_runs_the_leader_only_while_it_is_no_better_measured() -> None:
+    """A leader with six runs against rivals with one: the round goes to the rivals, the
+    best-matching one-run point first; once the rivals have as many runs, the leader runs too."""
+    ev = Evidence("minimize")
+    for r, v in enumerate([10.0, 10.3, 9.8, 10.1, 10.2, 9.9]):
+        ev.add(Point({"x": 0}), r, v)
+    for i in range(1, 12):
+        ev.add(Point({"x": i}), 0, 10.5 + 0.1 * i)
+    contest = Contest(ev, RaceSettings())
+    first = contest.requests(10)
+    assert Point({"x": 0}) not in [r.point for r in first]
+    assert first[0] == RunRequest(Point({"x": 1}), 1)
+    for x in range(1, 12):
+        for r in range(1, 6):
+            ev.add(Point({"x": x}), r, 10.5 + 0.1 * x)
+    assert contest.requests(10)[0].point == Point({"x": 0})
 
 
 def test_auto_needs_a_budget_on_a_space_too_large_to_enumerate() -> None:

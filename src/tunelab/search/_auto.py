@@ -7,7 +7,7 @@
   (:class:`~tunelab.search._endgame.Contest`) until the winner is certain — grid with
   racing. No point is skipped, so a lone good configuration (a needle) cannot be missed.
 * **A smaller budget**: Optuna TPE proposes new points over the joint space (``per_round``
-  per round, each run once, the baseline first), keeping a quarter of the runs
+  per round, each run once, the baseline first), keeping a fifth of the runs
   (:data:`~tunelab.search._endgame.RESERVE`) for the contest — TPE with racing. When the
   winner is certain before the budget is spent, TPE proposes more.
 

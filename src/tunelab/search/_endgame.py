@@ -4,11 +4,16 @@ A :class:`Contest` decides which measured point is best, on the posterior of
 :mod:`tunelab.stats.recommend` (the statistics ``tunelab best`` uses). Each contest round runs
 the *leader* (the point most likely best, the recommendation) and its :data:`RIVALS` most
 likely rivals once more — those whose probability of being the best is at least
-:data:`CONTENDER`, or the most likely one; points at ``max_repeats`` get no more runs. Runs
-go where the choice is decided: a second run for every plausible point would spend a small
-budget like a grid with two repeats. The winner is *certain* when the leader has at least
-``min_repeats`` runs (two at least) and its probability of being within the indifference of
-the best reaches ``confidence``.
+:data:`CONTENDER`, or the most likely one; points at ``max_repeats`` get no more runs. Runs go
+where the choice is decided: a second run for every plausible point would spend a small budget
+like a grid with two repeats. Rivals are ranked with every point judged on its own runs
+(:meth:`~tunelab.stats.recommend.Posterior.p_best_unpooled`): the crown is given cautiously
+(one lucky run is shrunk towards the common mean), runs optimistically — a point whose one run
+matches the leader's mean is a rival, not the common mean's neighbour. The leader runs again
+only while it is no better measured than its rivals: once it has more runs than each of them,
+another run of it decides less than one of theirs. The winner is *certain* when the leader has
+at least ``min_repeats`` runs (two at least) and its probability of being within the
+indifference of the best reaches ``confidence``.
 
 An :class:`Endgame` alternates exploring new points — proposals of a point strategy, each
 run once: Optuna TPE over the joint space, or every point of a grid — with contest rounds.
@@ -38,7 +43,7 @@ CONTENDER = 0.025
 RIVALS = 3
 """Most contenders besides the leader in one contest round (the most likely ones)."""
 
-RESERVE = 0.25
+RESERVE = 0.2
 """Share of the runs left that a model-based search keeps for the contest."""
 
 
@@ -73,16 +78,24 @@ class Contest:
         if choice.p_best is None:  # no noise to speak of yet: one more run of the leader
             order = list(choice.ranking)[:1]
         else:
-            p = choice.p_best_of
+            p = ev.posterior().p_best_unpooled()
             others = [k for k in sorted(p, key=lambda k: (-p[k], k)) if k != choice.point]
             open_ = [k for k in others if ev.attempts(ev.point(k)) < most]
             rivals = [k for k in open_ if p[k] >= CONTENDER][:RIVALS]
             if not rivals:  # the leader's closest rival; with a budget, the closest open one
                 rivals = open_[:1] if limit is not None else others[:1]
             order = [choice.point, *rivals]
-        runs = [RunRequest(q, ev.attempts(q)) for q in map(ev.point, order)
-                if ev.attempts(q) < most]
+            runs = self._runs(rivals)
+            if runs and ev.n(ev.point(choice.point)) > max(ev.n(r.point) for r in runs):
+                order = rivals  # the leader is the best measured: its rivals' runs decide
+        runs = self._runs(order)
         return runs if limit is None else runs[:limit]
+
+    def _runs(self, keys: list[str]) -> list[RunRequest]:
+        """The next run of each point of ``keys`` that may run again."""
+        ev, most = self.evidence, self.settings.max_repeats
+        return [RunRequest(q, ev.attempts(q)) for q in map(ev.point, keys)
+                if ev.attempts(q) < most]
 
 
 class Endgame:

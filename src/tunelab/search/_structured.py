@@ -16,7 +16,7 @@ together, a start in a local optimum, a budget too small for the method to finis
   measured, or ``samples``);
 * **when the method ends** with its checks passed: with ``max_runs``, the rest goes to the
   same joint search (the method's winner may be a local optimum; runs left are better spent
-  looking beyond it, with a quarter kept for the contest); without, to the contest alone,
+  looking beyond it, with a fifth kept for the contest); without, to the contest alone,
   while the winner is uncertain.
 """
 

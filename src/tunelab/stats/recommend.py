@@ -190,6 +190,17 @@ class Posterior(Generic[K]):
             self._p_best = dict(zip(self.keys, self._probabilities(0.0).tolist(), strict=True))
         return self._p_best
 
+    def p_best_unpooled(self) -> dict[K, float]:
+        """Probability of each point being the best, every point judged by its own runs
+        alone (no shrinkage towards the common mean): the optimistic view that decides
+        which points deserve another run, where :meth:`p_best` decides which one to crown."""
+        if self._noises == [0.0]:
+            return self.p_best()
+        out = np.zeros(len(self.keys))
+        for noise in self._noises:
+            out += _probabilities(self._means, noise / np.sqrt(self.n), 0.0)
+        return dict(zip(self.keys, (out / len(self._noises)).tolist(), strict=True))
+
     def p_within(self, margin: float) -> dict[K, float]:
         """Probability of each point's true loss being within ``margin`` (on the loss
         scale: ``log1p(0.02)`` for 2 %) of every other point's."""
