@@ -12,6 +12,8 @@ those recorded runs (what replay draws from). None is reshaped after drawing.
   combination, drawn at random, 15 % faster than any other point.
 * ``inert`` (256 points, CV 5 %): six parameters of which two matter; the other four do
   nothing.
+* ``small`` (12 points, CV 7 %): one point within 5 % of the best, the runner-up 6 % behind,
+  in no order a model could follow.
 """
 
 from __future__ import annotations
@@ -117,6 +119,17 @@ def needle() -> Landscape:
     return _record("needle", space, truth, 0.07, baseline, 64)
 
 
+def small() -> Landscape:
+    """MPI ranks x threads (12 points), CV 7 %: the small space of the clarified target —
+    one point within 5 % of the best, the runner-up 6 % behind it, the others 4 % apart
+    further on, in an order drawn at random (no structure to exploit)."""
+    space = Space([("ranks", (1, 2, 3, 4)), ("threads", (1, 2, 4))])
+    order = space.points()
+    random.Random(12).shuffle(order)
+    value = {p: 10.0 if i == 0 else 10.0 * (1.02 + 0.04 * i) for i, p in enumerate(order)}
+    return _record("small", space, lambda p: value[p], 0.07, order[-1], 12)
+
+
 def inert() -> Landscape:
     """MPI ranks x block size, which matter, and four switches that do not (256 points),
     CV 5 %: 16 points (the best ranks and block, whatever the switches) tie for the best."""
@@ -134,7 +147,8 @@ def inert() -> Landscape:
 
 
 GENERATED: dict[str, Callable[[], Landscape]] = {
-    "synthetic": synthetic, "interaction": interaction, "needle": needle, "inert": inert}
+    "synthetic": synthetic, "interaction": interaction, "needle": needle, "inert": inert,
+    "small": small}
 
 
 def generated(name: str) -> Landscape:

@@ -11,6 +11,7 @@ from tests.search.conftest import make_landscape
 from tunelab.errors import StudyError
 from tunelab.replay import Landscape, replay_strategy
 from tunelab.search import Budget, SearchSettings, make_run_strategy
+from tunelab.search._auto import EXPLORE_ONLY
 from tunelab.search._endgame import Contest
 from tunelab.search._evidence import Evidence
 from tunelab.search._rounds import RaceSettings
@@ -112,6 +113,16 @@ def test_auto_stops_early_only_when_the_winner_is_certain() -> None:
     assert capped.runs == 60  # rivals at max_repeats give way to the next likely points
     _, unbounded = run(twins, "auto", max_repeats=4)
     assert unbounded.runs <= 6 * 4  # no budget: the contest ends when every rival has 4 runs
+
+
+def test_a_budget_of_a_dozen_runs_measures_a_dozen_points(interaction: Landscape) -> None:
+    """Inside TPE's random start a contest of a run or two decides less than new points."""
+    for seed in range(3):
+        strategy, result = run(interaction, "auto", seed, max_runs=EXPLORE_ONLY)
+        assert strategy.mode == "model"  # type: ignore[attr-defined]
+        assert result.runs == result.points == EXPLORE_ONLY
+    _, larger = run(interaction, "auto", 0, max_runs=EXPLORE_ONLY + 8)
+    assert larger.points < larger.runs  # from there on a fifth goes to the contest
 
 
 def test_the_contest_runs_the_leader_only_while_it_is_no_better_measured() -> None:

@@ -9,7 +9,10 @@
 * **A smaller budget**: Optuna TPE proposes new points over the joint space (``per_round``
   per round, each run once, the baseline first), keeping a fifth of the runs
   (:data:`~tunelab.search._endgame.RESERVE`) for the contest — TPE with racing. When the
-  winner is certain before the budget is spent, TPE proposes more.
+  winner is certain before the budget is spent, TPE proposes more. A budget of at most
+  :data:`EXPLORE_ONLY` runs keeps nothing for the contest: TPE's first ten proposals are
+  random, and with a run or two left after so few points, measuring one more point once
+  finds the best more often than a second run of one already measured.
 
 Either way the final choice is the point most likely best given all runs
 (:mod:`tunelab.stats.recommend`), the one ``tunelab best`` crowns.
@@ -18,14 +21,14 @@ Either way the final choice is the point most likely best given all runs
 from __future__ import annotations
 
 from tunelab.errors import StudyError
-from tunelab.search._endgame import Endgame, joint_search
+from tunelab.search._endgame import RESERVE, Endgame, joint_search
 from tunelab.search._evidence import Evidence
 from tunelab.search._rounds import Budget, RaceSettings, RoundStrategy
 from tunelab.search._static import GridSearch
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 
-__all__ = ["GRID_BUDGET", "SMALL_SPACE", "Auto", "covers", "plan"]
+__all__ = ["EXPLORE_ONLY", "GRID_BUDGET", "SMALL_SPACE", "Auto", "covers", "plan"]
 
 GRID_BUDGET = 1.5
 """Budget, in runs per valid point, from which ``auto`` measures every point."""
@@ -33,6 +36,12 @@ GRID_BUDGET = 1.5
 SMALL_SPACE = 20
 """Valid points up to which a budget of one run per point measures every point: TPE's first
 ten proposals are random, so on a space this small the model would pick a random subset."""
+
+
+EXPLORE_ONLY = 12
+"""Budgets (``max_runs``) up to which the model-based plan spends every run on new points:
+at most a fifth kept back would leave the exploration inside TPE's ten random first proposals
+(Optuna's ``n_startup_trials``) for a contest of one or two runs."""
 
 
 def covers(space: Space, budget: Budget) -> bool:
@@ -56,9 +65,10 @@ def plan(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budge
                          f"({space.size:,} combinations) needs 'max_runs: N'")
     if budget.max_runs is None or covers(space, budget):
         return "grid", Endgame(evidence, settings, budget, GridSearch(space))
+    reserve = 0.0 if budget.max_runs <= EXPLORE_ONLY else RESERVE
     return "model", joint_search(space, evidence, settings, budget, seed=seed,
                                  env_sets=env_sets, sampler=sampler, per_round=per_round,
-                                 first=first)
+                                 first=first, reserve=reserve)
 
 
 class Auto(RoundStrategy):

@@ -182,12 +182,12 @@ class Endgame:
 def joint_search(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budget, *,
                  seed: int, env_sets: dict[str, dict[str, str]] | None = None,
                  sampler: str = "tpe", per_round: int = 2, first: Point | None = None,
-                 explore: int | None = None) -> Endgame:
+                 explore: int | None = None, reserve: float = RESERVE) -> Endgame:
     """An :class:`Endgame` exploring the joint space with Optuna (TPE by default), told
-    every point measured so far, keeping :data:`RESERVE` of the runs left for the contest."""
+    every point measured so far, keeping ``reserve`` of the runs left for the contest."""
     from tunelab.search._optuna import OptunaSearch
 
     proposer = OptunaSearch(space, trials=space.size, direction=evidence.direction, seed=seed,
                             first=first, sampler=sampler, env_sets=env_sets)
-    return Endgame(evidence, settings, budget, proposer, reserve=RESERVE, per_round=per_round,
+    return Endgame(evidence, settings, budget, proposer, reserve=reserve, per_round=per_round,
                    explore=explore)
