@@ -176,12 +176,15 @@ class Posterior(Generic[K]):
             q = chdtri(self.df, 1 - (np.arange(NOISE_NODES) + 0.5) / NOISE_NODES)
             self._noises = [float(v) for v in self.sigma * np.sqrt(self.df / q)]
 
-    def _probabilities(self, margin: float, only: int | None = None) -> np.ndarray:
+    def _probabilities(self, margin: float, only: int | None = None, *,
+                       shrink: bool = True) -> np.ndarray:
         if self._noises == [0.0]:
             return _probabilities(self.mean, self.sd, margin, only)
         out = np.zeros(len(self.keys))
         for noise in self._noises:
-            out += _probabilities(*_normal_posterior(self._means, self.n, noise), margin, only)
+            m, s = (_normal_posterior(self._means, self.n, noise) if shrink
+                    else (self._means, noise / np.sqrt(self.n)))
+            out += _probabilities(m, s, margin, only)
         return out / len(self._noises)
 
     def p_best(self) -> dict[K, float]:
@@ -194,12 +197,8 @@ class Posterior(Generic[K]):
         """Probability of each point being the best, every point judged by its own runs
         alone (no shrinkage towards the common mean): the optimistic view that decides
         which points deserve another run, where :meth:`p_best` decides which one to crown."""
-        if self._noises == [0.0]:
-            return self.p_best()
-        out = np.zeros(len(self.keys))
-        for noise in self._noises:
-            out += _probabilities(self._means, noise / np.sqrt(self.n), 0.0)
-        return dict(zip(self.keys, (out / len(self._noises)).tolist(), strict=True))
+        probabilities = self._probabilities(0.0, shrink=False)
+        return dict(zip(self.keys, probabilities.tolist(), strict=True))
 
     def p_within(self, margin: float) -> dict[K, float]:
         """Probability of each point's true loss being within ``margin`` (on the loss
