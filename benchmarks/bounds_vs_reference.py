@@ -102,13 +102,13 @@ int main(int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t = MPI_Wtime();
         for (int i = 0; i < iters; i++) {
-            char *si = s0, *ri = r[i % sets];
+            char *ri = r[i % sets];
             if (rank == 0) {
-                MPI_Send(si, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+                MPI_Send(s0, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
                 MPI_Recv(ri, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             } else if (rank == 1) {
                 MPI_Recv(ri, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                MPI_Send(si, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+                MPI_Send(s0, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
             }
         }
         t = MPI_Wtime() - t;
@@ -117,14 +117,14 @@ int main(int argc, char **argv) {
     for (int rep = -1; rep < reps; rep++) {
         double busy = 0.0;
         for (int i = 0; i < iters; i++) {
-            char *si = s0, *ri = r[i % sets];
+            char *ri = r[i % sets];
             MPI_Barrier(MPI_COMM_WORLD);
             double t = MPI_Wtime(); int k = 0;
             for (int p = 1; p < n; p++)
                 MPI_Irecv(ri + (p - 1) * size, size, MPI_BYTE, (rank + p) % n, 0,
                           MPI_COMM_WORLD, &q[k++]);
             for (int p = 1; p < n; p++)
-                MPI_Isend(si, size, MPI_BYTE, (rank + p) % n, 0, MPI_COMM_WORLD, &q[k++]);
+                MPI_Isend(s0, size, MPI_BYTE, (rank + p) % n, 0, MPI_COMM_WORLD, &q[k++]);
             MPI_Waitall(k, q, MPI_STATUSES_IGNORE);
             busy += MPI_Wtime() - t;
         }
