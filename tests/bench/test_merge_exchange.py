@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tunelab.bench.merge import data
-from tunelab.bench.merge.backend import PandasBackend
+from tunelab.bench.merge.backend import MASK_WORKERS, PandasBackend
 from tunelab.bench.merge.buffers import BufferPool
 from tunelab.bench.merge.comm import WorkerFailure
 from tunelab.bench.merge.tcp import TcpComm
@@ -76,6 +76,30 @@ def test_alltoallv_delivers_every_row_in_rank_order(tmp_path: Path,
         assert res[1].tolist() == (-want).tolist()
 
 
+def test_counts_swapped_once_serve_both_exchanges(tmp_path: Path) -> None:
+    plan = [[[3, 5, 0], [0, 0, 7], [2, 1, 4]], [[1, 0, 2], [6, 0, 0], [0, 3, 3]]]  # left, right
+    n = 3
+
+    def work(comm: TcpComm) -> list[list[int]]:
+        sides = [_rows_for(comm.rank, n, plan[k][comm.rank]) for k in range(2)]
+        recv = comm.swap_counts([counts for _, counts in sides], 16)
+        assert [r.tolist() for r in recv] == [[plan[k][src][comm.rank] for src in range(n)]
+                                              for k in range(2)]
+        keys = []
+        for (cols, counts), name, want in zip(sides, ("left", "right"), recv, strict=True):
+            got = comm.alltoallv(cols, counts, name, recv_counts=want)
+            assert got.sync_seconds == 0.0 and got.counts.tolist() == want.tolist()
+            keys.append(got.columns[0].tolist())
+        return keys
+
+    for rank, res in enumerate(_group(n, tmp_path, work)):
+        assert not isinstance(res, Exception), res
+        for k in range(2):
+            want = [src * 1_000_000 + rank * 10_000 + i
+                    for src in range(n) for i in range(plan[k][src][rank])]
+            assert res[k] == want
+
+
 def test_receive_columns_are_reused_between_iterations(tmp_path: Path) -> None:
     def work(comm: TcpComm) -> bool:
         cols, counts = _rows_for(comm.rank, 2, [4, 4])
@@ -90,7 +114,7 @@ def test_receive_columns_are_reused_between_iterations(tmp_path: Path) -> None:
 def test_an_impossible_row_count_is_refused_before_allocating(tmp_path: Path) -> None:
     def work(comm: TcpComm) -> Any:
         if comm.rank == 1:  # a broken peer announces a negative count
-            comm.exchange({0: np.array([-5], dtype=np.int64)})
+            comm.swap_counts([np.array([-5, 2], dtype=np.int64)], 16)
             return None
         cols, counts = _rows_for(0, 2, [2, 2])
         return comm.alltoallv(cols, counts, "left")
@@ -100,20 +124,21 @@ def test_an_impossible_row_count_is_refused_before_allocating(tmp_path: Path) ->
     assert "worker 1 announced an impossible row count (-5)" in str(res[0])
 
 
-def test_pandas_partition_orders_rows_by_destination() -> None:
-    key, payload = data.right_chunk(1, 3, 5_000, 0.3, seed=4)
+@pytest.mark.parametrize("workers", [2, 3, MASK_WORKERS + 1, 9])  # masked copies, then a sort
+def test_pandas_partition_orders_rows_by_destination(workers: int) -> None:
+    key, payload = data.right_chunk(1, workers, 5_000, 0.3, seed=4)
     backend = PandasBackend()
     pool = BufferPool()
-    (k, p), counts = backend.partition(backend.frame(key, payload), 3, pool, "right")
-    assert counts.sum() == len(key)
-    dest = data.partition_ids(k, 3)
+    (k, p), counts = backend.partition(backend.frame(key, payload), workers, pool, "right")
+    assert counts.dtype == np.int64 and counts.sum() == len(key)
+    dest = data.partition_ids(k, workers)
     assert np.all(np.diff(dest) >= 0)  # grouped by destination, in rank order
-    assert np.bincount(dest, minlength=3).tolist() == counts.tolist()
+    assert np.bincount(dest, minlength=workers).tolist() == counts.tolist()
     # rows keep their payload and, within a destination, their original order
-    order = np.argsort(data.partition_ids(key, 3), kind="stable")
+    order = np.argsort(data.partition_ids(key, workers), kind="stable")
     assert k.tolist() == key[order].tolist() and p.tolist() == payload[order].tolist()
     # the next partition of the same side writes into the same buffers
-    (k2, _), _ = backend.partition(backend.frame(key, payload), 3, pool, "right")
+    (k2, _), _ = backend.partition(backend.frame(key, payload), workers, pool, "right")
     assert np.shares_memory(k, k2)
 
 

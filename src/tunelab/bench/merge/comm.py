@@ -3,11 +3,12 @@
 A :class:`Comm` is one worker's view of the group. A transport implements two primitives:
 
 * :meth:`Comm.exchange` sends one contiguous array to every other worker and returns the raw
-  bytes received from each (small messages: counts, ``allgather``, ``barrier``);
+  bytes received from each (messages of any size: ``allgather``, ``barrier``);
 * :meth:`Comm._transfer` moves column buffers: it sends given contiguous arrays to every peer
   and receives *into* given pre-sized arrays (no allocation, no copy on the way in).
 
-:meth:`Comm.alltoallv` builds the data exchange on both: it swaps the row counts, takes
+:meth:`Comm.alltoallv` builds the data exchange on the second: it swaps the row counts (or
+takes those :meth:`Comm.swap_counts` swapped for several exchanges at once), takes
 receive columns of exactly the right size from a :class:`~.buffers.BufferPool` (reused every
 iteration, so no page is faulted in while the clock runs), lets the transport move every
 peer's slice straight into place, and copies the worker's own slice locally after the timed
@@ -214,15 +215,20 @@ class Comm(ABC):
         each array of ``recvs[p]`` (contiguous, exactly the size the peer sends; empty arrays
         are skipped by both sides). Raises :class:`WorkerFailure` on timeout or broken link."""
 
-    def alltoallv(self, columns: Sequence[np.ndarray], counts: np.ndarray,
-                  name: str) -> Received:
+    def alltoallv(self, columns: Sequence[np.ndarray], counts: np.ndarray, name: str,
+                  recv_counts: np.ndarray | None = None) -> Received:
         """All-to-all of rows held as ``columns`` (equal length, rows grouped by destination:
         ``counts[p]`` rows for worker ``p`` in rank order). ``name`` keys the receive buffers,
-        which stay valid until the next call with the same name."""
+        which stay valid until the next call with the same name. ``recv_counts``: the rows
+        every worker sends here when :meth:`swap_counts` already swapped them (then this
+        exchange swaps nothing and its ``sync_seconds`` is 0)."""
         t = time.perf_counter()
         counts = np.asarray(counts, dtype=np.int64)
-        recv_counts = self._swap_counts(counts, columns)
-        synced = time.perf_counter()  # every peer has arrived: the rest is the transfer
+        synced = t
+        if recv_counts is None:
+            row_bytes = sum(c.dtype.itemsize for c in columns)
+            recv_counts = self.swap_counts([counts], row_bytes)[0]
+            synced = time.perf_counter()  # every peer has arrived: the rest is the transfer
         send_off = np.concatenate([[0], np.cumsum(counts)])
         recv_off = np.concatenate([[0], np.cumsum(recv_counts)])
         total = int(recv_off[-1])
@@ -236,20 +242,23 @@ class Comm(ABC):
             o[recv_off[r]:recv_off[r + 1]] = c[send_off[r]:send_off[r + 1]]
         return Received(out, recv_counts, seconds, synced - t)
 
-    def _swap_counts(self, counts: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
-        """Rows every worker will send here (``counts[rank]`` for this worker), checked."""
-        got = self.exchange({p: counts[p:p + 1] for p in self.peers})
-        row_bytes = sum(c.dtype.itemsize for c in columns)
-        recv = np.empty(self.size, dtype=np.int64)
-        recv[self.rank] = counts[self.rank]
+    def swap_counts(self, counts: Sequence[np.ndarray], row_bytes: int) -> list[np.ndarray]:
+        """For each exchange to come (``counts[k][p]``: rows this worker sends worker ``p``),
+        the rows every worker will send here, checked: one message to each peer carries
+        the counts of every exchange, so the workers meet once for all of them."""
+        sides = len(counts)
+        mine = np.asarray(counts, dtype=np.int64).reshape(sides, self.size)
+        got = {p: np.empty(sides, dtype=np.int64) for p in self.peers}
+        self._transfer({p: [np.ascontiguousarray(mine[:, p])] for p in self.peers},
+                       {p: [got[p]] for p in self.peers})
+        recv = np.empty((sides, self.size), dtype=np.int64)
+        recv[:, self.rank] = mine[:, self.rank]
         for p in self.peers:
-            raw = got[p]
-            n = int(raw.view(np.int64)[0]) if raw.nbytes == 8 else -1
-            if not 0 <= n * row_bytes <= MAX_MESSAGE_BYTES:
-                raise self.failure(p, f"{{peer}} announced an impossible row count "
-                                      f"({n if raw.nbytes == 8 else f'{raw.nbytes} bytes'})")
-            recv[p] = n
-        return recv
+            for k, n in enumerate(got[p].tolist()):
+                if not 0 <= n * row_bytes <= MAX_MESSAGE_BYTES:
+                    raise self.failure(p, f"{{peer}} announced an impossible row count ({n})")
+                recv[k, p] = n
+        return list(recv)
 
     def allgather(self, obj: Any) -> list[Any]:
         """Every worker's ``obj``, in rank order (pickled over :meth:`exchange`)."""

@@ -4,8 +4,9 @@ Each iteration: barrier; partition the left chunk and then the right chunk into 
 (column buffers ordered by destination); exchange the left bins straight into pre-sized receive
 columns, then the right bins; inner-merge on ``key`` the frames over those columns (the bin
 kept locally is copied into place, nothing is concatenated). Both sides are partitioned before
-either is exchanged, as in UCX-Py's ``cudf_merge`` benchmark the seed ran: the workers meet
-once per iteration, at the left exchange, so how much longer one worker's partitioning took is
+either is exchanged, as in UCX-Py's ``cudf_merge`` benchmark the seed ran, and one message to
+each peer swaps the row counts of both exchanges: the workers meet once per iteration, at the
+left exchange (timed as part of it), so how much longer one worker's partitioning took is
 waited for once, not at both exchanges. Then, outside the timed section, verify: the global
 merged row count must equal the number of matching keys, and for small sizes every worker's
 rows must equal those of a single-process pandas merge. A wrong result raises
@@ -68,17 +69,15 @@ def _partition(comm: Comm, backend: Backend, df: Any, side: str,
     return [backend.to_host(c) for c in cols], counts
 
 
-def _exchange(comm: Comm, backend: Backend, host: list[Any], counts: Any, side: str,
-              it: int) -> tuple[Any, float, int, int, float]:
-    """Exchange one side's bins; the frame of what this worker holds now, the exchange
-    seconds, bytes sent to and received from other workers, and the seconds of the
-    exchange spent waiting for the peers (the count swap)."""
+def _exchange(comm: Comm, backend: Backend, host: list[Any], counts: Any,
+              recv_counts: np.ndarray, side: str) -> tuple[Any, float, int, int]:
+    """Exchange one side's bins (the row counts already swapped); the frame of what this
+    worker holds now, the exchange seconds, bytes sent to and received from other workers."""
     row_bytes = sum(c.dtype.itemsize for c in host)
     sent = row_bytes * int(counts.sum() - counts[comm.rank])
-    comm.enter(f"exchange-{side}", it)
-    got = comm.alltoallv(host, counts, side)
+    got = comm.alltoallv(host, counts, side, recv_counts=recv_counts)
     received = row_bytes * int(got.counts.sum() - got.counts[comm.rank])
-    return backend.frame(*got.columns), got.seconds, sent, received, got.sync_seconds
+    return backend.frame(*got.columns), got.seconds, sent, received
 
 
 def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIteration]:
@@ -98,10 +97,15 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
         t0 = time.perf_counter()
         lbins, lcounts = _partition(comm, backend, left, "left", it)
         rbins, rcounts = _partition(comm, backend, right, "right", it)
-        lframe, t_left, sent_left, recv_left, w_left = _exchange(comm, backend, lbins, lcounts,
-                                                                 "left", it)
-        rframe, t_right, sent_right, recv_right, w_right = _exchange(comm, backend, rbins,
-                                                                     rcounts, "right", it)
+        comm.enter("exchange-left", it)
+        t_swap = time.perf_counter()
+        lrecv, rrecv = comm.swap_counts([lcounts, rcounts], sum(c.itemsize for c in lbins))
+        w_left = time.perf_counter() - t_swap  # until every peer arrived
+        lframe, t_left, sent_left, recv_left = _exchange(comm, backend, lbins, lcounts, lrecv,
+                                                         "left")
+        comm.enter("exchange-right", it)
+        rframe, t_right, sent_right, recv_right = _exchange(comm, backend, rbins, rcounts,
+                                                            rrecv, "right")
         comm.enter("merge", it)
         merged = backend.merge(lframe, rframe)
         wall = time.perf_counter() - t0
@@ -123,9 +127,10 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
                                     f"expected {expected} matching keys")
         records.append(WorkerIteration(
             rank=rank, iteration=it - cfg.warmup, warmup=it < cfg.warmup, wall_s=wall,
-            exchange_left_s=t_left, exchange_right_s=t_right, bytes_sent_left=sent_left,
-            bytes_sent_right=sent_right, bytes_recv=recv_left + recv_right, merged_rows=rows,
-            sync_left_s=w_left, sync_right_s=w_right))
+            exchange_left_s=w_left + t_left, exchange_right_s=t_right,
+            bytes_sent_left=sent_left, bytes_sent_right=sent_right,
+            bytes_recv=recv_left + recv_right, merged_rows=rows, sync_left_s=w_left,
+            sync_right_s=0.0))
     comm.enter("gather", cfg.total_iterations - 1)
     gathered = comm.allgather(records)
     comm.enter("done")
