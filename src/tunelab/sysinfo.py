@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["cpu_model", "fingerprint", "machine_identity", "snapshot"]
+__all__ = ["cpu_model", "fingerprint", "machine_identity", "mem_available", "snapshot"]
 
 KEY_PACKAGES = ("tunelab", "numpy", "scipy", "pandas", "torch", "mpi4py", "dask",
                 "distributed", "ucxx", "optuna")
@@ -39,6 +39,12 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def mem_available() -> int:
+    """Bytes of memory available to new work without swapping (the kernel's MemAvailable:
+    free memory plus the page cache it can drop)."""
+    return int(psutil.virtual_memory().available)
 
 
 def _package_versions(names: Sequence[str]) -> dict[str, str]:

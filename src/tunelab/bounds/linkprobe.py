@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from tunelab.sysinfo import mem_available
+
 __all__ = ["PATTERNS", "buffer_sets", "default_working_set", "last_level_cache", "main"]
 
 PATTERNS = ("oneway", "bothways", "alltoall")
@@ -72,21 +74,10 @@ def last_level_cache() -> int:
     return best or FALLBACK_CACHE
 
 
-def _mem_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) << 10
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 34
-
-
 def default_working_set(local_ranks: int) -> int:
     """Bytes of buffers per rank: :data:`CACHE_MULTIPLE` last-level caches, no more than a
     quarter of the memory available shared by the ``local_ranks`` of this host."""
-    return min(CACHE_MULTIPLE * last_level_cache(), _mem_available() // (4 * max(1, local_ranks)))
+    return min(CACHE_MULTIPLE * last_level_cache(), mem_available() // (4 * max(1, local_ranks)))
 
 
 def buffer_sets(size: int, nranks: int, working_set: int) -> int:

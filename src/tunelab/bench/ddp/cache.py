@@ -20,9 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tunelab.errors import WorkloadError
+from tunelab.sysinfo import mem_available
 
-__all__ = ["CachePrep", "advise_files", "drop_file_pages", "drop_page_cache", "mem_available",
-           "prefill", "prepare_cache"]
+__all__ = ["CachePrep", "advise_files", "drop_file_pages", "drop_page_cache", "prefill",
+           "prepare_cache"]
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 WARM_FRACTION = 0.8
@@ -72,13 +73,6 @@ def drop_page_cache() -> str:
     except OSError as exc:
         return f"{DROP_CACHES} not written ({exc.strerror})"
     return f"{DROP_CACHES} = 1 (the machine's clean page cache dropped)"
-
-
-def mem_available() -> int:
-    """Bytes of memory available for the page cache."""
-    import psutil
-
-    return int(psutil.virtual_memory().available)
 
 
 def prefill(paths: Iterable[str], chunk: int = 1 << 20) -> int:

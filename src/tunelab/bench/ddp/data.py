@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.models import ModelSpec
 from tunelab.errors import WorkloadError
+from tunelab.sysinfo import mem_available
 
 if TYPE_CHECKING:
     import torch
@@ -193,18 +194,12 @@ def check_dataset(cfg: DDPConfig, spec_unit: str) -> DatasetIndex | None:
     if data.kind == "memory":
         per_sample = 4 * math.prod(_decoder(cfg, index.unit).shape())
         need = per_sample * (index.samples // cfg.workers) * cfg.workers
-        avail = _mem_available()
+        avail = mem_available()
         if need > MEMORY_FRACTION * avail:
             raise WorkloadError(f"{where}: the decoded samples need about {need / 1e9:.1f} GB, "
                                 f"more than {MEMORY_FRACTION:.0%} of the {avail / 1e9:.1f} GB "
                                 "available; use files: or fewer samples")
     return index
-
-
-def _mem_available() -> int:
-    from tunelab.bench.ddp.cache import mem_available
-
-    return mem_available()
 
 
 class LoaderSource:
