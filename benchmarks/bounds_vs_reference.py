@@ -4,7 +4,8 @@
 Each round measures, one after the other (the order flips every round, so a busy moment of
 the machine does not always hit the same side):
 
-* **GEMM** — tunelab's ``gemm_rates`` (``torch.matmul``) against numpy's ``matmul`` (its own
+* **GEMM** — tunelab's ``gemm_rates`` (``torch.matmul``; for fp32 the faster of it and numpy's
+  BLAS) against numpy's ``matmul`` (its own
   BLAS, in a process of its own with ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` set) for
   fp32, and against ``torch.utils.benchmark.Timer`` for every precision tunelab keeps;
 * **memory** — tunelab's triad against a STREAM-style triad in C (``a[i] = b[i] + 3 c[i]``,

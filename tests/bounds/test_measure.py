@@ -23,6 +23,27 @@ def test_gemm_and_triad_give_positive_rates_with_their_method():
     assert "65,536 float64" in t.method
 
 
+def test_numpy_gemm_runs_in_a_child_with_its_blas_threads_set():
+    r = compute._numpy_gemm_child(64, 1, 2, 5.0)
+    assert r is not None and len(r.samples) == 2 and all(s > 0 for s in r.samples)
+    assert r.method == "numpy.matmul 64^3 fp32, 1 thread of its BLAS"
+
+
+def test_the_fp32_bound_is_the_faster_library(monkeypatch: pytest.MonkeyPatch):
+    pytest.importorskip("torch")
+    fast = compute.Rates((1e15, 1e15), "numpy.matmul 64^3 fp32, 1 thread of its BLAS")
+    monkeypatch.setattr(compute, "_numpy_gemm_child", lambda *a: fast)
+    r = gemm_rates("fp32", n=64, threads=1, repeats=2, seconds=5)
+    assert r.samples == fast.samples and "; torch.matmul: " in r.method
+    assert gemm_rates("fp32", n=64, threads=1, repeats=2, seconds=5,
+                      numpy_too=False).method.startswith("torch.matmul")
+    slow = compute.Rates((1.0, 1.0), fast.method)
+    monkeypatch.setattr(compute, "_numpy_gemm_child", lambda *a: slow)
+    assert gemm_rates("fp32", n=64, threads=1, repeats=2, seconds=5).method.startswith("torch")
+    monkeypatch.setattr(compute, "_numpy_gemm_child", lambda *a: None)  # the child failed
+    assert gemm_rates("fp32", n=64, threads=1, repeats=2, seconds=5).method.startswith("torch")
+
+
 def test_bf16_is_kept_only_when_a_trial_at_run_time_finds_it_fast_enough():
     fast, why = precisions_for("cpu", 1, trial=lambda threads: (True, 1.8))
     assert fast == ["fp32", "bf16"] and why == []
