@@ -14,6 +14,9 @@ those recorded runs (what replay draws from). None is reshaped after drawing.
   nothing.
 * ``small`` (12 points, CV 7 %): one point within 5 % of the best, the runner-up 6 % behind,
   in no order a model could follow.
+* ``small8``, ``small9``, ``small10`` (8, 9 and 10 points): the same kind drawn apart, so a
+  rule is not fitted to one example — CV 7 % with the runner-up 6 % behind; CV 8 %, 6 %
+  behind; CV 6 % with two runners-up 6 % and 7 % behind.
 """
 
 from __future__ import annotations
@@ -119,15 +122,41 @@ def needle() -> Landscape:
     return _record("needle", space, truth, 0.07, baseline, 64)
 
 
+def _small(name: str, space: Space, behind: tuple[float, ...], cv: float,
+           seed: int) -> Landscape:
+    """A small space whose points, in an order drawn at random (no structure to exploit),
+    are the best, the runners-up ``behind`` it (fractions), then the others 4 % apart
+    further on; the baseline is the last point of that order (the worst)."""
+    order = space.points()
+    random.Random(seed).shuffle(order)
+    steps = (0.0, *behind)
+    value = {p: 10.0 * (1 + (steps[i] if i < len(steps) else steps[-1] + 0.04 * (i - len(behind))))
+             for i, p in enumerate(order)}
+    return _record(name, space, lambda p: value[p], cv, order[-1], seed)
+
+
 def small() -> Landscape:
     """MPI ranks x threads (12 points), CV 7 %: the small space of the clarified target —
     one point within 5 % of the best, the runner-up 6 % behind it, the others 4 % apart
-    further on, in an order drawn at random (no structure to exploit)."""
-    space = Space([("ranks", (1, 2, 3, 4)), ("threads", (1, 2, 4))])
-    order = space.points()
-    random.Random(12).shuffle(order)
-    value = {p: 10.0 if i == 0 else 10.0 * (1.02 + 0.04 * i) for i, p in enumerate(order)}
-    return _record("small", space, lambda p: value[p], 0.07, order[-1], 12)
+    further on."""
+    return _small("small", Space([("ranks", (1, 2, 3, 4)), ("threads", (1, 2, 4))]), (0.06,),
+                  0.07, 12)
+
+
+def small8() -> Landscape:
+    """2 x 4 points, CV 7 %, the runner-up 6 % behind."""
+    return _small("small8", Space([("a", (1, 2)), ("b", (1, 2, 3, 4))]), (0.06,), 0.07, 95)
+
+
+def small9() -> Landscape:
+    """3 x 3 points (as many as the QE space), CV 8 %, the runner-up 6 % behind."""
+    return _small("small9", Space([("a", (1, 2, 3)), ("b", (1, 2, 4))]), (0.06,), 0.08, 91)
+
+
+def small10() -> Landscape:
+    """5 x 2 points, CV 6 %, two runners-up 6 % and 7 % behind."""
+    return _small("small10", Space([("x", (1, 2, 3, 4, 5)), ("y", (0, 1))]), (0.06, 0.07),
+                  0.06, 93)
 
 
 def inert() -> Landscape:
@@ -148,7 +177,7 @@ def inert() -> Landscape:
 
 GENERATED: dict[str, Callable[[], Landscape]] = {
     "synthetic": synthetic, "interaction": interaction, "needle": needle, "inert": inert,
-    "small": small}
+    "small": small, "small8": small8, "small9": small9, "small10": small10}
 
 
 def generated(name: str) -> Landscape:

@@ -205,10 +205,11 @@ class Posterior(Generic[K]):
         scale: ``log1p(0.02)`` for 2 %) of every other point's."""
         return dict(zip(self.keys, self._probabilities(margin).tolist(), strict=True))
 
-    def p_within_of(self, key: K, margin: float) -> float:
-        """:meth:`p_within` of one point (cheaper)."""
+    def p_within_of(self, key: K, margin: float, *, shrink: bool = True) -> float:
+        """:meth:`p_within` of one point (cheaper); ``shrink=False``: every point judged by
+        its own runs alone, as :meth:`p_best_unpooled` judges them."""
         i = self.keys.index(key)
-        return float(self._probabilities(margin, i)[i])
+        return float(self._probabilities(margin, i, shrink=shrink)[i])
 
     def recommend(self, min_n: int = 2) -> Recommendation[K] | None:
         """The point most likely best among the points with at least ``min_n`` values (all
