@@ -21,7 +21,7 @@
 set -euo pipefail
 
 DIR=${1:-${TUNELAB_DLIO_VENV:-$HOME/.cache/tunelab/dlio-venv}}
-PY=${PYTHON:-python3}
+. "$(dirname "${BASH_SOURCE[0]}")/venv-common.sh"
 # Pinned: the versions the comparison in docs/workloads/ddp.md was measured with.
 PACKAGES=("tensorflow-cpu==2.21.0" "torch==2.13.0" "torchvision==0.28.0" "pillow==13.0.0"
           "PyYAML==6.0.3" "h5py==3.14.0" "mpi4py==4.1.2" "omegaconf==2.3.0" "hydra-core==1.3.2"
@@ -38,9 +38,7 @@ if [ -x "$DIR/bin/python" ] && check; then
   exit 0
 fi
 echo "dlio-venv: creating $DIR (${PACKAGES[*]} $DLIO)"
-mkdir -p "$(dirname "$DIR")"
-"$PY" -m venv "$DIR"
-"$DIR/bin/python" -m pip install -q --upgrade pip
+new_venv "$DIR"
 "$DIR/bin/python" -m pip install -q "${PACKAGES[@]}"
 "$DIR/bin/python" -m pip install -q --no-deps "$DLIO"
 

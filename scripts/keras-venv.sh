@@ -10,7 +10,7 @@
 set -euo pipefail
 
 DIR=${1:-${TUNELAB_KERAS_VENV:-$HOME/.cache/tunelab/keras-venv}}
-PY=${PYTHON:-python3}
+. "$(dirname "${BASH_SOURCE[0]}")/venv-common.sh"
 # Pinned: the versions the comparison in docs/workloads/leopard.md was measured with.
 PACKAGES=("tensorflow-cpu==2.21.0" "keras==3.15.1")
 
@@ -19,9 +19,7 @@ if [ -x "$DIR/bin/python" ] && "$DIR/bin/python" -c "import keras, tensorflow" 2
   exit 0
 fi
 echo "keras-venv: creating $DIR (${PACKAGES[*]})"
-mkdir -p "$(dirname "$DIR")"
-"$PY" -m venv "$DIR"
-"$DIR/bin/python" -m pip install -q --upgrade pip
+new_venv "$DIR"
 "$DIR/bin/python" -m pip install -q "${PACKAGES[@]}"
 "$DIR/bin/python" -c "import keras, tensorflow as tf; print('keras-venv: keras', keras.__version__, 'tensorflow', tf.__version__)"
 echo "keras-venv: done; pass --keras-python $DIR/bin/python to benchmarks/leopard_vs_keras.py"

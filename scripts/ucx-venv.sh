@@ -19,7 +19,7 @@
 set -euo pipefail
 
 DIR=${1:-${TUNELAB_UCXX_VENV:-$HOME/.cache/tunelab/ucx-venv}}
-PY=${PYTHON:-python3}
+. "$(dirname "${BASH_SOURCE[0]}")/venv-common.sh"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Pinned: one RAPIDS release (26.10 / UCXX 0.52), the one the merge benchmarks were run with.
 PACKAGES=("ucxx-cu12==0.52.0" "distributed-ucxx-cu12==0.52.0" "dask-cuda==26.10.0"
@@ -34,9 +34,7 @@ if [ -x "$DIR/bin/python" ] && check; then
   exit 0
 fi
 echo "ucx-venv: creating $DIR (${PACKAGES[*]}, tunelab[merge] from $ROOT)"
-mkdir -p "$(dirname "$DIR")"
-"$PY" -m venv "$DIR"
-"$DIR/bin/python" -m pip install -q --upgrade pip
+new_venv "$DIR"
 "$DIR/bin/python" -m pip install -q "${PACKAGES[@]}" -e "$ROOT[merge]"
 check || { echo "ucx-venv: ucxx or dask_cuda does not import in $DIR" >&2; exit 1; }
 echo "ucx-venv: done; export TUNELAB_UCXX_PYTHON=$DIR/bin/python"
