@@ -1,5 +1,6 @@
-"""The column-buffer exchange (``Comm.alltoallv``) over real TCP sockets between threads:
-uneven and empty partitions, reused receive buffers, refused impossible row counts."""
+"""The column-buffer exchange (``Comm.swap_counts`` then ``Comm.alltoallv``) over real TCP
+sockets between threads: uneven and empty partitions, one count swap for two exchanges, reused
+receive buffers, refused impossible row counts."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_alltoallv_delivers_every_row_in_rank_order(tmp_path: Path,
         got = None
         for _ in range(2):  # the second exchange reuses the receive buffers
             cols, counts = _rows_for(comm.rank, n, plan[comm.rank])
-            got = comm.alltoallv(cols, counts, "left")
+            [recv] = comm.swap_counts([counts], 16)
+            got = comm.alltoallv(cols, counts, recv, "left")
             assert got.counts.tolist() == [plan[src][comm.rank] for src in range(n)]
             assert got.seconds > 0
         assert got is not None
@@ -87,8 +89,8 @@ def test_counts_swapped_once_serve_both_exchanges(tmp_path: Path) -> None:
                                               for k in range(2)]
         keys = []
         for (cols, counts), name, want in zip(sides, ("left", "right"), recv, strict=True):
-            got = comm.alltoallv(cols, counts, name, recv_counts=want)
-            assert got.sync_seconds == 0.0 and got.counts.tolist() == want.tolist()
+            got = comm.alltoallv(cols, counts, want, name)
+            assert got.counts.tolist() == want.tolist()
             keys.append(got.columns[0].tolist())
         return keys
 
@@ -103,9 +105,10 @@ def test_counts_swapped_once_serve_both_exchanges(tmp_path: Path) -> None:
 def test_receive_columns_are_reused_between_iterations(tmp_path: Path) -> None:
     def work(comm: TcpComm) -> bool:
         cols, counts = _rows_for(comm.rank, 2, [4, 4])
-        first = comm.alltoallv(cols, counts, "left").columns[0]
-        second = comm.alltoallv(cols, counts, "left").columns[0]
-        other = comm.alltoallv(cols, counts, "right").columns[0]
+        recv = np.array([4, 4], dtype=np.int64)  # every worker sends 4 rows to each
+        first = comm.alltoallv(cols, counts, recv, "left").columns[0]
+        second = comm.alltoallv(cols, counts, recv, "left").columns[0]
+        other = comm.alltoallv(cols, counts, recv, "right").columns[0]
         return np.shares_memory(first, second) and not np.shares_memory(first, other)
 
     assert _group(2, tmp_path, work) == [True, True]
@@ -116,8 +119,7 @@ def test_an_impossible_row_count_is_refused_before_allocating(tmp_path: Path) ->
         if comm.rank == 1:  # a broken peer announces a negative count
             comm.swap_counts([np.array([-5, 2], dtype=np.int64)], 16)
             return None
-        cols, counts = _rows_for(0, 2, [2, 2])
-        return comm.alltoallv(cols, counts, "left")
+        return comm.swap_counts([np.array([2, 2], dtype=np.int64)], 16)
 
     res = _group(2, tmp_path, work, timeout=5.0)
     assert isinstance(res[0], WorkerFailure)

@@ -7,8 +7,9 @@ A :class:`Comm` is one worker's view of the group. A transport implements two pr
 * :meth:`Comm._transfer` moves column buffers: it sends given contiguous arrays to every peer
   and receives *into* given pre-sized arrays (no allocation, no copy on the way in).
 
-:meth:`Comm.alltoallv` builds the data exchange on the second: it swaps the row counts (or
-takes those :meth:`Comm.swap_counts` swapped for several exchanges at once), takes
+:meth:`Comm.swap_counts` swaps the row counts of one or more exchanges in one message per
+peer (the workers meet there); :meth:`Comm.alltoallv` builds each data exchange on the
+second primitive: it takes
 receive columns of exactly the right size from a :class:`~.buffers.BufferPool` (reused every
 iteration, so no page is faulted in while the clock runs), lets the transport move every
 peer's slice straight into place, and copies the worker's own slice locally after the timed
@@ -102,14 +103,11 @@ def read_status(directory: str | Path, rank: int) -> tuple[int, str, int] | None
 class Received:
     """What :meth:`Comm.alltoallv` delivers: one array per column holding the rows from
     worker 0, 1, … in rank order (this worker's own rows included), the rows from each
-    worker, and the seconds spent exchanging (counts and data, not the local copy), of them
-    the seconds of the count swap (waiting for the peers to arrive at the exchange)."""
+    worker, and the seconds spent moving the data (not the local copy)."""
 
     columns: list[np.ndarray]
     counts: np.ndarray
     seconds: float
-    sync_seconds: float = 0.0
-    """The part of ``seconds`` spent swapping the row counts: until every peer arrived."""
 
 
 class Comm(ABC):
@@ -215,20 +213,14 @@ class Comm(ABC):
         each array of ``recvs[p]`` (contiguous, exactly the size the peer sends; empty arrays
         are skipped by both sides). Raises :class:`WorkerFailure` on timeout or broken link."""
 
-    def alltoallv(self, columns: Sequence[np.ndarray], counts: np.ndarray, name: str,
-                  recv_counts: np.ndarray | None = None) -> Received:
+    def alltoallv(self, columns: Sequence[np.ndarray], counts: np.ndarray,
+                  recv_counts: np.ndarray, name: str) -> Received:
         """All-to-all of rows held as ``columns`` (equal length, rows grouped by destination:
-        ``counts[p]`` rows for worker ``p`` in rank order). ``name`` keys the receive buffers,
-        which stay valid until the next call with the same name. ``recv_counts``: the rows
-        every worker sends here when :meth:`swap_counts` already swapped them (then this
-        exchange swaps nothing and its ``sync_seconds`` is 0)."""
+        ``counts[p]`` rows for worker ``p`` in rank order; ``recv_counts[p]`` rows arrive from
+        worker ``p``, as :meth:`swap_counts` returned them). ``name`` keys the receive
+        buffers, which stay valid until the next call with the same name."""
         t = time.perf_counter()
         counts = np.asarray(counts, dtype=np.int64)
-        synced = t
-        if recv_counts is None:
-            row_bytes = sum(c.dtype.itemsize for c in columns)
-            recv_counts = self.swap_counts([counts], row_bytes)[0]
-            synced = time.perf_counter()  # every peer has arrived: the rest is the transfer
         send_off = np.concatenate([[0], np.cumsum(counts)])
         recv_off = np.concatenate([[0], np.cumsum(recv_counts)])
         total = int(recv_off[-1])
@@ -240,7 +232,7 @@ class Comm(ABC):
         r = self.rank
         for c, o in zip(columns, out, strict=True):
             o[recv_off[r]:recv_off[r + 1]] = c[send_off[r]:send_off[r + 1]]
-        return Received(out, recv_counts, seconds, synced - t)
+        return Received(out, recv_counts, seconds)
 
     def swap_counts(self, counts: Sequence[np.ndarray], row_bytes: int) -> list[np.ndarray]:
         """For each exchange to come (``counts[k][p]``: rows this worker sends worker ``p``),

@@ -75,7 +75,7 @@ def _exchange(comm: Comm, backend: Backend, host: list[Any], counts: Any,
     worker holds now, the exchange seconds, bytes sent to and received from other workers."""
     row_bytes = sum(c.dtype.itemsize for c in host)
     sent = row_bytes * int(counts.sum() - counts[comm.rank])
-    got = comm.alltoallv(host, counts, side, recv_counts=recv_counts)
+    got = comm.alltoallv(host, counts, recv_counts, side)
     received = row_bytes * int(got.counts.sum() - got.counts[comm.rank])
     return backend.frame(*got.columns), got.seconds, sent, received
 
