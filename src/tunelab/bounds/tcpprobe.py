@@ -7,24 +7,30 @@ One process per rank, started by :func:`tunelab.bounds.link.link_rates` (stack `
 
 Every rank listens on an ephemeral port of ``--host`` and publishes it in the rendezvous
 directory; rank r connects to every lower rank and accepts the higher ones (one connection
-per pair, ``TCP_NODELAY``, 4 MiB socket buffers, as the merge's transport sets them). The
-patterns and rates are those of :mod:`tunelab.bounds.linkprobe`: a ping-pong between ranks 0
-and 1; exchanges (pairs, or every rank with every other) that start after a barrier, send
-from threads while receiving into pre-sized buffers, and are timed on their own; a block's
-rate is the harmonic mean over ranks. Rank 0 prints the same JSON line as the MPI probe.
+per pair, ``TCP_NODELAY``, 4 MiB socket buffers, as the merge's transport sets them), driven
+as the merge's transport drives them: non-blocking, on one asyncio loop. The patterns and
+rates are those of :mod:`tunelab.bounds.linkprobe`: a ping-pong between ranks 0 and 1;
+exchanges (pairs, or every rank with every other) that start after a barrier, send while
+receiving into pre-sized buffers, and are timed on their own; a block's rate is the harmonic
+mean over ranks. (Sending and receiving from threads on blocking sockets, as this probe did
+first, gave a bound that jumped between 1.2 and 2.5 GB/s from run to run on a 2-core AMD
+EPYC, while the merge's exchange held at 1.7-1.8 GB/s.) Rank 0 prints the same JSON line as
+the MPI probe.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import socket
 import struct
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +42,7 @@ _BUF = 4 << 20
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    """Fill ``view`` from a blocking ``sock`` (set-up only)."""
     got = 0
     while got < len(view):
         n = sock.recv_into(view[got:])
@@ -83,32 +90,68 @@ def _connect(rank: int, ranks: int, directory: Path, host: str,
 
 
 class _Group:
-    """This rank's sockets, a barrier and a gather at rank 0."""
+    """This rank's sockets, non-blocking on one asyncio loop (as the merge's transport drives
+    them), with a barrier and a gather at rank 0."""
 
-    def __init__(self, rank: int, ranks: int, peers: dict[int, socket.socket]) -> None:
-        self.rank, self.ranks, self.peers = rank, ranks, peers
-        self.pool = ThreadPoolExecutor(max_workers=max(1, 2 * (ranks - 1)))
+    def __init__(self, rank: int, ranks: int, peers: dict[int, socket.socket],
+                 timeout: float) -> None:
+        self.rank, self.ranks, self.peers, self.timeout = rank, ranks, peers, timeout
+        self.loop = asyncio.new_event_loop()
+        for sock in peers.values():
+            sock.setblocking(False)
+
+    def run(self, *coros: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coros`` together on the loop, within the timeout."""
+        async def every() -> None:
+            await asyncio.wait_for(asyncio.gather(*coros), self.timeout)
+
+        self.loop.run_until_complete(every())
+
+    async def recv(self, peer: int, view: memoryview) -> None:
+        """Fill ``view`` from ``peer``."""
+        got, n = 0, len(view)
+        while got < n:
+            k = await self.loop.sock_recv_into(self.peers[peer], view[got:])
+            if not k:
+                raise ConnectionError(f"rank {peer} closed its connection")
+            got += k
+
+    async def send(self, peer: int, data: Any) -> None:
+        """Send ``data`` to ``peer``."""
+        await self.loop.sock_sendall(self.peers[peer], data)
 
     def barrier(self) -> None:
         self.gather(0.0)
-        one = bytearray(1)
         if self.rank == 0:
-            for sock in self.peers.values():
-                sock.sendall(b"\1")
+            self.run(*(self.send(p, b"\1") for p in self.peers))
         else:
-            _recv_into(self.peers[0], memoryview(one))
+            self.run(self.recv(0, memoryview(bytearray(1))))
 
     def gather(self, value: float) -> list[float] | None:
         """Every rank's ``value`` at rank 0 (None elsewhere)."""
         if self.rank != 0:
-            self.peers[0].sendall(struct.pack("!d", value))
+            self.run(self.send(0, struct.pack("!d", value)))
             return None
-        out = [value]
-        for p in range(1, self.ranks):
-            raw = bytearray(8)
-            _recv_into(self.peers[p], memoryview(raw))
-            out.append(struct.unpack("!d", raw)[0])
-        return out
+        raws = [bytearray(8) for _ in range(1, self.ranks)]
+        self.run(*(self.recv(p, memoryview(raws[p - 1])) for p in range(1, self.ranks)))
+        return [value, *(struct.unpack("!d", raw)[0] for raw in raws)]
+
+    def close(self) -> None:
+        """Close the sockets and the loop."""
+        for sock in self.peers.values():
+            sock.close()
+        self.loop.close()
+
+
+async def _pingpong(g: _Group, out: memoryview, into: memoryview, iters: int) -> None:
+    other = 1 - g.rank
+    for _ in range(iters):
+        if g.rank == 0:
+            await g.send(other, out)
+            await g.recv(other, into)
+        else:
+            await g.recv(other, into)
+            await g.send(other, out)
 
 
 def _block(g: _Group, pattern: str, send: np.ndarray, recv: list[np.ndarray],
@@ -120,15 +163,8 @@ def _block(g: _Group, pattern: str, send: np.ndarray, recv: list[np.ndarray],
     if pattern == "oneway":
         if g.rank > 1:
             return 0.0
-        sock = g.peers[1 - g.rank]
         t = time.perf_counter()
-        for _ in range(iters):
-            if g.rank == 0:
-                sock.sendall(out)
-                _recv_into(sock, ins[0])
-            else:
-                _recv_into(sock, ins[0])
-                sock.sendall(out)
+        g.run(_pingpong(g, out, ins[0], iters))
         return 2.0 * nbytes * iters / (time.perf_counter() - t)
     if pattern == "bothways":
         partners = [g.rank ^ 1] if (g.rank ^ 1) < g.ranks else []
@@ -138,10 +174,8 @@ def _block(g: _Group, pattern: str, send: np.ndarray, recv: list[np.ndarray],
     for _ in range(iters):
         g.barrier()
         t = time.perf_counter()
-        jobs = [g.pool.submit(g.peers[p].sendall, out) for p in partners]
-        jobs += [g.pool.submit(_recv_into, g.peers[p], ins[i]) for i, p in enumerate(partners)]
-        for job in jobs:
-            job.result()
+        g.run(*(g.send(p, out) for p in partners),
+              *(g.recv(p, ins[i]) for i, p in enumerate(partners)))
         busy += time.perf_counter() - t
     return float(len(partners)) * nbytes * iters / busy if partners else 0.0
 
@@ -173,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ranks < 2 or not 0 <= args.rank < args.ranks:
         parser.error("needs --ranks >= 2 and 0 <= --rank < --ranks")
     g = _Group(args.rank, args.ranks, _connect(args.rank, args.ranks, args.dir, args.host,
-                                               args.timeout))
+                                               args.timeout), args.timeout)
     results = []
     for size in (int(s) for s in args.sizes.split(",") if s):
         send = np.full(size, args.rank % 251, dtype=np.uint8)
@@ -192,9 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rank == 0:
         print(json.dumps({"probe": "link", "hosts": [socket.gethostname()],
                           "results": results}), flush=True)
-    g.pool.shutdown()
-    for sock in g.peers.values():
-        sock.close()
+    g.close()
     return 0
 
 
