@@ -55,7 +55,7 @@ BASELINES = ("worst", "median", "random")
 
 def load(name: str) -> Landscape:
     """A landscape by name (recorded file or generated)."""
-    if name in GENERATED:
+    if name in GENERATED or name.startswith("kind"):
         return generated(name)
     path = RECORDED[name]
     if not path.exists():
@@ -300,6 +300,38 @@ def ceiling(landscape: Landscape, draws: int = 1000, seed: int = 0
     return out
 
 
+KIND_ROWS = ("grid x5 (reference)", "plain Optuna TPE", "auto, worst", "auto, median",
+             "auto, random")
+"""Rows of the small-space kind's table (``--kind``) unless ``--only`` names others."""
+
+
+def kind_table(count: int, rows: list[Entry], seeds: int, fractions: tuple[float, ...],
+               pool: Any) -> None:
+    """P of ``rows`` on ``count`` small landscapes of one kind drawn apart
+    (``search_landscapes.small_kind``): one line per landscape, then the mean of each column
+    — a rule judged on the kind, not fitted to one example."""
+    names = [f"kind{k}" for k in range(count)]
+    cols = [(e, f) for e in rows for f in ((None,) if not e.budgeted else fractions)]
+    heads = " | ".join(e.name if f is None else f"{e.name} {f:.0%}" for e, f in cols)
+    print(f"\n### the small-space kind: {count} landscapes drawn apart (6-12 points, CV "
+          f"5-8 %, baseline per row), {seeds} seeds per cell, P; the oracle is told the 3 "
+          f"truly best points and spends 40 % of grid x 5 on them alone (no strategy can know "
+          f"them: an upper bound at that budget)\n\n| landscape | points | within 5 % | "
+          f"{heads} | oracle 40% |\n|---|---:|---:|{'---:|' * (len(cols) + 1)}", flush=True)
+    table = []
+    for name in names:
+        landscape = _landscape(name)
+        n = len(landscape.space.points())
+        near = sum(landscape.within(p, TOLERANCE) for p in landscape.runs)
+        ps = [evaluate(name, e, seeds, 5 * n if f is None else budget_of(f, n), pool).p_within
+              for e, f in cols]
+        ps.append(next(p for label, _, p in ceiling(landscape) if label.startswith("told the 3")))
+        table.append(ps)
+        print(f"| {name} | {n} | {near} | {' | '.join(f'{p:.2f}' for p in ps)} |", flush=True)
+    means = np.mean(np.array(table), axis=0)
+    print(f"| mean | | | {' | '.join(f'{p:.3f}' for p in means)} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -314,16 +346,22 @@ def main(argv: list[str] | None = None) -> None:
                         "(e.g. 'auto, worst'; default: all but the racing rows)")
     parser.add_argument("--ceiling", action="store_true",
                         help="also print what the landscape's noise allows (bootstrap)")
+    parser.add_argument("--kind", type=int, metavar="N",
+                        help="instead: the rows on N small landscapes of one kind drawn apart "
+                        "(one line each, then the means)")
     args = parser.parse_args(argv)
     fractions = tuple(args.fractions)
-    rows = [e for e in entries() if e.name in args.only] if args.only \
+    default = [e for e in entries() if e.name in KIND_ROWS] if args.kind \
         else entries()[:DEFAULT_ROWS]
+    rows = [e for e in entries() if e.name in args.only] if args.only else default
     started = time.perf_counter()
     print(f"search efficiency: {args.seeds} seeds per cell, budgets "
           f"{', '.join(f'{f:.0%}' for f in fractions)} of grid x 5; P = share of seeds whose "
           f"recommended point's true mean is within {TOLERANCE:.0%} of the best", flush=True)
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-        for name in args.landscape or LANDSCAPES:
+        if args.kind:
+            kind_table(args.kind, rows, args.seeds, fractions, pool)
+        for name in args.landscape or ([] if args.kind else LANDSCAPES):
             landscape = _landscape(name)
             n = len(landscape.space.points())
             print(header(name, landscape, fractions), flush=True)
