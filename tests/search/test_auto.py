@@ -142,6 +142,29 @@ def test_a_budget_of_a_dozen_runs_measures_a_dozen_points(interaction: Landscape
     assert larger.points < larger.runs  # from there on a fifth goes to the contest
 
 
+@pytest.mark.parametrize("name", ["auto", "one-at-a-time"])
+def test_a_budget_too_small_to_measure_every_point_once_spends_no_run_on_the_baseline(
+        name: str) -> None:
+    """4 runs on 8 points, from the worst point: every run explores (TPE may still draw the
+    baseline); from 8 runs on (every point) and above a dozen the baseline runs first."""
+    space = Space([("x", tuple(range(8)))])
+    worst = Point({"x": 7})
+    landscape = make_landscape(space, lambda p: 10.0 + p["x"], noise=0.05, baseline=worst)
+    first: list[Point] = []
+    for seed in range(12):
+        strategy = make_run_strategy(SearchSettings(name, seed=seed), space,
+                                     direction="minimize", repeats=1, baseline=worst,
+                                     budget=Budget(4))
+        result = replay_strategy(strategy, landscape, seed)
+        first.append(strategy.evidence.points()[0])  # type: ignore[attr-defined]
+        assert result.runs == result.points == 4
+    assert first.count(worst) < 6
+    for runs in (8, EXPLORE_ONLY + 1):
+        strategy = make_run_strategy(SearchSettings(name), space, direction="minimize",
+                                     repeats=1, baseline=worst, budget=Budget(runs))
+        assert strategy.ask_runs(1)[0].point == worst
+
+
 def test_the_contest_runs_the_leader_only_while_it_is_no_better_measured() -> None:
     """A leader with six runs against rivals with one: the round goes to the rivals, the
     best-matching one-run point first; once the rivals have as many runs, the leader runs too."""

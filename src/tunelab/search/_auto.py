@@ -12,7 +12,12 @@
   winner is certain before the budget is spent, TPE proposes more. A budget of at most
   :data:`EXPLORE_ONLY` runs keeps nothing for the contest: TPE's first ten proposals are
   random, and with a run or two left after so few points, measuring one more point once
-  finds the best more often than a second run of one already measured.
+  finds the best more often than a second run of one already measured. Such a budget does
+  not run the study's baseline first either (:func:`baseline_first`): every point runs
+  once, so no run-to-run noise is measured and no verdict against the baseline can come of
+  it, while its run is one point fewer explored — from the worst or median point of a small
+  space, the odds of ending within 5 % of the best fell below plain TPE's by up to 0.14.
+  TPE may still draw it.
 
 Either way the final choice is the point most likely best given all runs
 (:mod:`tunelab.stats.recommend`), the one ``tunelab best`` crowns.
@@ -28,7 +33,8 @@ from tunelab.search._static import GridSearch
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 
-__all__ = ["EXPLORE_ONLY", "GRID_BUDGET", "SMALL_SPACE", "Auto", "covers", "plan"]
+__all__ = ["EXPLORE_ONLY", "GRID_BUDGET", "SMALL_SPACE", "Auto", "baseline_first", "covers",
+           "plan"]
 
 GRID_BUDGET = 1.5
 """Budget, in runs per valid point, from which ``auto`` measures every point."""
@@ -55,6 +61,13 @@ def covers(space: Space, budget: Budget) -> bool:
     return runs >= GRID_BUDGET * valid or (valid <= SMALL_SPACE and runs >= valid)
 
 
+def baseline_first(space: Space, budget: Budget) -> bool:
+    """Whether ``auto`` runs the study's baseline first: unless the budget is at most
+    :data:`EXPLORE_ONLY` runs and does not cover every point (see the module docstring)."""
+    runs = budget.max_runs
+    return runs is None or runs > EXPLORE_ONLY or covers(space, budget)
+
+
 def plan(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budget, *,
          seed: int, env_sets: dict[str, dict[str, str]] | None, sampler: str,
          per_round: int, first: Point | None) -> tuple[str, Endgame]:
@@ -68,7 +81,8 @@ def plan(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budge
     reserve = 0.0 if budget.max_runs <= EXPLORE_ONLY else RESERVE
     return "model", joint_search(space, evidence, settings, budget, seed=seed,
                                  env_sets=env_sets, sampler=sampler, per_round=per_round,
-                                 first=first, reserve=reserve)
+                                 first=first if baseline_first(space, budget) else None,
+                                 reserve=reserve)
 
 
 class Auto(RoundStrategy):
@@ -81,7 +95,7 @@ class Auto(RoundStrategy):
                  baseline: Point | None = None, env_sets: dict[str, dict[str, str]] | None = None,
                  per_round: int = 2, sampler: str = "tpe") -> None:
         super().__init__(direction, seed, budget or Budget())
-        self.baseline = baseline
+        self.baseline = baseline if baseline_first(space, self.budget) else None
         self.settings = settings or RaceSettings()
         self.mode, self.endgame = plan(space, self.evidence, self.settings, self.budget,
                                        seed=seed, env_sets=env_sets, sampler=sampler,

@@ -169,4 +169,6 @@ def _canonical_key(key: str, known: Mapping[str, object]) -> str:
         if wanted is not None and point_params(candidate) == wanted:
             return candidate
     sample = ", ".join(list(known)[:3]) + (", …" if len(known) > 3 else "")
-    raise StatsError(f"baseline point {key} is not among the runs' points ({sample or 'none'})")
+    raise StatsError(f"baseline point {key} has no runs in this study (a search whose budget "
+                     f"cannot measure every point may leave it out; measured: "
+                     f"{sample or 'none'})")
