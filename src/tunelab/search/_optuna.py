@@ -51,7 +51,8 @@ def _base_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 
 def _valid_sampler(base: optuna.samplers.BaseSampler, encoding: SpaceEncoding) -> Any:
-    """``base``'s joint proposal, moved to the nearest valid point not yet proposed."""
+    """``base``'s joint proposal, moved to the nearest valid point not yet proposed (in the
+    base's random start, a proposal already taken goes to a free point drawn at random)."""
     import optuna
     from optuna.distributions import BaseDistribution
     from optuna.study import Study
@@ -81,7 +82,9 @@ def _valid_sampler(base: optuna.samplers.BaseSampler, encoding: SpaceEncoding) -
                 for name, dist in distributions.items():
                     if name not in raw:
                         raw[name] = base.sample_independent(study, trial, name, dist)
-                point = encoding.nearest(raw)
+                done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                exploring = len(done) < getattr(base, "_n_startup_trials", 0)
+                point = encoding.nearest(raw, spill="random" if exploring else "nearest")
                 if point is None:  # every valid point was proposed: the caller checks first
                     raise RuntimeError("no valid point left to propose")
                 self.proposed[trial.number] = point
