@@ -339,7 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tpe-seeds", type=int, help="seeds for plain Optuna TPE (slow on "
                         "constrained spaces: it keeps proposing invalid points; default: --seeds)")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--landscape", action="append", choices=LANDSCAPES)
+    parser.add_argument("--landscape", action="append", metavar="NAME",
+                        help=f"{', '.join(LANDSCAPES)}, or kindK (member K of --kind's spaces)")
     parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS),
                         help="budgets as fractions of grid x 5 runs")
     parser.add_argument("--only", action="append", help="rows to run, by name "
@@ -350,6 +351,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="instead: the rows on N small landscapes of one kind drawn apart "
                         "(one line each, then the means)")
     args = parser.parse_args(argv)
+    for name in args.landscape or []:
+        if name not in LANDSCAPES and not (name.startswith("kind") and name[4:].isdigit()):
+            parser.error(f"unknown landscape {name!r}; valid: {', '.join(LANDSCAPES)}, kindK")
     fractions = tuple(args.fractions)
     default = [e for e in entries() if e.name in KIND_ROWS] if args.kind \
         else entries()[:DEFAULT_ROWS]
