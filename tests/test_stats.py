@@ -209,7 +209,7 @@ def test_compare_to_baseline_ranks_best_first(rng: np.random.Generator) -> None:
 
 def test_compare_to_baseline_errors() -> None:
     runs = make_runs({"a": [1.0, 1.1], "b": []}, failures={"b": ["failed"]})
-    with pytest.raises(StatsError, match="not among"):
+    with pytest.raises(StatsError, match="has no runs in this study"):
         compare_to_baseline(runs, "wall_s", "minimize", _key(np="zzz"))
     with pytest.raises(StatsError, match=r"no successful run.*1 failed"):
         compare_to_baseline(runs, "wall_s", "minimize", _key(np="b"))
