@@ -42,7 +42,7 @@ from tunelab.space import Point
 from tunelab.spec import ENV_AXIS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_landscapes import GENERATED, generated  # noqa: E402
+from search_landscapes import GENERATED, generated, is_kind  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RECORDED = {"qe-si8": HERE / "landscapes" / "qe-si8.yaml",
@@ -55,7 +55,7 @@ BASELINES = ("worst", "median", "random")
 
 def load(name: str) -> Landscape:
     """A landscape by name (recorded file or generated)."""
-    if name in GENERATED or name.startswith("kind"):
+    if name in GENERATED or is_kind(name):
         return generated(name)
     path = RECORDED[name]
     if not path.exists():
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
                         "(one line each, then the means)")
     args = parser.parse_args(argv)
     for name in args.landscape or []:
-        if name not in LANDSCAPES and not (name.startswith("kind") and name[4:].isdigit()):
+        if name not in LANDSCAPES and not is_kind(name):
             parser.error(f"unknown landscape {name!r}; valid: {', '.join(LANDSCAPES)}, kindK")
     fractions = tuple(args.fractions)
     default = [e for e in entries() if e.name in KIND_ROWS] if args.kind \

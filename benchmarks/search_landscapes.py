@@ -33,7 +33,7 @@ from tunelab.replay import Landscape
 from tunelab.space import Point, Space
 from tunelab.spec import ConstraintSpec
 
-__all__ = ["GENERATED", "RECORDED", "generated"]
+__all__ = ["GENERATED", "RECORDED", "generated", "is_kind", "small_kind"]
 
 RECORDED = 40
 """Runs recorded per point."""
@@ -199,8 +199,13 @@ GENERATED: dict[str, Callable[[], Landscape]] = {
     "small": small, "small8": small8, "small9": small9, "small10": small10}
 
 
+def is_kind(name: str) -> bool:
+    """Whether ``name`` is ``kindK``: member K of :func:`small_kind`."""
+    return name.startswith("kind") and name[4:].isdigit()
+
+
 def generated(name: str) -> Landscape:
     """The generated landscape called ``name`` (``kindK``: member K of :func:`small_kind`)."""
-    if name.startswith("kind") and name[4:].isdigit():
+    if is_kind(name):
         return small_kind(int(name[4:]))
     return GENERATED[name]()
