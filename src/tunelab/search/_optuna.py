@@ -84,7 +84,7 @@ def _valid_sampler(base: optuna.samplers.BaseSampler, encoding: SpaceEncoding) -
                         raw[name] = base.sample_independent(study, trial, name, dist)
                 done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 exploring = len(done) < getattr(base, "_n_startup_trials", 0)
-                point = encoding.nearest(raw, spill="random" if exploring else "nearest")
+                point = encoding.nearest(raw, spill_at_random=exploring)
                 if point is None:  # every valid point was proposed: the caller checks first
                     raise RuntimeError("no valid point left to propose")
                 self.proposed[trial.number] = point
