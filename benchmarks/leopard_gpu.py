@@ -19,8 +19,8 @@ fraction of the same-run GEMM bound (FLOPs per window counted by torch.utils.flo
    and 3,170 s (V100); it gets what is left of ``--budget`` and, stopped by it, says how far
    it got.
 
-A part that fails prints its error and the run goes on. Figures also go to
-``WORK/leopard_gpu.json``.
+A part that fails prints its error and the run goes on; the exit status is then 1. Figures
+also go to ``WORK/leopard_gpu.json``.
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ def part_recipe(r: Report, s: Sizes, device: str, big: Path, work: Path,
 # ------------------------------------------------------------------------------ main
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=450.0,
                     help="seconds for the whole run; the recipe gets what is left")
@@ -422,7 +422,7 @@ def main() -> None:
     d = r.part("data", "data: the synthetic genomes", data)
     if d is None:
         r.say("no data: nothing else can run")
-        return
+        return 1
     small, big = Path(d["small"]), Path(d["big"])
     r.part("training", f"3. training windows/s at batch {s.batches[0]} and "
                    f"{s.batches[1]} (window {s.window:,})",
@@ -444,11 +444,14 @@ def main() -> None:
     r.part("recipe", f"6. the seed's recipe ({s.recipe_epochs} x ({s.recipe_train:,} + "
            f"{s.recipe_val:,}) windows, batch {s.recipe_batch}, lr 0.01)",
            lambda: part_recipe(r, s, device, big, work, flops, peak))
+    failed = [k for k, v in r.figures.items() if isinstance(v, dict) and "error" in v]
     r.say(f"\ntotal {time.perf_counter() - r.t0:.0f} s; figures in {r.out}"
-          + (" (in a temporary folder, removed now)" if tmp and not args.json else ""))
+          + (" (in a temporary folder, removed now)" if tmp and not args.json else "")
+          + (f"; FAILED parts: {', '.join(failed)}" if failed else ""))
     if tmp is not None:
         tmp.cleanup()
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
