@@ -36,4 +36,7 @@ rm -f "$DIR"/tunelab-*.whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
   --implementation cp "${PLATFORMS[@]/#/--platform=}" -d "$DIR" "${PACKAGES[@]}"
 python3 -m pip wheel -q --no-deps -w "$DIR" "$ROOT"
+# which tree the wheels were made from (the device gets no .git): gpu-check.sh prints it
+git -C "$ROOT" log -1 --format="%h %s" > "$DIR/TREE" 2>/dev/null || echo "not a git checkout" > "$DIR/TREE"
+[ -z "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ] || echo "(with uncommitted changes)" >> "$DIR/TREE"
 echo "gpu-wheels: $(ls "$DIR"/*.whl | wc -l) wheels, $(du -sh "$DIR" | cut -f1) in $DIR (Python $PYVER)"
