@@ -6,6 +6,8 @@
   ``proj1``; the partitions' time limit is one hour. Skips with the reason when the machine
   cannot run it (not root, Slurm not installed).
 * ``slurm_env``: ``SLURM_CONF`` of that cluster set in this test's environment.
+* ``slurm_installed``: for a test that starts its own cluster: skips, with the same reason,
+  where one cannot run.
 * ``vnodes_factory``: makes sets of virtual nodes (``factory(n, rate=None)``) and tears every
   one down after the test.
 """
@@ -20,12 +22,16 @@ from tunelab.cluster.slurm import PartitionLimits, VirtualCluster, slurm_unavail
 from tunelab.cluster.vnodes import VirtualNodes, allocate, unavailable_reason
 
 
-@pytest.fixture(scope="session")
-def virtual_cluster() -> Iterator[VirtualCluster]:
-    """A 2-node virtual Slurm cluster for the whole session."""
+def _skip_without_slurm() -> None:
     reason = slurm_unavailable_reason()
     if reason is not None:
         pytest.skip(f"virtual Slurm cluster unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def virtual_cluster() -> Iterator[VirtualCluster]:
+    """A 2-node virtual Slurm cluster for the whole session."""
+    _skip_without_slurm()
     cluster = VirtualCluster.start(
         2, limits=PartitionLimits(max_time="1:00:00", allow_accounts=("proj1",)),
         slurmd_timeout_s=10)
@@ -33,6 +39,12 @@ def virtual_cluster() -> Iterator[VirtualCluster]:
         yield cluster
     finally:
         cluster.down()
+
+
+@pytest.fixture
+def slurm_installed() -> None:
+    """Nothing, where a virtual Slurm cluster can run; else the test is skipped."""
+    _skip_without_slurm()
 
 
 @pytest.fixture

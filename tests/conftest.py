@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,16 @@ from pathlib import Path
 import pytest
 
 PY = sys.executable
+
+
+def env_with_pythonpath(*first: str | Path) -> dict[str, str]:
+    """This process's environment with ``first`` put before its ``PYTHONPATH``, never in place
+    of it: where packages reach Python through PYTHONPATH (the GPU machine's carried wheels in
+    /tmp/site), a child process must still find them."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, first),
+                                         *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ import stat
 import subprocess
 import sys
 from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -230,8 +231,12 @@ def test_the_readme_starts_with_two_commands_and_says_how_tunelab_gets_on_the_pa
     assert [c.line.split("#")[0].strip() for c in commands_of(first)] == ["make demo",
                                                                           "make test"]
     assert ". .venv/bin/activate" in head and ".venv/bin/tunelab" in head
-    # what the README promises is there: the script beside this interpreter (its venv)
-    if Path(PY).parent.name == "bin" and (Path(PY).parent / "activate").is_file():
+    # what the README promises is there: the script beside this interpreter, where tunelab is
+    # installed in its venv (not where it comes by PYTHONPATH, as on the GPU machine)
+    prefix = Path(sys.prefix).resolve()
+    installed_here = any(Path(str(d.locate_file(""))).resolve().is_relative_to(prefix)
+                         for d in metadata.distributions(name="tunelab"))
+    if installed_here and (Path(PY).parent / "activate").is_file():
         assert (Path(PY).parent / "tunelab").is_file()
     make = (ROOT / "Makefile").read_text()
     demo = make[make.index("\ndemo:"):].split("\n\n")[0]

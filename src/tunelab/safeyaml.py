@@ -166,6 +166,9 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
         first = getattr(exc, "context_mark", None)
         if context.startswith("found duplicate anchor") and first is not None:
             problem = f"{context.split(';')[0]} (first on line {first.line + 1})"
+        if "maximum nesting depth" in problem:  # libyaml >= 0.2.6 stops first, at its own bound
+            raise _located(source, mark, f"nested more than {LIMITS.yaml_depth} levels deep "
+                                         f"({problem})") from None
         raise _located(source, mark, f"malformed YAML: {problem}") from None
     except RecursionError:  # a safety net: the bounds above keep every walk shallow
         raise StudyError(f"{source}: YAML nested too deeply") from None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.bench.test_ddp_run import bench, fom
+from tests.conftest import env_with_pythonpath
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.energy import Energy, EnergyMeter, integrate, open_meter
 from tunelab.bench.ddp.worker import check_gpu_layout, error_line
@@ -172,8 +172,7 @@ def test_energy_is_absent_without_nvml_and_integrates_power_samples() -> None:
 @pytest.mark.slow
 def test_the_gpu_script_runs_tiny_on_the_cpu(tmp_path: Path) -> None:
     """benchmarks/ddp_gpu.py end to end at tiny sizes on the CPU: every section prints."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}"
-                                       f"{os.environ.get('PYTHONPATH', '')}"}
+    env = env_with_pythonpath(ROOT / "src")
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ddp_gpu.py"), "--tiny",
                            "--device", "cpu", "--dir", str(tmp_path), "--budget", "240"],
                           capture_output=True, text=True, timeout=600, env=env)

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import env_with_pythonpath
+
 pytest.importorskip("torch")
 if importlib.util.find_spec("torchvision") is None:  # importing it needs the shim in models
     pytest.skip("torchvision is not installed", allow_module_level=True)
@@ -30,11 +32,10 @@ def bench(*args: str, timeout: float = 300,
     """The benchmark's CLI; on the CPU unless ``args`` name a device (these tests mean the
     CPU: on a CUDA machine ``--device auto`` would pick the GPU). It runs in ``cwd`` (by
     default the temporary directory: a failed run leaves its ddp-failure.log there)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "WORLD_SIZE")}
+    env = {k: v for k, v in env_with_pythonpath(Path(__file__).resolve().parents[2] / "src")
+           .items() if k not in ("LOCAL_RANK", "WORLD_SIZE")}
     if "--device" not in args and not any(a in ("make-data", "calibrate") for a in args):
         args = (*args, "--device", "cpu")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "src"),
-                                         env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "tunelab.bench.ddp", *args],
                           capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=cwd or tempfile.gettempdir())

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import env_with_pythonpath
 from tunelab.bench.merge import data
 from tunelab.bench.merge.metrics import WorkerIteration, per_iteration, summarize
 
@@ -247,8 +248,8 @@ def test_missing_mpi4py_is_one_line(tmp_path: Path) -> None:
     stub = tmp_path / "mpi4py"
     stub.mkdir()
     (stub / "__init__.py").write_text("raise ImportError('mpi4py hidden for this test')\n")
-    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{Path(__file__).resolve().parents[2] / 'src'}"}
+    env = env_with_pythonpath(tmp_path, Path(__file__).resolve().parents[2] / "src")
     proc = subprocess.run([sys.executable, "-c",
                            "from tunelab.bench.merge.mpi import import_mpi; import_mpi()"],
-                          capture_output=True, text=True, env={**os.environ, **env})
+                          capture_output=True, text=True, env=env)
     assert proc.returncode != 0 and "--transport mpi needs mpi4py" in proc.stderr

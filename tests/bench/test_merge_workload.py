@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import env_with_pythonpath
 from tunelab.errors import ParseError, WorkloadError
 from tunelab.workload import RunContext
 from tunelab.workloads import get_workload
@@ -31,7 +31,7 @@ def workload(**options: object) -> MergeWorkload:
 
 def run_like_engine(cmd, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """What the engine does: argv list, the run's env merged into the environment, cwd."""
-    full = {**os.environ, "PYTHONPATH": str(SRC), **cmd.env, **env}
+    full = {**env_with_pythonpath(SRC), **cmd.env, **env}
     return subprocess.run(list(cmd.argv), cwd=cmd.cwd, env=full, capture_output=True,
                           text=True, timeout=120)
 

@@ -42,7 +42,7 @@ def test_partition_limits_refuse_jobs(virtual_cluster):
     assert "Invalid account" in account.stderr
 
 
-def test_cluster_down_leaves_no_daemon_namespace_or_state():
+def test_cluster_down_leaves_no_daemon_namespace_or_state(slurm_installed):
     cluster = VirtualCluster.start(1)
     prefix, root = cluster.nodes.prefix, cluster.slurm.root
     pids = [int((root / "run" / f).read_text()) for f in ("slurmctld.pid", "munged.pid")]
@@ -59,7 +59,7 @@ def test_cluster_down_leaves_no_daemon_namespace_or_state():
     assert not (SLURM_ROOT / prefix).exists()
 
 
-def test_script_up_status_down(tmp_path):
+def test_script_up_status_down(slurm_installed, tmp_path):
     script = Path(__file__).resolve().parents[2] / "scripts" / "virtual-cluster.sh"
     up = subprocess.run([str(script), "up", "1"], capture_output=True, text=True, timeout=120)
     assert up.returncode == 0, up.stderr

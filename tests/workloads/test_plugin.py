@@ -4,11 +4,10 @@ the example in ``examples/plugin`` registered by a real distribution's metadata.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
-from tests.conftest import PY
+from tests.conftest import PY, env_with_pythonpath
 
 PLUGIN = Path(__file__).parents[2] / "examples" / "plugin"
 
@@ -21,7 +20,7 @@ def test_plugin_workload_is_listed_initialised_and_run(tmp_path: Path) -> None:
                                    "Version: 0.1.0\n")
     (dist / "entry_points.txt").write_text("[tunelab.workloads]\n"
                                            "sort = tunelab_sort:SortWorkload\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(PLUGIN)])}
+    env = env_with_pythonpath(tmp_path / "site", PLUGIN)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([PY, "-m", "tunelab", *args], capture_output=True, text=True,
