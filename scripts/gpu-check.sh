@@ -7,7 +7,7 @@
 #
 # Each installs the carried wheels beside the image's own packages, prints the machine, runs
 # the issue's `-m cuda` tests and its benchmark script (figures and logs under $OUT, which comes
-# back), then spends what is left of SECONDS_TOTAL (default 360) on the `-m "not slow"` tests
+# back), then spends what is left of SECONDS_TOTAL (default 360) on the other `-m "not slow"` tests
 # of its part with CUDA visible, cut off there and saying so. A GPU session has 15 minutes of
 # device time, a machine's start (1-2 min) included: the two checks at 360 s fit one after the
 # other on the warm machine (call the second at once: it goes back after 30 s idle); with less
@@ -109,8 +109,10 @@ fi
 
 rest=$(left)
 if [ "${SUITE:-1}" = 1 ] && [ "$rest" -gt 30 ]; then
-  run_step suite.txt "pytest -m 'not slow' ${SUITE_FILES[*]} (CUDA visible), cut off after $rest s" \
-    timeout -k 10 "$rest" "$PY" -m pytest -q -p no:cacheprovider -m "not slow" "${SUITE_FILES[@]}"
+  # the cuda tests ran in their own step above
+  run_step suite.txt "pytest -m 'not slow and not cuda' ${SUITE_FILES[*]} (CUDA visible), cut off after $rest s" \
+    timeout -k 10 "$rest" "$PY" -m pytest -q -p no:cacheprovider -m "not slow and not cuda" \
+    "${SUITE_FILES[@]}"
   [ "$LAST_RC" = 124 ] && echo "gpu-check: the suite was cut off at $rest s" | tee -a "$OUT/suite.txt"
 fi
 # the tool brings back 8 files at most: the per-run logs go as one archive

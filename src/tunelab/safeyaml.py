@@ -166,7 +166,7 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
         first = getattr(exc, "context_mark", None)
         if context.startswith("found duplicate anchor") and first is not None:
             problem = f"{context.split(';')[0]} (first on line {first.line + 1})"
-        if "maximum nesting depth" in problem:  # libyaml >= 0.2.6 stops first, at its own bound
+        if "maximum nesting depth" in problem:  # PyYAML 6.0.4's libyaml: its own bound, first
             raise _located(source, mark, f"nested more than {LIMITS.yaml_depth} levels deep "
                                          f"({problem})") from None
         raise _located(source, mark, f"malformed YAML: {problem}") from None
