@@ -85,8 +85,8 @@ machine() {
   echo "$(nproc) cores"
   "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "| torch", torch.__version__,
 "| CUDA", torch.version.cuda, "| device", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")'
-  git -C "$ROOT" log -1 --format="tree at %h %s" 2>/dev/null ||
-    echo "tree: no .git here; the wheels were made from $(cat "$WHEELS/TREE" 2>/dev/null || echo '?')"
+  # the device's copy may hold a .git of an older commit: the wheels' record is the tree's
+  echo "tree: the wheels were made from $(cat "$WHEELS/TREE" 2>/dev/null || echo '? (no TREE)')"
 }
 
 run_step machine.txt machine machine

@@ -145,7 +145,9 @@ def test_bad_datasets_are_refused_before_anything_starts(
             pytest.skip("no /dev/shm")
         shutil.copytree(images, shm)
     try:
+        # on the CPU (meant here): on a 1-GPU machine 2 workers would be refused for the GPUs
         cfg = DDPConfig(**{"model": "resnet18", "batch_size": 4, "compute": "emulate:0.01",
+                           "device": "cpu",
                            "data": data.format(missing=tmp_path / "nope", empty=tmp_path / "empty",
                                                images=images, shm=shm), **extra}).validate()
         with pytest.raises(WorkloadError) as exc:
