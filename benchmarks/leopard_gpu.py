@@ -9,9 +9,10 @@ fraction of the same-run GEMM bound (FLOPs per window counted by torch.utils.flo
 1. the device and the same-run GEMM rates (bf16, fp32 and TF32 on CUDA; the CPU's too);
 2. FLOPs per window, forward and training (forward + backward);
 3. training windows/s at batch 64 and 256 (``tunelab leopard train``: the step rate of the
-   second epoch, and the whole run's);
+   second epoch, and the whole run's); 3b. the kernels of one eager step at batch 256 by
+   their time (``benchmarks/leopard_step_profile.py``);
 4. genome-wide prediction Mbp/s, compute and end to end, bigWig in -> bigWig out, on a
-   >= 300 Mbp synthetic genome (generated first, in parallel);
+   >= 300 Mbp synthetic genome (generated first, in parallel), and where its wall time went;
 5. validation PR-AUC of the CPU path against the GPU path, 3 seeds each, short runs on the
    default synthetic genome;
 6. the seed's recipe — 5 epochs x 100,000 training windows + 100,000 validation windows
@@ -252,6 +253,17 @@ def part_rates(r: Report, s: Sizes, device: str, small: Path, work: Path,
     return out
 
 
+def part_profile(r: Report, s: Sizes, device: str) -> dict:
+    from leopard_step_profile import describe, profile_step
+
+    r.command(f"python3 benchmarks/leopard_step_profile.py --device {device} --batch "
+              f"{s.batches[1]} --window {s.window} --layout 2d")
+    p = profile_step(device, s.batches[1], s.window, "2d", steps=5 if s is FULL else 2)
+    for line in describe(p):
+        r.say(line)
+    return p
+
+
 def part_predict(r: Report, s: Sizes, device: str, big: Path, work: Path, ck: Path,
                  chroms: list[str], flops: dict[int, tuple[float, float]],
                  peak: dict[str, float]) -> dict:
@@ -271,6 +283,11 @@ def part_predict(r: Report, s: Sizes, device: str, big: Path, work: Path, ck: Pa
           f"end ({res['wall_s']:.1f} s: loading, runtime choice, reading, predicting, "
           f"writing); {_readers(res['readers'])}, {res['writers']} writer threads, "
           f"{res['sections']} sections; output {out_bw.stat().st_size / 2**20:,.0f} MiB")
+    ph = res["phases"]
+    r.say(f"    wall time: load {ph['load_s']:.2f} s, runtime choice {ph['runtime_s']:.2f} s, "
+          f"start {ph['start_s']:.2f} s, run {ph['run_s']:.2f} s (waiting for readers "
+          f"{ph['read_wait_s']:.2f} s, for writers {ph['write_wait_s']:.2f} s; device "
+          f"{res['seconds']:.2f} s), close {ph['close_s']:.2f} s")
     r.say(f"    runtime: {res['runtime']}")
     return {k: v for k, v in res.items()}
 
@@ -427,6 +444,8 @@ def main() -> int:
     r.part("training", f"3. training windows/s at batch {s.batches[0]} and "
                    f"{s.batches[1]} (window {s.window:,})",
                    lambda: part_rates(r, s, device, small, work, flops, peak))
+    r.part("profile", f"3b. where a training step's time goes (batch {s.batches[1]}, eager)",
+           lambda: part_profile(r, s, device))
     ck = work / f"rate-b{s.batches[0]}" / "best.pt"
     if not ck.is_file():  # the training part failed: predict with a fresh model
         from tunelab.leopard.model import LeopardUNet

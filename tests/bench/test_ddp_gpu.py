@@ -102,31 +102,6 @@ def test_cuda_options_without_a_gpu_are_one_line_exit_2(tmp_path: Path) -> None:
         DDPConfig(decode="gpu", data="memory").validate()
 
 
-def test_gpu_decode_loaders_hand_over_the_files_bytes_and_crops_stay_inside(
-        tmp_path: Path) -> None:
-    """The CPU half of --decode gpu: the loaders' samples are the JPEG files' bytes (counted
-    as read), a batch is their list; the crop parameters fit every image."""
-    from tunelab.bench.ddp.dataset import index_dataset
-    from tunelab.bench.ddp.gpudecode import crop_params
-    from tunelab.bench.ddp.makedata import MakeDataConfig, make_dataset
-    from tunelab.bench.ddp.samples import Decoder, FileSamples
-
-    make_dataset(MakeDataConfig(str(tmp_path / "img"), "imagenet", 4, classes=2, scale=0.05,
-                                jobs=1))
-    index = index_dataset(str(tmp_path / "img"))
-    batch = FileSamples(index, Decoder("images", 32, 128, False, encoded=True),
-                        False).__getitems__([0, 1, 2])
-    assert isinstance(batch.x, list) and len(batch.x) == 3 and batch.y.shape == (3,)
-    files = [Path(index.path(index.entries[i])).read_bytes() for i in range(3)]
-    assert [bytes(t.numpy()) for t in batch.x] == files
-    assert batch.info["bytes"] == sum(map(len, files)) and batch.info["samples"] == 3
-    gen = torch.Generator().manual_seed(1)
-    for h, w in ((375, 500), (500, 375), (64, 1000), (1000, 64), (7, 7)):
-        for _ in range(50):
-            top, left, ch, cw = crop_params(h, w, gen)
-            assert 0 <= top < top + ch <= h and 0 <= left < left + cw <= w
-
-
 def test_nccl_errors_become_one_line_with_nccls_own_message() -> None:
     text = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "
             "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.27.5\n"
@@ -224,18 +199,41 @@ def test_cuda_more_workers_than_gpus_is_one_line_exit_2() -> None:
 @pytest.mark.cuda
 @pytest.mark.slow
 def test_cuda_gpu_decode_trains_from_jpeg_files(tmp_path: Path) -> None:
-    from tunelab.bench.ddp.gpudecode import decode_batch, gpu_decode_unavailable
+    from tests.bench.test_ddp_gpudecode import resize_each
+    from tunelab.bench.ddp.gpudecode import (
+        crop_boxes,
+        decode_batch,
+        gpu_decode_unavailable,
+        resize_crops,
+    )
+    from tunelab.bench.ddp.handover import to_device
     from tunelab.bench.ddp.makedata import MakeDataConfig, make_dataset
+    from tunelab.bench.ddp.samples import Encoded
 
     why = gpu_decode_unavailable()
     if why:
         pytest.skip(why)
+    from torchvision.io import decode_jpeg
+
     make_dataset(MakeDataConfig(str(tmp_path / "img"), "imagenet", 16, classes=2, scale=0.2,
                                 jobs=2))
-    data = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8)
-            for p in sorted((tmp_path / "img").rglob("*.JPEG"))[:4]]
-    x = decode_batch(data, 64, torch.device("cuda"))
-    assert x.shape == (4, 3, 64, 64) and x.dtype == torch.uint8 and x.is_cuda
+    files = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8)
+             for p in sorted((tmp_path / "img").rglob("*.JPEG"))[:6]]
+    ends = tuple(int(v) for v in torch.tensor([len(f) for f in files]).cumsum(0))
+    cuda = torch.device("cuda")
+    x = decode_batch(Encoded(torch.cat(files), ends), 64, cuda)
+    assert x.shape == (6, 3, 64, 64) and x.dtype == torch.uint8 and x.is_cuda
+    # the batched crop-resize on the GPU computes what interpolate does image by image there
+    images = decode_jpeg(files, device=cuda)
+    gen = torch.Generator().manual_seed(0)
+    boxes = crop_boxes(torch.tensor([img.shape[1:] for img in images]), gen)
+    flips = torch.tensor([True, False] * 3)
+    got, want = resize_crops(images, boxes, flips, 64), resize_each(images, boxes, flips, 64)
+    assert (got.int() - want.int()).abs().max() <= 1
+    # a blank batch reaches the GPU as zeros of its shape, from a pinned batch made once
+    blank = torch.zeros((3, 8, 8), dtype=torch.uint8).expand(5, 3, 8, 8)
+    on_gpu = to_device(blank, cuda)
+    assert on_gpu.shape == (5, 3, 8, 8) and on_gpu.is_cuda and not on_gpu.any()
     r = fom(bench("--model", "resnet18", "--image-size", "64", "-b", "8", "--steps", "3",
                   "--warmup", "1", "--device", "cuda", "--decode", "gpu",
                   "--data", f"files:{tmp_path / 'img'}", "--loader-workers", "1"))

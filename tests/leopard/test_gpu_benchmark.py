@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "scripts" / "gpu-check.sh"
-PARTS = ("gemm", "flops", "data", "training", "prediction", "pr_auc", "recipe")
+PARTS = ("gemm", "flops", "data", "training", "profile", "prediction", "pr_auc", "recipe")
 
 
 def probe_wheel(folder: Path) -> Path:
@@ -76,6 +76,13 @@ def test_the_leopard_gpu_check_runs_tiny_on_a_cpu(tmp_path: Path) -> None:
     assert figures["recipe"]["finished"] and figures["recipe"]["steps_done"] == 8
     assert len(figures["pr_auc"]["cpu"]) == 3  # three seeds of the CPU path
     assert 0.0 <= figures["recipe"]["val_pr_auc"] <= 1.0
+    profile = figures["profile"]  # the step's operators by time, the most expensive first
+    assert profile["top"] and profile["busy_ms"] > 0
+    assert [t["ms"] for t in profile["top"]] == sorted((t["ms"] for t in profile["top"]),
+                                                       reverse=True)
+    phases = figures["prediction"]["phases"]  # where the prediction's wall time went
+    assert abs(sum(phases[k] for k in ("load_s", "runtime_s", "start_s", "run_s", "close_s"))
+               - figures["prediction"]["wall_s"]) < 1e-3
     # what the device tool brings back: at most 8 plain files; the `-m cuda` tests collected
     back = sorted(p.name for p in out.iterdir())
     assert back == ["cuda_tests.txt", "leopard_gpu.json", "leopard_gpu.txt",

@@ -154,6 +154,12 @@ def test_genome_prediction_streams_into_the_track(synth: Path, tmp_path: Path,
     assert res["bp"] == 32_000 and res["precision"] == "fp32" and not res["compiled"]
     assert res["stride"] == 512 - 2 * 64 and "fp32" in res["runtime"]
     assert res["sections"] == 12
+    # the wall time accounted for, phase by phase (the waits are inside the run)
+    ph = res["phases"]
+    parts = ("load_s", "runtime_s", "start_s", "run_s", "close_s")
+    assert all(ph[k] >= 0 for k in (*parts, "read_wait_s", "write_wait_s"))
+    assert abs(sum(ph[k] for k in parts) - res["wall_s"]) < 1e-6
+    assert ph["read_wait_s"] + ph["write_wait_s"] <= ph["run_s"]
     for chrom in ("chr3", "chr4"):
         mine = [(s, n) for c, s, n in puts if c == chrom]
         assert len(mine) == 6  # one stretch per section, not one write at the end

@@ -183,14 +183,22 @@ def _block_nwc(seq: nn.Module, h: torch.Tensor) -> torch.Tensor:
     return h
 
 
+def native_statistics(x: torch.Tensor) -> bool:
+    """Whether PyTorch's own batch-norm kernel computes the training statistics of ``x``
+    accurately: on CUDA (Welford sums in float32, fused with the normalisation: one pass over
+    the activations where :func:`_channel_var_mean` makes six), not on a CPU."""
+    return x.device.type == "cuda"
+
+
 def _batch_norm(bn: nn.BatchNorm1d, x: torch.Tensor) -> torch.Tensor:
     """What ``BatchNorm1d.forward`` computes (running statistics included) on a 4-D
     channels-last input.
 
-    In training, the batch statistics come from :func:`_channel_var_mean` in float32: PyTorch's
-    own channels-last batch-norm kernel sums without care and was off by ~2e-4 (post-ReLU
-    activations, 330 k values per channel) where the 1-D kernel is off by ~5e-7. They stay in
-    float32 under bf16 autocast, as the 1-D kernel keeps them."""
+    In training on a CPU, the batch statistics come from :func:`_channel_var_mean` in float32:
+    PyTorch's own channels-last batch-norm kernel sums without care there and was off by ~2e-4
+    (post-ReLU activations, 330 k values per channel) where the 1-D kernel is off by ~5e-7.
+    They stay in float32 under bf16 autocast, as the 1-D kernel keeps them. On CUDA PyTorch's
+    kernel is accurate (:func:`native_statistics`) and does it all."""
     if not bn.training:
         return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False,
                             0.0, bn.eps)
@@ -199,6 +207,9 @@ def _batch_norm(bn: nn.BatchNorm1d, x: torch.Tensor) -> torch.Tensor:
         bn.num_batches_tracked.add_(1)
         if bn.momentum is None:
             factor = 1.0 / float(bn.num_batches_tracked)
+    if native_statistics(x):
+        return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, True,
+                            factor, bn.eps)
     with torch.no_grad():
         var, mean = _channel_var_mean(x.detach())
         if bn.running_mean is not None and bn.running_var is not None:

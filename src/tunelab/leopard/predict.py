@@ -254,16 +254,30 @@ class _SectionPredictor:
 
 
 def _run(engine: Engine, tiling: Tiling, batch: int, loaded: Iterable[Loaded],
-         put: Any) -> float:
+         put: Any) -> tuple[float, float, float]:
     """Predict every loaded section and ``put(chrom, start, values)`` them in order; return
-    the device's seconds."""
+    the device's seconds, the seconds spent waiting for the readers and in ``put`` (for the
+    writers)."""
     import torch
 
     pred = _SectionPredictor(engine, tiling, batch)
     lag = 1 if pred.cuda else 0  # a section's values are read back one section later
     pending: deque[tuple[Section, torch.Tensor, Any]] = deque()
+    waits = [0.0, 0.0]  # readers, writers
+
+    def emit(item: tuple[Section, torch.Tensor, Any]) -> None:
+        t = time.perf_counter()
+        _emit(item, put)
+        waits[1] += time.perf_counter() - t
+
+    sections = iter(loaded)
     with torch.inference_mode():
-        for item in loaded:
+        while True:
+            t = time.perf_counter()
+            item = next(sections, None)
+            waits[0] += time.perf_counter() - t
+            if item is None:
+                break
             sec = item.region.tag
             arrays = pred.upload([a for a in item.arrays if a is not None])
             if pred.cuda:
@@ -272,11 +286,11 @@ def _run(engine: Engine, tiling: Tiling, batch: int, loaded: Iterable[Loaded],
             item.release()
             pending.append((sec, *pred.download(values)))
             while len(pending) > lag:
-                _emit(pending.popleft(), put)
+                emit(pending.popleft())
         while pending:
-            _emit(pending.popleft(), put)
+            emit(pending.popleft())
     pred.settle()
-    return pred.device_s
+    return pred.device_s, waits[0], waits[1]
 
 
 def _emit(item: tuple[Section, torch.Tensor, Any], put: Any) -> None:
@@ -367,8 +381,12 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
     Returns ``bp``, ``seconds`` (the device's work: encoding, forward passes, stitching),
     ``bp_per_s``, ``bp_per_s_end_to_end`` (everything: loading the model, choosing the
     runtime, reading, predicting, writing), ``window``, ``stride``, ``edge``, ``precision``,
-    ``compiled``, ``graphed``, ``threads``, ``readers``, ``writers``, ``sections`` and
-    ``runtime`` (one line saying what was chosen and why).
+    ``compiled``, ``graphed``, ``threads``, ``readers``, ``writers``, ``sections``,
+    ``runtime`` (one line saying what was chosen and why) and ``phases``: where the wall time
+    went (``load_s``: checkpoint and inputs checked; ``runtime_s``: the runtime chosen;
+    ``start_s``: writer and reader processes started; ``run_s``: sections read, predicted
+    and handed to the writers, of which ``read_wait_s`` waiting for the readers and
+    ``write_wait_s`` for the writers; ``close_s``: the writers finishing, the file closed).
     """
     import torch
 
@@ -428,8 +446,10 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
             finally:
                 bw.close()
     n_windows = sum(len(tiling.starts(max(all_sizes[c], window))) for c in chroms)
+    t_load = time.perf_counter()
     engine = prepare(model, device, precision, compile, threads, window, batch_size,
                      expected_windows=n_windows)
+    t_runtime = time.perf_counter()
     dev_type = engine.device.type
     sections = [s for c in chroms for s in plan_sections(
         tiling, c, all_sizes[c], section_bp or SECTION_BP.get(dev_type, SECTION_BP["cpu"]))]
@@ -442,12 +462,18 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
     longest = max(int(s.starts[-1]) + window - int(s.starts[0]) for s in sections)
     loaded = read_regions(tracks, (s.region(window) for s in sections), n_readers, longest)
     bp = sum(s.hi - s.lo for s in sections)
+    t_start = time.perf_counter()
     try:
-        device_s = _run(engine, tiling, batch_size, loaded, writer.put)
+        device_s, read_wait, write_wait = _run(engine, tiling, batch_size, loaded, writer.put)
     finally:
+        t_run = time.perf_counter()
         with contextlib.closing(loaded):
             writer.close()
     total = time.perf_counter() - t0
+    phases = {"load_s": t_load - t0, "runtime_s": t_runtime - t_load,
+              "start_s": t_start - t_runtime, "run_s": t_run - t_start,
+              "read_wait_s": read_wait, "write_wait_s": write_wait,
+              "close_s": total - (t_run - t0)}
     rt = engine.runtime
     return {"bp": float(bp), "seconds": device_s, "bp_per_s": bp / max(device_s, 1e-9),
             "bp_per_s_end_to_end": bp / max(total, 1e-9), "wall_s": total,
@@ -455,4 +481,4 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
             "edge": float(tiling.edge), "windows": float(n_windows),
             "precision": rt.precision, "compiled": rt.compiled, "graphed": rt.graphed,
             "threads": rt.threads, "readers": n_readers, "writers": n_writers,
-            "sections": len(sections), "runtime": rt.summary()}
+            "sections": len(sections), "runtime": rt.summary(), "phases": phases}

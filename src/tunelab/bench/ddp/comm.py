@@ -104,6 +104,7 @@ class CommTimer:
             return None
         if self._cuda:  # events -> seconds on the perf_counter clock of the step's start
             def at(ev: Any) -> float:
+                ev.synchronize()  # recorded on NCCL's side of the step: finished by now
                 return step_start + float(step_start_event.elapsed_time(ev)) / 1e3
 
             launches = [at(e) for e in self._launches]

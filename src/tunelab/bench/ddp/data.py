@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     import torch
 
     from tunelab.bench.ddp.dataset import DatasetIndex
-    from tunelab.bench.ddp.samples import Decoder
+    from tunelab.bench.ddp.gpudecode import DecodeAhead
+    from tunelab.bench.ddp.samples import Batch, Decoder
     from tunelab.bench.ddp.sampling import EpochChain
 
 __all__ = ["DataSource", "LoaderFailure", "LoaderSource", "SyntheticSource", "check_dataset",
@@ -231,6 +232,7 @@ class LoaderSource:
         self._epoch_steps: dict[int, int] = {}
         self._it: Any = None
         self._chain: EpochChain | None = None
+        self._ahead: DecodeAhead | None = None
         gen = torch.Generator().manual_seed(cfg.seed + rank)
         unit = "volumes" if spec.task == "segment3d" else "images"
         decoder = _decoder(cfg, unit) if index is not None else None
@@ -339,7 +341,8 @@ class LoaderSource:
         take = self._epoch_steps[epoch] * self._cfg.local_batch
         return [self._index.path(self._index.entries[i]) for i in list(self._sampler)[:take]]
 
-    def _new_epoch(self) -> None:
+    def _new_epoch(self) -> float:
+        """Begin the next epoch; the seconds spent dropping its files' pages (cold cache)."""
         from tunelab.bench.ddp.cache import drop_file_pages
 
         self._epoch += 1
@@ -351,7 +354,7 @@ class LoaderSource:
             self._left = self._chain.steps
             if self._it is None:
                 self._it = iter(self._loader)
-            return
+            return 0.0
         elif self._sampler is not None:
             self._epoch_steps[epoch] = len(self._sampler) // self._cfg.local_batch
             self._sampler.set_epoch(epoch)
@@ -359,24 +362,48 @@ class LoaderSource:
             raise WorkloadError(f"--data {self._cfg.data}: no plan for epoch {epoch}")
         else:
             self._shared_epoch.value = epoch
+        drop = 0.0
         if self._cold:
             t = time.perf_counter()
             self._dropped += drop_file_pages(self._files_of_epoch(epoch))
-            self.drop_s += time.perf_counter() - t
+            drop = time.perf_counter() - t
         self._left = self._epoch_steps[epoch]
         with warnings.catch_warnings():  # more loaders than cores is the study's own choice
             warnings.filterwarnings("ignore", message="This DataLoader will create")
             self._it = iter(self._loader)
+        return drop
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """The next batch on the device (a new epoch begins when this one is used up)."""
         import torch
 
+        from tunelab.bench.ddp.handover import to_device
+
+        if self._cfg.decode == "gpu":  # decoded on the GPU by a thread, ahead of the step
+            if self._ahead is None:
+                from tunelab.bench.ddp.gpudecode import DecodeAhead
+
+                self._ahead = DecodeAhead(self._fetch, self._cfg.image_size, self._device,
+                                          self._cfg.seed + self._rank,
+                                          self._cfg.warmup + self._cfg.steps)
+            t = time.perf_counter()
+            x, y, info, drop = self._ahead.next()
+            # the drop ran in the thread: it held this wait up by at most the wait itself
+            self.drop_s = min(drop, time.perf_counter() - t)
+            return x, y, info
+        batch, self.drop_s = self._fetch()
+        x, y = batch.x, batch.y
+        if self._device.type == "cuda":
+            x, y = to_device(x, self._device), to_device(y, self._device)
+            torch.cuda.current_stream(self._device).synchronize()
+        return x, y, batch.info
+
+    def _fetch(self) -> tuple[Batch, float]:
+        """The next batch from the loaders, unpacked, and the seconds spent dropping the page
+        cache for the epoch it begins (0 for the other batches)."""
         from tunelab.bench.ddp.handover import unpack
 
-        self.drop_s = 0.0
-        if self._left <= 0:
-            self._new_epoch()
+        drop = self._new_epoch() if self._left <= 0 else 0.0
         try:
             batch = next(self._it)
         except StopIteration:
@@ -389,16 +416,7 @@ class LoaderSource:
             raise self.translate(exc) from None
         self._left -= 1
         self._check(batch.info)
-        x, y, _ = unpack(batch)
-        if isinstance(x, list):  # --decode gpu: JPEG bytes, decoded on the device
-            from tunelab.bench.ddp.gpudecode import decode_batch
-
-            x = decode_batch(x, self._cfg.image_size, self._device)
-        if self._device.type == "cuda":
-            x = x.to(self._device, non_blocking=self._pin)
-            y = y.to(self._device, non_blocking=self._pin)
-            torch.cuda.current_stream(self._device).synchronize()
-        return x, y, batch.info
+        return unpack(batch), drop
 
     def _check(self, info: dict[str, Any]) -> None:
         for name in info.get("corrupt_files", ()):
@@ -453,7 +471,9 @@ class LoaderSource:
     # ------------------------------------------------------------------ end
 
     def close(self) -> None:
-        """Stop the loader processes."""
+        """Stop the decoding thread (--decode gpu) and the loader processes."""
+        if self._ahead is not None:
+            self._ahead.close()
         it, self._it = self._it, None
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:

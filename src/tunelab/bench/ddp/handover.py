@@ -6,6 +6,10 @@ about half a millisecond a storage on a busy 2-core machine, most of a warm run'
 wait. What need not travel that way does not: a batch of undecoded samples (``--decode
 off``: one zero sample viewed n times, MLPerf Storage's method) goes as its shape and
 dtype, and small targets (labels) go pickled inline. Decoded inputs stay in shared memory.
+
+On a GPU, :func:`to_device` copies a batch from pinned memory; a blank batch is copied as a
+real one would be, from a pinned zero batch of its shape made once (copying the expanded view
+made PyTorch first write it out in pageable memory, ~25 ms for 256 images on one H200).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ if TYPE_CHECKING:
 
     from tunelab.bench.ddp.samples import Batch
 
-__all__ = ["Blank", "pack", "unpack"]
+__all__ = ["Blank", "pack", "to_device", "unpack"]
 
 #: targets up to this size go inline (ImageNet labels of a 400-sample batch: 3.2 kB)
 INLINE_BYTES = 1 << 16
@@ -70,3 +74,21 @@ def pack(batch: Batch) -> Batch:
 def unpack(batch: Batch) -> Batch:
     """The batch :func:`pack` sent, as tensors again (a blank is a zero sample expanded)."""
     return batch._replace(x=_unpack_tensor(batch.x), y=_unpack_tensor(batch.y))
+
+
+#: pinned zero batches of each (shape, dtype), made once in the trainer
+_PINNED_ZEROS: dict[tuple[tuple[int, ...], Any], torch.Tensor] = {}
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on the CUDA ``device``, copied asynchronously (the loaders' batches arrive in
+    pinned memory); a blank (a zero sample expanded: stride 0 along the batch) is copied from
+    a pinned zero batch of its shape."""
+    import torch
+
+    if t.dim() > 0 and t.shape[0] > 1 and t.stride(0) == 0 and not t[0].any():
+        key = (tuple(t.shape), t.dtype)
+        if key not in _PINNED_ZEROS:
+            _PINNED_ZEROS[key] = torch.zeros(key[0], dtype=t.dtype, pin_memory=True)
+        t = _PINNED_ZEROS[key]
+    return t.to(device, non_blocking=True)

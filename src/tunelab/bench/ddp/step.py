@@ -97,10 +97,14 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
             y = y.long()
         return x, y
 
+    # the step's own stream, not the whole device: --decode gpu decodes the next batch on
+    # another stream meanwhile (DDP makes this stream wait for its all-reduce)
+    stream = torch.cuda.current_stream(device) if cuda else None
+
     def step(x: torch.Tensor, y: torch.Tensor) -> StepParts:
         ev0 = None
-        if cuda:
-            torch.cuda.synchronize()
+        if stream is not None:
+            stream.synchronize()
             ev0 = torch.cuda.Event(enable_timing=True)
             ev0.record()
         t0 = time.perf_counter()
@@ -108,14 +112,14 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
         with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
             loss = loss_fn(net(x), y)
         scaler.scale(loss).backward()
-        if cuda:
-            torch.cuda.synchronize()
+        if stream is not None:
+            stream.synchronize()
         t1 = time.perf_counter()
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.synchronize()
+        if stream is not None:
+            stream.synchronize()
         t2 = time.perf_counter()
         comm = timer.take(t0, ev0) if timer is not None else None
         if comm is None:
