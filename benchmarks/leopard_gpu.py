@@ -257,11 +257,15 @@ def part_profile(r: Report, s: Sizes, device: str) -> dict:
     from leopard_step_profile import describe, profile_step
 
     r.command(f"python3 benchmarks/leopard_step_profile.py --device {device} --batch "
-              f"{s.batches[1]} --window {s.window} --layout 2d")
-    p = profile_step(device, s.batches[1], s.window, "2d", steps=5 if s is FULL else 2)
-    for line in describe(p):
+              f"{s.batches[1]} --window {s.window} --layout 2d --pad 8")
+    steps = 5 if s is FULL else 2
+    p = profile_step(device, s.batches[1], s.window, "2d", steps=steps)
+    padded = profile_step(device, s.batches[1], s.window, "2d", steps=steps, top=6, pad=8)
+    for line in describe(p) + describe(padded):
         r.say(line)
-    return p
+    r.say(f"  padded / as trained: {padded['windows_per_s'] / p['windows_per_s']:.2f}x "
+          "windows/s (a what-if: training keeps the default widths)")
+    return {**p, "padded": padded}
 
 
 def part_predict(r: Report, s: Sizes, device: str, big: Path, work: Path, ck: Path,

@@ -4,8 +4,14 @@ warm-up, the most expensive first, with their share of the step.
 
     python3 benchmarks/leopard_step_profile.py --device cuda [--batch 256] [--layout 2d]
 
-``benchmarks/leopard_gpu.py`` prints it as its part 7, so that a GPU session sees what bounds
-the training rate (issue 26: ~2 % of the GPU's bf16 GEMM rate) without a session of its own.
+``--pad 8`` profiles a what-if beside it: the same network with every layer's channels (and
+the input's) rounded up to a multiple of 8, as cuDNN's tensor-core kernels want them (the
+default widths are 5, 15, 22, 33, 49, 73, 109 …); the step's windows/s of both say whether
+padding the channels (zero weights that stay zero) would pay on that device.
+
+``benchmarks/leopard_gpu.py`` prints both as its part 3b, so that a GPU session sees what
+bounds the training rate (issue 26: ~2 % of the GPU's bf16 GEMM rate) without a session of
+its own.
 """
 
 from __future__ import annotations
@@ -19,11 +25,29 @@ import torch
 __all__ = ["profile_step"]
 
 
+def _padded(pad: int) -> Any:
+    """The default architecture with every width rounded up to a multiple of ``pad``."""
+    from tunelab.leopard.model import Architecture
+
+    def up(n: int) -> int:
+        return -(-n // pad) * pad
+
+    class Padded(Architecture):
+        def encoder_filters(self) -> list[int]:
+            return [up(n) for n in Architecture.encoder_filters(self)]
+
+        def decoder_filters(self) -> list[int]:
+            return [up(n) for n in Architecture.decoder_filters(self)]
+
+    return Padded(in_channels=up(5))
+
+
 def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: str = "2d",
-                 steps: int = 5, top: int = 12) -> dict[str, Any]:
+                 steps: int = 5, top: int = 12, pad: int = 1) -> dict[str, Any]:
     """Profile ``steps`` eager training steps (bf16 autocast and fused Adam on CUDA, fp32 on a
-    CPU) of the default Leopard U-Net in ``layout`` on random windows; the step's wall and
-    busy milliseconds and the ``top`` kernels or operators by their own time."""
+    CPU) of the default Leopard U-Net (``pad`` > 1: its widths rounded up to multiples of
+    ``pad``) in ``layout`` on random windows; the step's wall and busy milliseconds and the
+    ``top`` kernels or operators by their own time."""
     from torch.profiler import ProfilerActivity, profile
 
     from tunelab.leopard import distributed as D
@@ -33,13 +57,13 @@ def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: st
     dev = torch.device(device)
     cuda = dev.type == "cuda"
     torch.manual_seed(0)
-    model = LeopardUNet().to(dev)
+    model = (LeopardUNet() if pad <= 1 else LeopardUNet(_padded(pad))).to(dev)
     model.channels_last_training = layout == "2d"
     ctx = D.DistContext(rank=0, world=1, local_rank=0, device=dev, backend=None)
     opt = make_adam(model.parameters(), 0.01, dev, graph=False)
     step = TrainStep(model, model, opt, torch.amp.GradScaler("cuda", enabled=False), ctx,
                      amp=cuda, amp_dtype=torch.bfloat16, graph=False)
-    x = torch.rand(batch, 5, window, device=dev)
+    x = torch.rand(batch, model.arch.in_channels, window, device=dev)
     y = torch.randint(-1, 2, (batch, window), device=dev).to(torch.int8)
 
     def sync() -> None:
@@ -63,16 +87,17 @@ def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: st
     rows = [{"name": e.key, "calls": e.count / steps, "ms": own(e) / steps / 1e3}
             for e in sorted(events, key=own, reverse=True)[:top]]
     return {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "batch": batch,
-            "window": window, "layout": layout, "wall_ms": wall * 1e3, "busy_ms": busy,
-            "windows_per_s": batch / wall, "top": rows}
+            "window": window, "layout": layout, "pad": pad, "wall_ms": wall * 1e3,
+            "busy_ms": busy, "windows_per_s": batch / wall, "top": rows}
 
 
 def describe(p: dict[str, Any]) -> list[str]:
     """The profile as lines of text."""
     what = "kernels" if p["device"] != "cpu" else "operators"
+    widths = "" if p.get("pad", 1) <= 1 else f", channels padded to multiples of {p['pad']}"
     out = [f"  {p['device']}, batch {p['batch']}, window {p['window']:,}, layout "
-           f"{p['layout']}, eager: {p['wall_ms']:.1f} ms a step ({p['windows_per_s']:,.0f} "
-           f"windows/s), {what} busy {p['busy_ms']:.1f} ms of it"]
+           f"{p['layout']}{widths}, eager: {p['wall_ms']:.1f} ms a step "
+           f"({p['windows_per_s']:,.0f} windows/s), {what} busy {p['busy_ms']:.1f} ms of it"]
     for r in p["top"]:
         share = r["ms"] / p["busy_ms"] if p["busy_ms"] else 0.0
         out.append(f"    {r['ms']:7.2f} ms {share:6.1%} {r['calls']:6.0f}x  {r['name'][:90]}")
@@ -86,8 +111,13 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=10_240)
     ap.add_argument("--layout", choices=["1d", "2d"], default="2d")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--pad", type=int, default=1,
+                    help="also profile the network with widths rounded up to this multiple")
     a = ap.parse_args()
     print("\n".join(describe(profile_step(a.device, a.batch, a.window, a.layout, a.steps))))
+    if a.pad > 1:
+        print("\n".join(describe(profile_step(a.device, a.batch, a.window, a.layout, a.steps,
+                                               top=6, pad=a.pad))))
 
 
 if __name__ == "__main__":
