@@ -213,3 +213,26 @@ def test_a_batch_of_files_crosses_from_a_loader_process_as_one_buffer(tmp_path: 
         assert batch.info["bytes"] == sum(map(len, files[3 * k:3 * k + 3]))
     empty = Encoded(torch.zeros(0, dtype=torch.uint8), ())
     assert empty.files() == []
+
+
+def test_decode_batch_end_to_end_where_torchvision_decodes_jpeg(tmp_path: Path) -> None:
+    """The whole of decode_batch on the CPU where torchvision's own JPEG decoder loads (the
+    GPU image's wheels; not the CPU wheels here): nvJPEG's call with ``device="cpu"``."""
+    from tunelab.bench.ddp.gpudecode import _tiny_jpeg, decode_batch
+    from tunelab.bench.ddp.models import import_torchvision
+
+    import_torchvision()
+    from torchvision.io import decode_jpeg
+
+    try:
+        decode_jpeg([torch.frombuffer(bytearray(_tiny_jpeg()), dtype=torch.uint8)])
+    except RuntimeError as exc:
+        pytest.skip(f"torchvision cannot decode JPEG here ({str(exc)[:60]})")
+    make_dataset(MakeDataConfig(str(tmp_path / "img"), "imagenet", 5, classes=2, scale=0.05,
+                                jobs=1))
+    files = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8)
+             for p in sorted((tmp_path / "img").rglob("*.JPEG"))]
+    ends = tuple(int(v) for v in torch.tensor([len(f) for f in files]).cumsum(0))
+    x = decode_batch(Encoded(torch.cat(files), ends), 48, torch.device("cpu"),
+                     torch.Generator().manual_seed(0))
+    assert x.shape == (5, 3, 48, 48) and x.dtype == torch.uint8 and int(x.max()) > 0
