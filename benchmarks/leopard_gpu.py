@@ -265,7 +265,11 @@ def part_profile(r: Report, s: Sizes, device: str) -> dict:
         r.say(line)
     r.say(f"  padded / as trained: {padded['windows_per_s'] / p['windows_per_s']:.2f}x "
           "windows/s (a what-if: training keeps the default widths)")
-    return {**p, "padded": padded}
+    ev = profile_step(device, s.batches[1], s.window, "2d", steps=steps, top=8,
+                      evaluation=True)
+    for line in describe(ev):
+        r.say(line)
+    return {**p, "padded": padded, "evaluation": ev}
 
 
 def part_predict(r: Report, s: Sizes, device: str, big: Path, work: Path, ck: Path,

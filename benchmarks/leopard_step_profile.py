@@ -1,6 +1,7 @@
 """Where one Leopard training step's time goes: the kernels (on a GPU) or operators (on a
 CPU) of the step ``tunelab leopard train`` runs, eager, profiled over a few steps after a
-warm-up, the most expensive first, with their share of the step.
+warm-up, the most expensive first, with their share of the step; then the same for a
+validation batch (the forward pass and the metric sums).
 
     python3 benchmarks/leopard_step_profile.py --device cuda [--batch 256] [--layout 2d]
 
@@ -43,16 +44,19 @@ def _padded(pad: int) -> Any:
 
 
 def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: str = "2d",
-                 steps: int = 5, top: int = 12, pad: int = 1) -> dict[str, Any]:
+                 steps: int = 5, top: int = 12, pad: int = 1,
+                 evaluation: bool = False) -> dict[str, Any]:
     """Profile ``steps`` eager training steps (bf16 autocast and fused Adam on CUDA, fp32 on a
     CPU) of the default Leopard U-Net (``pad`` > 1: its widths rounded up to multiples of
-    ``pad``) in ``layout`` on random windows; the step's wall and busy milliseconds and the
+    ``pad``) in ``layout`` on random windows — or, with ``evaluation``, validation's batches
+    (the forward pass and the metric sums); the step's wall and busy milliseconds and the
     ``top`` kernels or operators by their own time."""
     from torch.profiler import ProfilerActivity, profile
 
     from tunelab.leopard import distributed as D
+    from tunelab.leopard.metrics import MetricState
     from tunelab.leopard.model import LeopardUNet
-    from tunelab.leopard.trainstep import TrainStep, make_adam
+    from tunelab.leopard.trainstep import Forward, TrainStep, make_adam
 
     dev = torch.device(device)
     cuda = dev.type == "cuda"
@@ -66,18 +70,30 @@ def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: st
     x = torch.rand(batch, model.arch.in_channels, window, device=dev)
     y = torch.randint(-1, 2, (batch, window), device=dev).to(torch.int8)
 
+    if evaluation:  # the forward pass and the metric sums of validation, in eval mode
+        model.eval()
+        forward = Forward(model, cuda, torch.bfloat16, graph=False)
+        state = MetricState(dev)
+
+        def run() -> None:
+            with torch.no_grad():
+                state.update(forward(x), y)
+    else:
+        def run() -> None:
+            step(x, y)
+
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize(dev)
 
     for _ in range(3):
-        step(x, y)
+        run()
     sync()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         t = time.perf_counter()
         for _ in range(steps):
-            step(x, y)
+            run()
         sync()
         wall = (time.perf_counter() - t) / steps
     events = [e for e in prof.key_averages()
@@ -87,7 +103,8 @@ def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: st
     rows = [{"name": e.key, "calls": e.count / steps, "ms": own(e) / steps / 1e3}
             for e in sorted(events, key=own, reverse=True)[:top]]
     return {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "batch": batch,
-            "window": window, "layout": layout, "pad": pad, "wall_ms": wall * 1e3,
+            "window": window, "layout": layout, "pad": pad, "evaluation": evaluation,
+            "wall_ms": wall * 1e3,
             "busy_ms": busy, "windows_per_s": batch / wall, "top": rows}
 
 
@@ -95,8 +112,9 @@ def describe(p: dict[str, Any]) -> list[str]:
     """The profile as lines of text."""
     what = "kernels" if p["device"] != "cpu" else "operators"
     widths = "" if p.get("pad", 1) <= 1 else f", channels padded to multiples of {p['pad']}"
-    out = [f"  {p['device']}, batch {p['batch']}, window {p['window']:,}, layout "
-           f"{p['layout']}{widths}, eager: {p['wall_ms']:.1f} ms a step "
+    kind = "validation batch (forward, metrics)" if p.get("evaluation") else "training step"
+    out = [f"  {kind}: {p['device']}, batch {p['batch']}, window {p['window']:,}, layout "
+           f"{p['layout']}{widths}, eager: {p['wall_ms']:.1f} ms a batch "
            f"({p['windows_per_s']:,.0f} windows/s), {what} busy {p['busy_ms']:.1f} ms of it"]
     for r in p["top"]:
         share = r["ms"] / p["busy_ms"] if p["busy_ms"] else 0.0
@@ -118,6 +136,8 @@ def main() -> None:
     if a.pad > 1:
         print("\n".join(describe(profile_step(a.device, a.batch, a.window, a.layout, a.steps,
                                                top=6, pad=a.pad))))
+    print("\n".join(describe(profile_step(a.device, a.batch, a.window, a.layout, a.steps,
+                                           top=8, evaluation=True))))
 
 
 if __name__ == "__main__":

@@ -86,3 +86,22 @@ def test_masked_labels_are_ignored() -> None:
 def test_iou_is_zero_when_nothing_is_positive() -> None:
     assert _metrics([0.1, 0.2], [0, 0])["iou"] == 0.0
     assert _metrics([0.1, 0.2], [0, 0])["dice"] == pytest.approx(1 / (0.3 + 1))
+
+
+def test_histograms_count_exactly_with_ignored_labels_and_a_crowded_bucket() -> None:
+    """The per-threshold counts are exact where a trained model puts millions of bases in one
+    bucket (near 0), with -1 labels left out and int8 labels (the training data's)."""
+    from tunelab.leopard.metrics import _H
+
+    rng = np.random.default_rng(5)
+    n = 2_100_000
+    p = np.where(rng.random(n) < 0.95, 1e-5, rng.random(n)).astype(np.float32)
+    y = rng.choice(np.array([-1, 0, 1], dtype=np.int8), n, p=[0.1, 0.8, 0.1])
+    s = MetricState()
+    s.update(torch.logit(torch.from_numpy(p).double()).float(), torch.from_numpy(y))
+    bucket = np.searchsorted(thresholds(), torch.sigmoid(
+        torch.logit(torch.from_numpy(p).double()).float()).numpy(), side="left")
+    state = s.state.numpy()
+    assert np.array_equal(state[:_H], np.bincount(bucket[y == 1], minlength=_H))
+    assert np.array_equal(state[_H:2 * _H], np.bincount(bucket[y == 0], minlength=_H))
+    assert state[:2 * _H].sum() == np.sum(y >= 0)
