@@ -361,8 +361,14 @@ def part_recipe(r: Report, s: Sizes, device: str, big: Path, work: Path,
     r.say(f"  training {rate:,.0f} windows/s ({_bound(rate, flops[s.window][1], peak['bf16'])}"
           f" of the bf16 GEMM rate); val PR-AUC by epoch {by_epoch}; test PR-AUC "
           f"{foms['test_pr_auc']:.4f}")
+    ph = doc.get("phases") or {}
+    if ph:
+        r.say(f"    wall time: set-up {ph['setup_s']:.1f} s (data, model, runtime probe), steps "
+              f"{ph['steps_s']:.1f} s, validation {ph['validation_s']:.1f} s, checkpoints "
+              f"{ph['checkpoints_s']:.1f} s, final evaluation {ph['final_evaluation_s']:.1f} s")
     r.say(f"    runtime: {doc['runtime']}")
     return {"finished": finished, "wall_s": wall, "steps_done": done, "steps_full": full,
+            "phases": ph,
             "epochs": len(hist), "windows_per_s": rate, "val_pr_auc": foms["val_pr_auc"],
             "test_pr_auc": foms["test_pr_auc"], "history": hist, "runtime": doc["runtime"]}
 

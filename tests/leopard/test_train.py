@@ -38,6 +38,13 @@ def test_outputs_and_foms(windows: Path, tmp_path: Path) -> None:
     rows = list(csv.DictReader((out / "history.csv").open()))
     assert [r["epoch"] for r in rows] == ["1", "2"]
     assert float(rows[1]["train_time_s"]) == pytest.approx(foms["train_time_s"])
+    # the wall time by phase; the final validation is the best epoch's, not run again
+    ph = doc["phases"]
+    assert set(ph) == {"setup_s", "steps_s", "validation_s", "checkpoints_s",
+                       "final_evaluation_s"}
+    assert all(v >= 0 for v in ph.values()) and sum(ph.values()) <= doc["wall_s"]
+    best = max(doc["history"], key=lambda h: -h["val_loss"])
+    assert foms["val_pr_auc"] == best["val_pr_auc"] and foms["val_loss"] == best["val_loss"]
 
 
 def test_seeded_runs_are_identical_and_resume_continues(windows: Path, tmp_path: Path) -> None:

@@ -98,6 +98,10 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     ctx = D.init(cfg.device)
     try:
         st = prepare_training(cfg, ctx)
+        # where the wall time goes: set-up (data, model, the runtime probe), the steps,
+        # validation, checkpoints, the final evaluation
+        phases = {"setup_s": time.perf_counter() - wall0, "steps_s": 0.0, "validation_s": 0.0,
+                  "checkpoints_s": 0.0, "final_evaluation_s": 0.0}
         log, arch, sources, window = st.log, st.arch, st.sources, st.window
         gb, steps, cuda, model, opt = st.global_batch, st.steps, st.cuda, st.model, st.opt
         train_src, lr_target, out = sources["train"], st.lr_target, st.out
@@ -191,7 +195,9 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             if prog is not None:
                 prog.stop()
             D.all_reduce_sum(loss_sum, ctx)
+            t_val = time.perf_counter()
             val = evaluate("val")
+            phases["validation_s"] += time.perf_counter() - t_val
             ep_time = time.perf_counter() - t_epoch
             train_time += ep_time
             row = {"epoch": epoch + 1, "train_loss": float(loss_sum[0] / loss_sum[1].clamp_min(1)),
@@ -205,7 +211,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             improved = val["loss"] < best["val_loss"]
             if improved:
                 best = {"val_loss": val["loss"], "epoch": epoch,
-                        "state": copy.deepcopy(_plain_state(model))}
+                        "state": copy.deepcopy(_plain_state(model)), "val": val}
                 wait = 0
             else:
                 wait += 1
@@ -215,6 +221,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             log(f"epoch {epoch + 1}/{cfg.epochs}  loss {row['train_loss']:.4g}  val_loss "
                 f"{val['loss']:.4g}  val_pr_auc {val['pr_auc']:.4f}  {row['windows_per_s']:.1f} "
                 f"windows/s{'  *' if improved else ''}")
+            t_save = time.perf_counter()
             if ctx.is_main:
                 _save({"arch": arch.to_dict(), "window": window, "model": _plain_state(model),
                        "optimizer": opt.state_dict(), "epoch": epoch, "history": history,
@@ -225,6 +232,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                     _save({"arch": arch.to_dict(), "window": window, "model": best["state"],
                            "epoch": epoch},
                           out / "best.pt")
+            phases["checkpoints_s"] += time.perf_counter() - t_save
             if wait >= cfg.patience:
                 log(f"early stop: val_loss has not improved for {cfg.patience} epochs")
                 break
@@ -232,9 +240,14 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                 log(f"time limit ({cfg.time_limit:g} s) reached after {done} of {steps} steps "
                     f"of epoch {epoch + 1}")
                 break
+        t_final = time.perf_counter()
         if best["state"] is not None:
             model.load_state_dict(best["state"])
-        val, test = evaluate("val"), evaluate("test")
+        # the best epoch's validation was of this very state: not run again
+        val = best.get("val") or evaluate("val")
+        test = evaluate("test")
+        phases["final_evaluation_s"] = time.perf_counter() - t_final
+        phases["steps_s"] = step_time
         # throughput: windows of the training steps / the slowest worker's step time
         rates = torch.zeros(ctx.world, dtype=torch.float64, device=ctx.device)
         rates[ctx.rank] = n_local_windows / step_time if step_time > 0 else 0.0
@@ -266,7 +279,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             _write_results(out, cfg, arch.to_dict(), counts, val, test, foms, history,
                            [float(r) for r in rates.cpu().tolist()], steps,
                            time.perf_counter() - wall0, chosen_layout,
-                           st.runtime + (f"; {step.fallback}" if step.fallback else ""))
+                           st.runtime + (f"; {step.fallback}" if step.fallback else ""),
+                           phases)
         return foms
     finally:
         D.finish(ctx)
@@ -313,11 +327,12 @@ def _jsonable(cfg: TrainConfig) -> dict[str, Any]:
 def _write_results(out: Path, cfg: TrainConfig, arch: dict[str, Any], counts: dict[str, int],
                    val: dict[str, float], test: dict[str, float], foms: dict[str, float],
                    history: list[dict[str, Any]], rates: list[float], steps: int,
-                   wall: float, layout: str, runtime: str) -> None:
+                   wall: float, layout: str, runtime: str, phases: dict[str, float]) -> None:
     doc = {"config": _jsonable(cfg), "architecture": arch, "parameters": counts,
            "training_layout": layout, "runtime": runtime,
            "steps_per_epoch": steps, "val": val, "test": test, "foms": foms,
-           "windows_per_s_by_worker": rates, "wall_s": wall, "history": history}
+           "windows_per_s_by_worker": rates, "wall_s": wall, "phases": phases,
+           "history": history}
     (out / "metrics.json").write_text(json.dumps(doc, indent=2) + "\n")
     with (out / "history.csv").open("w", newline="") as fh:
         cols = ["epoch", "train_loss", "val_loss", "val_pr_auc", "val_dice", "val_iou", "lr",
