@@ -136,28 +136,10 @@ def test_gpu_prediction_matches_the_cpu_one(synth: Path, tmp_path: Path) -> None
 def test_channels_last_training_on_the_gpu_matches_the_1d_modules() -> None:
     """The 2-D form with PyTorch's own batch statistics (CUDA's kernel) computes what the
     1-D modules do: logits, gradients and running statistics, fp32, over three Adam steps."""
-    import copy
+    from tests.leopard.test_model import train_both_forms
 
     torch.backends.cudnn.allow_tf32 = False
     try:
-        torch.manual_seed(0)
-        plain = LeopardUNet(base_filters=8, depth=3).cuda()
-        fast = copy.deepcopy(plain)
-        fast.channels_last_training = True
-        x = torch.relu(torch.randn(4, 5, 512, device="cuda")) * 3
-        y = (torch.rand(4, 512, device="cuda") < 0.1).float()
-        opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (plain, fast)]
-        for step in range(3):
-            outs = []
-            for model, opt in zip((plain, fast), opts, strict=True):
-                opt.zero_grad()
-                out = model(x)
-                torch.nn.functional.binary_cross_entropy_with_logits(out, y).backward()
-                outs.append(out.detach())
-            assert torch.allclose(outs[0], outs[1], atol=1e-3, rtol=0), step
-            for a, b in zip(plain.buffers(), fast.buffers(), strict=True):
-                assert torch.allclose(a.float(), b.float(), atol=1e-4, rtol=1e-4), step
-            for opt in opts:
-                opt.step()
+        train_both_forms("cuda", 3, out_atol=1e-3, buffer_atol=1e-4)
     finally:
         torch.backends.cudnn.allow_tf32 = True

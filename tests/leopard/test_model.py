@@ -110,6 +110,43 @@ def test_synchronised_batchnorm_takes_the_1d_path() -> None:
     assert calls == [1]  # the module itself ran: no 2-D shortcut around it
 
 
+def train_both_forms(device: str, steps: int, out_atol: float = 1e-4,
+                     buffer_atol: float = 1e-5) -> LeopardUNet:
+    """Train a small model in the 1-D modules and a copy in the 2-D form side by side on
+    ``device`` (fp32, Adam) and check each step: the same logits, the same gradients (the
+    first step) and the same BatchNorm running statistics, up to rounding; the 2-D copy."""
+    import copy
+
+    torch.manual_seed(0)
+    plain = LeopardUNet(base_filters=8, depth=3).to(device)
+    for m in plain.modules():
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.momentum = 0.1
+    fast = copy.deepcopy(plain)
+    fast.channels_last_training = True
+    x = torch.relu(torch.randn(4, 5, 512, device=device)) * 3
+    y = (torch.rand(4, 512, device=device) < 0.1).float()
+    opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (plain, fast)]
+    for step in range(steps):
+        outs = []
+        for model, opt in zip((plain, fast), opts, strict=True):
+            opt.zero_grad()
+            out = model(x)
+            torch.nn.functional.binary_cross_entropy_with_logits(out, y).backward()
+            outs.append(out.detach())
+        assert torch.allclose(outs[0], outs[1], atol=out_atol, rtol=0), step
+        if step == 0:
+            for (name, a), b in zip(plain.named_parameters(), fast.parameters(), strict=True):
+                assert b.grad is not None and a.grad is not None
+                err = (a.grad - b.grad).norm() / a.grad.norm()
+                assert err < 1e-3, (name, float(err))
+        for a, b in zip(plain.buffers(), fast.buffers(), strict=True):
+            assert torch.allclose(a.float(), b.float(), atol=buffer_atol, rtol=buffer_atol)
+        for opt in opts:
+            opt.step()
+    return fast
+
+
 @pytest.mark.parametrize("statistics", ["tunelab's", "pytorch's"])
 def test_channels_last_training_matches_the_1d_modules(
         statistics: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,39 +155,11 @@ def test_channels_last_training_matches_the_1d_modules(
     rounding), one step and after a few Adam steps — with the batch statistics of
     :func:`_channel_var_mean` (CPUs) or of PyTorch's kernel (CUDA; forced here, one step: the
     CPU's kernel rounds enough for Adam to make more of it later)."""
-    import copy
-
     from tunelab.leopard import model as M
 
     monkeypatch.setattr(M, "native_statistics", lambda x: statistics == "pytorch's")
-    torch.manual_seed(0)
-    plain = LeopardUNet(base_filters=8, depth=3)
-    for m in plain.modules():
-        if isinstance(m, torch.nn.BatchNorm1d):
-            m.momentum = 0.1
-    fast = copy.deepcopy(plain)
-    fast.channels_last_training = True
-    x = torch.relu(torch.randn(4, 5, 512)) * 3
-    y = (torch.rand(4, 512) < 0.1).float()
-    opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (plain, fast)]
     steps = 3 if statistics == "tunelab's" else 1
-    for step in range(steps):
-        outs = []
-        for model, opt in zip((plain, fast), opts, strict=True):
-            opt.zero_grad()
-            out = model(x)
-            torch.nn.functional.binary_cross_entropy_with_logits(out, y).backward()
-            outs.append(out.detach())
-        assert torch.allclose(outs[0], outs[1], atol=1e-4, rtol=0), step
-        if step == 0:
-            for (name, a), b in zip(plain.named_parameters(), fast.parameters(), strict=True):
-                assert b.grad is not None and a.grad is not None
-                err = (a.grad - b.grad).norm() / a.grad.norm()
-                assert err < 1e-3, (name, float(err))
-        for a, b in zip(plain.buffers(), fast.buffers(), strict=True):
-            assert torch.allclose(a.float(), b.float(), atol=1e-5, rtol=1e-5)
-        for opt in opts:
-            opt.step()
+    fast = train_both_forms("cpu", steps)
     assert int(fast.stem[2].num_batches_tracked) == steps
 
 
