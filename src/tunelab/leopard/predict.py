@@ -265,9 +265,9 @@ def _run(engine: Engine, tiling: Tiling, batch: int, loaded: Iterable[Loaded],
     pending: deque[tuple[Section, torch.Tensor, Any]] = deque()
     waits = [0.0, 0.0]  # readers, writers
 
-    def emit(item: tuple[Section, torch.Tensor, Any]) -> None:
+    def timed_put(chrom: str, start: int, values: np.ndarray) -> None:
         t = time.perf_counter()
-        _emit(item, put)
+        put(chrom, start, values)
         waits[1] += time.perf_counter() - t
 
     sections = iter(loaded)
@@ -286,9 +286,9 @@ def _run(engine: Engine, tiling: Tiling, batch: int, loaded: Iterable[Loaded],
             item.release()
             pending.append((sec, *pred.download(values)))
             while len(pending) > lag:
-                emit(pending.popleft())
+                _emit(pending.popleft(), timed_put)
         while pending:
-            emit(pending.popleft())
+            _emit(pending.popleft(), timed_put)
     pred.settle()
     return pred.device_s, waits[0], waits[1]
 
