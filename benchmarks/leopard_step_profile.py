@@ -33,12 +33,14 @@ def _padded(pad: int) -> Any:
     def up(n: int) -> int:
         return -(-n // pad) * pad
 
+    default = Architecture()
+
     class Padded(Architecture):
         def encoder_filters(self) -> list[int]:
-            return [up(n) for n in Architecture.encoder_filters(self)]
+            return [up(n) for n in default.encoder_filters()]
 
         def decoder_filters(self) -> list[int]:
-            return [up(n) for n in Architecture.decoder_filters(self)]
+            return [up(n) for n in default.decoder_filters()]
 
     return Padded(in_channels=up(5))
 
