@@ -5,10 +5,9 @@ validation batch (the forward pass and the metric sums).
 
     python3 benchmarks/leopard_step_profile.py --device cuda [--batch 256] [--layout 2d]
 
-``--pad 8`` profiles a what-if beside it: the same network with every layer's channels (and
-the input's) rounded up to a multiple of 8, as cuDNN's tensor-core kernels want them (the
-default widths are 5, 15, 22, 33, 49, 73, 109 …); the step's windows/s of both say whether
-padding the channels (zero weights that stay zero) would pay on that device.
+``--layout 2d8`` profiles the 2-D form on channels padded with zeros to multiples of 8, as
+cuDNN's tensor-core kernels want them (the network's widths are 5, 15, 22, 33, 49, 73, 109 …);
+a training run's probe measures it beside the others and takes the fastest.
 
 ``benchmarks/leopard_gpu.py`` prints both as its part 3b, so that a GPU session sees what
 bounds the training rate (issue 26: ~2 % of the GPU's bf16 GEMM rate) without a session of
@@ -26,31 +25,12 @@ import torch
 __all__ = ["profile_step"]
 
 
-def _padded(pad: int) -> Any:
-    """The default architecture with every width rounded up to a multiple of ``pad``."""
-    from tunelab.leopard.model import Architecture
-
-    def up(n: int) -> int:
-        return -(-n // pad) * pad
-
-    default = Architecture()
-
-    class Padded(Architecture):
-        def encoder_filters(self) -> list[int]:
-            return [up(n) for n in default.encoder_filters()]
-
-        def decoder_filters(self) -> list[int]:
-            return [up(n) for n in default.decoder_filters()]
-
-    return Padded(in_channels=up(5))
-
-
 def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: str = "2d",
-                 steps: int = 5, top: int = 12, pad: int = 1,
-                 evaluation: bool = False) -> dict[str, Any]:
+                 steps: int = 5, top: int = 12, evaluation: bool = False) -> dict[str, Any]:
     """Profile ``steps`` eager training steps (bf16 autocast and fused Adam on CUDA, fp32 on a
-    CPU) of the default Leopard U-Net (``pad`` > 1: its widths rounded up to multiples of
-    ``pad``) in ``layout`` on random windows — or, with ``evaluation``, validation's batches
+    CPU) of the default Leopard U-Net in ``layout`` (``1d``, ``2d``, ``2d8``: see
+    :meth:`~tunelab.leopard.model.LeopardUNet.set_training_layout`) on random windows — or,
+    with ``evaluation``, validation's batches
     (the forward pass and the metric sums); the step's wall and busy milliseconds and the
     ``top`` kernels or operators by their own time."""
     from torch.profiler import ProfilerActivity, profile
@@ -63,8 +43,8 @@ def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: st
     dev = torch.device(device)
     cuda = dev.type == "cuda"
     torch.manual_seed(0)
-    model = (LeopardUNet() if pad <= 1 else LeopardUNet(_padded(pad))).to(dev)
-    model.channels_last_training = layout == "2d"
+    model = LeopardUNet().to(dev)
+    model.set_training_layout(layout)
     ctx = D.DistContext(rank=0, world=1, local_rank=0, device=dev, backend=None)
     opt = make_adam(model.parameters(), 0.01, dev, graph=False)
     step = TrainStep(model, model, opt, torch.amp.GradScaler("cuda", enabled=False), ctx,
@@ -105,7 +85,7 @@ def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: st
     rows = [{"name": e.key, "calls": e.count / steps, "ms": own(e) / steps / 1e3}
             for e in sorted(events, key=own, reverse=True)[:top]]
     return {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "batch": batch,
-            "window": window, "layout": layout, "pad": pad, "evaluation": evaluation,
+            "window": window, "layout": layout, "evaluation": evaluation,
             "wall_ms": wall * 1e3,
             "busy_ms": busy, "windows_per_s": batch / wall, "top": rows}
 
@@ -113,10 +93,9 @@ def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: st
 def describe(p: dict[str, Any]) -> list[str]:
     """The profile as lines of text."""
     what = "kernels" if p["device"] != "cpu" else "operators"
-    widths = "" if p.get("pad", 1) <= 1 else f", channels padded to multiples of {p['pad']}"
     kind = "validation batch (forward, metrics)" if p.get("evaluation") else "training step"
     out = [f"  {kind}: {p['device']}, batch {p['batch']}, window {p['window']:,}, layout "
-           f"{p['layout']}{widths}, eager: {p['wall_ms']:.1f} ms a batch "
+           f"{p['layout']}, eager: {p['wall_ms']:.1f} ms a batch "
            f"({p['windows_per_s']:,.0f} windows/s), {what} busy {p['busy_ms']:.1f} ms of it"]
     for r in p["top"]:
         share = r["ms"] / p["busy_ms"] if p["busy_ms"] else 0.0
@@ -129,15 +108,10 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--window", type=int, default=10_240)
-    ap.add_argument("--layout", choices=["1d", "2d"], default="2d")
+    ap.add_argument("--layout", choices=["1d", "2d", "2d8"], default="2d")
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--pad", type=int, default=1,
-                    help="also profile the network with widths rounded up to this multiple")
     a = ap.parse_args()
     print("\n".join(describe(profile_step(a.device, a.batch, a.window, a.layout, a.steps))))
-    if a.pad > 1:
-        print("\n".join(describe(profile_step(a.device, a.batch, a.window, a.layout, a.steps,
-                                               top=6, pad=a.pad))))
     print("\n".join(describe(profile_step(a.device, a.batch, a.window, a.layout, a.steps,
                                            top=8, evaluation=True))))
 

@@ -111,10 +111,11 @@ def test_synchronised_batchnorm_takes_the_1d_path() -> None:
 
 
 def train_both_forms(device: str, steps: int, out_atol: float = 1e-4,
-                     buffer_atol: float = 1e-5) -> LeopardUNet:
-    """Train a small model in the 1-D modules and a copy in the 2-D form side by side on
+                     buffer_atol: float = 1e-5, layout: str = "2d") -> LeopardUNet:
+    """Train a small model in the 1-D modules and a copy in ``layout`` (the 2-D form, or it
+    on channels padded to 8: widths 8, 12, 18, 27 … pad to 8, 16, 24, 32) side by side on
     ``device`` (fp32, Adam) and check each step: the same logits, the same gradients (the
-    first step) and the same BatchNorm running statistics, up to rounding; the 2-D copy."""
+    first step) and the same BatchNorm running statistics, up to rounding; the copy."""
     import copy
 
     torch.manual_seed(0)
@@ -123,7 +124,7 @@ def train_both_forms(device: str, steps: int, out_atol: float = 1e-4,
         if isinstance(m, torch.nn.BatchNorm1d):
             m.momentum = 0.1
     fast = copy.deepcopy(plain)
-    fast.channels_last_training = True
+    fast.set_training_layout(layout)
     x = torch.relu(torch.randn(4, 5, 512, device=device)) * 3
     y = (torch.rand(4, 512, device=device) < 0.1).float()
     opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (plain, fast)]
@@ -147,20 +148,39 @@ def train_both_forms(device: str, steps: int, out_atol: float = 1e-4,
     return fast
 
 
+@pytest.mark.parametrize("layout", ["2d", "2d8"])
 @pytest.mark.parametrize("statistics", ["tunelab's", "pytorch's"])
 def test_channels_last_training_matches_the_1d_modules(
-        statistics: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The 2-D training form is the same computation: with the same weights and batch, the
-    same logits, gradients and BatchNorm running statistics as the 1-D modules (fp32, up to
-    rounding), one step and after a few Adam steps — with the batch statistics of
-    :func:`_channel_var_mean` (CPUs) or of PyTorch's kernel (CUDA; forced here, one step: the
-    CPU's kernel rounds enough for Adam to make more of it later)."""
+        statistics: str, layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 2-D training form is the same computation, its channels padded with zeros or not:
+    with the same weights and batch, the same logits, gradients and BatchNorm running
+    statistics as the 1-D modules (fp32, up to rounding), one step and after a few Adam steps
+    — with the batch statistics of :func:`_channel_var_mean` (CPUs) or of PyTorch's kernel
+    (CUDA; forced here, one step: the CPU's kernel rounds enough for Adam to make more of it
+    later). The parameters keep their shapes (the padding is made on the fly)."""
     from tunelab.leopard import model as M
 
     monkeypatch.setattr(M, "native_statistics", lambda x: statistics == "pytorch's")
     steps = 3 if statistics == "tunelab's" else 1
-    fast = train_both_forms("cpu", steps)
+    fast = train_both_forms("cpu", steps, layout=layout)
     assert int(fast.stem[2].num_batches_tracked) == steps
+    assert fast.state_dict().keys() == LeopardUNet(base_filters=8, depth=3).state_dict().keys()
+    assert all(v.shape == w.shape for v, w in zip(
+        fast.state_dict().values(), LeopardUNet(base_filters=8, depth=3).state_dict().values(),
+        strict=True))
+    fast.eval()  # evaluation in the same form: what the 1-D modules give
+    x = torch.rand(2, 5, 256)
+    with torch.no_grad():
+        want = fast(x)
+        fast.set_training_layout("1d")
+        fast.channels_last = False
+        assert torch.allclose(want, fast(x), atol=1e-4, rtol=0)
+
+
+def test_an_unknown_training_layout_is_one_line() -> None:
+    with pytest.raises(LeopardError, match="layout: unknown value '3d'; choose one of 1d, 2d, "
+                                           "2d8"):
+        LeopardUNet(base_filters=4, depth=2).set_training_layout("3d")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -144,6 +144,10 @@ def test_step_mode_is_chosen_by_capability() -> None:
     assert "DDP" in choose_step_mode(model, ["1d"], "auto", **{**common, "ctx": two})[2]
     with pytest.raises(LeopardError, match="graphs: unknown value 'maybe'"):
         choose_step_mode(model, ["1d"], "maybe", **common)
+    # forms to measure: each runs (eager on a CPU), the fastest is taken
+    layout, graph, why, rates = choose_step_mode(model, ["2d", "2d8"], "auto", **common)
+    assert set(rates) == {"2d eager", "2d8 eager"} and not graph, why
+    assert rates[f"{layout} eager"] == max(rates.values())
 
 
 def test_learning_rate_reaches_the_optimiser_in_either_kind() -> None:

@@ -90,8 +90,10 @@ def train(
     compile: Annotated[bool | None, typer.Option(
         help="torch.compile the model (eager where it fails); default: when the job's "
              "measured eager time repays compiling")] = None,
-    layout: Annotated[str, typer.Option(help="auto | 1d | 2d: convolutions as 1-D or "
-                                          "channels-last 2-D (auto: the faster, measured)")]
+    layout: Annotated[str, typer.Option(help="auto | 1d | 2d | 2d8: convolutions as 1-D, "
+                                          "channels-last 2-D, or 2-D on channels padded to "
+                                          "multiples of 8 (auto: the fastest, measured; "
+                                          "2d8 only on a GPU)")]
     = "auto",
     graphs: Annotated[str, typer.Option(help="auto | on | off: capture the training step "
                                           "in a CUDA graph (auto: when measured faster)")]

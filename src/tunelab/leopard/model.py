@@ -33,6 +33,8 @@ from tunelab.leopard.errors import LeopardError
 
 __all__ = ["Architecture", "LeopardUNet", "count_parameters", "flops_per_window"]
 
+#: the forms a model trains in (:meth:`LeopardUNet.set_training_layout`)
+TRAINING_LAYOUTS = ("1d", "2d", "2d8")
 BN_MOMENTUM = 0.01  # PyTorch convention; Keras momentum 0.99
 BN_EPS = 1e-3
 
@@ -125,6 +127,19 @@ class LeopardUNet(nn.Module):
         #: the same for training (forward and backward), when a run chose it (measured by
         #: :mod:`tunelab.leopard.trainsetup`); on a GPU for evaluation too
         self.channels_last_training = False
+        #: the 2-D form computes on channels padded with zeros to a multiple of this (1: not
+        #: padded; 8: cuDNN's tensor-core kernels want such counts); the parameters keep
+        #: their own shapes, padded on the fly, so nothing else sees it
+        self.pad_channels = 1
+
+    def set_training_layout(self, layout: str) -> None:
+        """Train (and, on a GPU, evaluate) in ``layout``: ``1d`` (the 1-D modules), ``2d``
+        (the channels-last 2-D form) or ``2d8`` (that form on channels padded to 8)."""
+        if layout not in TRAINING_LAYOUTS:
+            raise LeopardError(f"layout: unknown value {layout!r}; choose one of "
+                               f"{', '.join(TRAINING_LAYOUTS)}")
+        self.channels_last_training = layout != "1d"
+        self.pad_channels = 8 if layout == "2d8" else 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(N, L)`` for input ``(N, C, L)``."""
@@ -158,27 +173,69 @@ class LeopardUNet(nn.Module):
 
 
     def _forward_nwc(self, x: torch.Tensor) -> torch.Tensor:
-        """The same computation on ``(N, C, 1, L)`` channels-last tensors."""
-        h = _block_nwc(self.stem, x[:, :, None, :].contiguous(memory_format=torch.channels_last))
+        """The same computation on ``(N, C, 1, L)`` channels-last tensors, their channels
+        padded with zeros to a multiple of :attr:`pad_channels`: the padded channels' weights
+        are zero, so they stay zero through every layer and add nothing to the real ones."""
+        m = self.pad_channels
+        x = _pad_to(x, {1: _round_up(x.shape[1], m)})
+        h = _block_nwc(self.stem, x[:, :, None, :].contiguous(memory_format=torch.channels_last),
+                       m)
         skips = [h]
         for block in self.down:
-            h = _block_nwc(block, F.max_pool2d(h, (1, 2)))
+            h = _block_nwc(block, F.max_pool2d(h, (1, 2)), m)
             skips.append(h)
         skips.pop()
         for up, merge in zip(self.up, self.merge, strict=True):
             assert isinstance(up, nn.ConvTranspose1d)
-            u = F.conv_transpose2d(h, up.weight.unsqueeze(2), up.bias, stride=(1, 2))
-            h = _block_nwc(merge, torch.cat([u, skips.pop()], dim=1))
-        return F.conv2d(h, self.head.weight.unsqueeze(2), self.head.bias)[:, 0, 0, :]
+            w = _pad_to(up.weight.unsqueeze(2), {0: h.shape[1], 1: _round_up(up.out_channels, m)})
+            u = F.conv_transpose2d(h, w, _pad_to(up.bias, {0: w.shape[1]}), stride=(1, 2))
+            skip = skips.pop()
+            # the merge's input: the real channels of u, then of skip, each padded
+            real = (up.out_channels, _first_conv(merge).in_channels - up.out_channels)
+            h = _block_nwc(merge, torch.cat([u, skip], dim=1), m, (real, (u.shape[1],
+                                                                         skip.shape[1])))
+        w = _pad_to(self.head.weight.unsqueeze(2), {1: h.shape[1]})
+        return F.conv2d(h, w, self.head.bias)[:, 0, 0, :]
 
 
-def _block_nwc(seq: nn.Module, h: torch.Tensor) -> torch.Tensor:
-    """``Conv1d -> ReLU -> BatchNorm1d`` units of ``seq`` applied to ``(N, C, 1, L)``."""
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _pad_to(t: torch.Tensor | None, sizes: dict[int, int], value: float = 0.0) -> Any:
+    """``t`` zero-padded (or ``value``-padded) at the end of each dimension ``d`` to
+    ``sizes[d]``; ``t`` itself where nothing grows."""
+    if t is None or all(t.shape[d] >= n for d, n in sizes.items()):
+        return t
+    pads: list[int] = []
+    for d in reversed(range(t.dim())):
+        pads += [0, max(sizes.get(d, 0) - t.shape[d], 0)]
+    return F.pad(t, pads, value=value)
+
+
+def _first_conv(seq: nn.Module) -> nn.Conv1d:
+    conv = next(iter(seq.children()))
+    assert isinstance(conv, nn.Conv1d)
+    return conv
+
+
+def _block_nwc(seq: nn.Module, h: torch.Tensor, multiple: int = 1,
+               parts: tuple[tuple[int, int], tuple[int, int]] | None = None) -> torch.Tensor:
+    """``Conv1d -> ReLU -> BatchNorm1d`` units of ``seq`` applied to ``(N, C, 1, L)`` whose
+    channels may be padded: outputs to a multiple of ``multiple``; ``parts``: the input is two
+    padded tensors end to end (their real and padded channel counts), as a merge's is."""
     layers = list(seq.children())
     for conv, bn in zip(layers[0::3], layers[2::3], strict=True):
         assert isinstance(conv, nn.Conv1d) and isinstance(bn, nn.BatchNorm1d)
         pad = conv.padding[0] if isinstance(conv.padding, tuple) else 0
-        h = F.relu_(F.conv2d(h, conv.weight.unsqueeze(2), conv.bias, padding=(0, pad)))
+        out = _round_up(conv.out_channels, multiple)
+        w = conv.weight.unsqueeze(2)
+        if parts is not None:  # the real input channels of each part, each part padded
+            (a, b), (pa, pb) = parts
+            w = torch.cat([_pad_to(w[:, :a], {1: pa}), _pad_to(w[:, a:a + b], {1: pb})], 1)
+            parts = None
+        w = _pad_to(w, {0: out, 1: h.shape[1]})
+        h = F.relu_(F.conv2d(h, w, _pad_to(conv.bias, {0: out}), padding=(0, pad)))
         h = _batch_norm(bn, h)
     return h
 
@@ -199,24 +256,34 @@ def _batch_norm(bn: nn.BatchNorm1d, x: torch.Tensor) -> torch.Tensor:
     (post-ReLU activations, 330 k values per channel) where the 1-D kernel is off by ~5e-7.
     They stay in float32 under bf16 autocast, as the 1-D kernel keeps them. On CUDA PyTorch's
     kernel is accurate (:func:`native_statistics`) and does it all."""
+    c, width = bn.num_features, {0: x.shape[1]}  # x's channels may be padded past c
+    weight, bias = _pad_to(bn.weight, width), _pad_to(bn.bias, width)
     if not bn.training:
-        return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False,
-                            0.0, bn.eps)
+        return F.batch_norm(x, _pad_to(bn.running_mean, width),
+                            _pad_to(bn.running_var, width, 1.0), weight, bias, False, 0.0,
+                            bn.eps)
     factor = 0.0 if bn.momentum is None else bn.momentum
     if bn.num_batches_tracked is not None:
         bn.num_batches_tracked.add_(1)
         if bn.momentum is None:
             factor = 1.0 / float(bn.num_batches_tracked)
     if native_statistics(x):
-        return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, True,
-                            factor, bn.eps)
+        mean_run, var_run = (_pad_to(bn.running_mean, width),
+                             _pad_to(bn.running_var, width, 1.0))
+        out = F.batch_norm(x, mean_run, var_run, weight, bias, True, factor, bn.eps)
+        if mean_run is not bn.running_mean and bn.running_mean is not None \
+                and bn.running_var is not None:
+            with torch.no_grad():  # the padded copies were updated: keep the real channels'
+                bn.running_mean.copy_(mean_run[:c])
+                bn.running_var.copy_(var_run[:c])
+        return out
     with torch.no_grad():
         var, mean = _channel_var_mean(x.detach())
         if bn.running_mean is not None and bn.running_var is not None:
             n = x.numel() // x.shape[1]
-            bn.running_mean.lerp_(mean, factor)
-            bn.running_var.lerp_(var * (n / max(n - 1, 1)), factor)
-    return _BatchNormNWC.apply(x, bn.weight, bn.bias, mean, var, bn.eps)
+            bn.running_mean.lerp_(mean[:c], factor)
+            bn.running_var.lerp_(var[:c] * (n / max(n - 1, 1)), factor)
+    return _BatchNormNWC.apply(x, weight, bias, mean, var, bn.eps)
 
 
 def _channel_var_mean(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -49,7 +49,7 @@ __all__ = ["LAYOUTS", "PRECISIONS", "Engine", "Runtime", "bf16_capable", "choose
            "choose_training_layout", "cpu_flags", "prepare"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-LAYOUTS = ("auto", "1d", "2d")
+LAYOUTS = ("auto", "1d", "2d", "2d8")
 COMPILE_MODES = ("auto", "on", "off")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 #: a probed alternative (bf16, one thread) must win by this factor to be chosen (noise guard).

@@ -71,7 +71,8 @@ class TrainConfig:
     device: str = "auto"
     amp: bool | None = None  # None: on CUDA only; True on a CPU: bf16 autocast
     compile: bool | None = None  # None: when the job repays it (from a measured step rate)
-    layout: str = "auto"  # convolutions: "1d", "2d" (channels-last) or "auto" (measured)
+    layout: str = "auto"  # convolutions: "1d", "2d" (channels-last), "2d8" (its channels
+    # padded to 8) or "auto" (measured)
     graphs: str = "auto"  # CUDA graphs of the training step: "auto" (measured), "on", "off"
     val_windows: int | None = None  # validation windows drawn at random, not a tiling
     time_limit: float | None = None  # seconds: stop training after the step that passes it
@@ -325,7 +326,7 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
         raise LeopardError(f"layout: unknown value {cfg.layout!r}; choose one of "
                            f"{', '.join(LAYOUTS)}")
     if cuda:  # the layout and the step's form, measured together on the device
-        layouts = (["1d", "2d"] if cfg.layout == "auto" and plain
+        layouts = (["1d", "2d", "2d8"] if cfg.layout == "auto" and plain
                    else [cfg.layout if plain and cfg.layout != "auto" else "1d"])
         layout, graph, why, rates = choose_step_mode(
             model, layouts, cfg.graphs, batch=cfg.batch_size, window=window,
@@ -348,7 +349,7 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
         layout, _ = choose_training_layout(model, "auto", cfg.batch_size, window,
                                            compiled=True)
         notes.append("layout 2d: compiled")
-    model.channels_last_training = layout == "2d"
+    model.set_training_layout(layout)
     notes.append(compile_why)
     log(f"training layout {layout}: {why}")
     net: torch.nn.Module = model

@@ -297,7 +297,7 @@ def choose_step_mode(model: torch.nn.Module, layouts: list[str], graphs: str, *,
     failed = []
     for lay, graph in candidates:
         probe = copy.deepcopy(model).train()
-        probe.channels_last_training = lay == "2d"  # type: ignore[assignment]
+        probe.set_training_layout(lay)  # type: ignore[operator]
         opt = make_adam(probe.parameters(), 1e-3, dev, graph)
         scaler = torch.amp.GradScaler("cuda", enabled=False)
         step = TrainStep(probe, probe, opt, scaler, ctx, amp, amp_dtype, graph)
