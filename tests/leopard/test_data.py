@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyBigWig
+import pytest
 
 from tunelab.leopard.data import (
     ChromosomeSet,
@@ -139,3 +141,35 @@ def test_labels_as_bigwig_with_masked_bases(synth: Path, tmp_path: Path) -> None
     (d / "leopard.json").write_text(json.dumps(man))
     got = load_chromosomes(load_manifest(d), names)
     assert (got.label == ref.label).all() and (got.label == -1).any()
+
+
+def test_bigwig_regions_read_gaps_as_zero_and_refuse_stored_nan_or_infinity(
+        tmp_path: Path) -> None:
+    """Values are read first and checked only where one is not finite: a gap is 0, a stored
+    NaN or infinity is a one-line error naming the file and chromosome, a region wholly in a
+    gap is zeros, a track without gaps comes back as stored."""
+    from tunelab.leopard.data import read_bigwig_region
+    from tunelab.leopard.errors import LeopardError
+
+    def track(name: str, values: list[float]) -> Any:
+        path = tmp_path / name
+        bw = pyBigWig.open(str(path), "w")
+        bw.addHeader([("chr1", 1_000)])
+        bw.addEntries("chr1", 100, values=values, span=1, step=1)  # bases 0-99: a gap
+        bw.close()
+        return pyBigWig.open(str(path))
+
+    plain = track("plain.bw", [0.5] * 300)
+    got = read_bigwig_region(plain, tmp_path / "plain.bw", "chr1", 50, 450)
+    assert got.dtype == np.float32 and got.shape == (400,)
+    assert np.array_equal(got, np.r_[np.zeros(50), np.full(300, 0.5), np.zeros(50)])
+    full = read_bigwig_region(plain, tmp_path / "plain.bw", "chr1", 150, 350)
+    assert np.array_equal(full, np.full(200, 0.5, np.float32))
+    assert not read_bigwig_region(plain, tmp_path / "plain.bw", "chr1", 600, 700).any()
+    for name, bad in (("nan.bw", float("nan")), ("inf.bw", float("inf")),
+                      ("minf.bw", -float("inf"))):
+        bw = track(name, [1.0] * 10 + [bad] + [1.0] * 10)
+        with pytest.raises(LeopardError, match=rf"{name}: NaN or infinite value .* 'chr1'"):
+            read_bigwig_region(bw, tmp_path / name, "chr1", 0, 1_000)
+        # a region that does not hold the bad value reads as usual
+        assert read_bigwig_region(bw, tmp_path / name, "chr1", 100, 105).tolist() == [1.0] * 5

@@ -35,12 +35,12 @@ __all__ = [
     "Manifest",
     "WindowBatch",
     "build_inputs",
-    "check_bigwig_chrom",
     "check_bigwig_size",
     "check_bigwig_values",
     "fasta_sizes",
     "load_chromosomes",
     "load_manifest",
+    "read_bigwig_region",
     "read_intervals",
     "sequence_codes",
 ]
@@ -176,18 +176,28 @@ def open_bigwig(path: Path, what: str) -> Any:
 
 
 def read_bigwig(bw: Any, path: Path, chrom: str, length: int) -> np.ndarray:
-    """Per-base values of ``chrom`` as ``float32``; gaps are 0, a stored NaN is an error."""
-    if check_bigwig_chrom(bw, path, chrom, length):
-        values = bw.values(chrom, 0, length, numpy=True)
-        return np.nan_to_num(values, nan=0.0).astype(np.float32, copy=False)
-    return np.zeros(length, dtype=np.float32)
-
-
-def check_bigwig_chrom(bw: Any, path: Path, chrom: str, length: int) -> bool:
-    """Check that ``chrom`` is in the bigWig with the FASTA's length and holds no stored
-    NaN/infinity; return whether it has any entry at all."""
+    """Per-base values of ``chrom`` (checked to have the FASTA's ``length``) as ``float32``;
+    gaps are 0, a stored NaN or infinity is an error."""
     check_bigwig_size(bw, path, chrom, length)
-    return check_bigwig_values(bw, path, chrom, 0, length)
+    return read_bigwig_region(bw, path, chrom, 0, length)
+
+
+def read_bigwig_region(bw: Any, path: Path, chrom: str, start: int, end: int) -> np.ndarray:
+    """Per-base values of ``[start, end)`` of ``chrom`` as ``float32``; gaps are 0, a stored
+    NaN or infinity is an error.
+
+    The values come first: where all are finite nothing needs checking (a track without
+    gaps, as the synthetic genome's). Only a NaN needs the check's pass over the data
+    (:func:`check_bigwig_values`), since a gap reads as NaN too; checking every region first
+    had cost as much as reading it (0.82 s of 2.0 s for 32 Mbp, 2-core EPYC)."""
+    values = bw.values(chrom, start, end, numpy=True)
+    finite = np.isfinite(values)
+    if not finite.all():
+        if np.isinf(values).any():  # a gap reads as NaN: an infinity is stored
+            raise LeopardError(f"{path}: NaN or infinite value in the signal on {chrom!r}")
+        check_bigwig_values(bw, path, chrom, start, end)
+        values = np.where(finite, values, 0.0)
+    return values.astype(np.float32, copy=False)
 
 
 def check_bigwig_size(bw: Any, path: Path, chrom: str, length: int) -> None:

@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from tunelab.leopard.data import (
-    check_bigwig_values,
     open_bigwig,
     open_fasta,
+    read_bigwig_region,
     sequence_codes,
 )
 from tunelab.leopard.errors import LeopardError
@@ -98,13 +98,8 @@ class _Files:
         if len(seq) != r.end - r.start:
             raise LeopardError(f"{self.tracks.fasta}: chromosome {r.chrom!r} reads {len(seq)} "
                                f"bases at {r.start}-{r.end}, index says {r.end - r.start}")
-        signals = []
-        for bw, path in self.bws:
-            if check_bigwig_values(bw, path, r.chrom, r.start, r.end):
-                v = bw.values(r.chrom, r.start, r.end, numpy=True)
-                signals.append(np.nan_to_num(v, nan=0.0).astype(np.float32, copy=False))
-            else:
-                signals.append(np.zeros(r.end - r.start, np.float32))
+        signals = [read_bigwig_region(bw, path, r.chrom, r.start, r.end)
+                   for bw, path in self.bws]
         dn = signals[0]
         if len(signals) == 1:
             return seq, dn, None
