@@ -8,7 +8,6 @@ processes and epochs turning over inside the thread."""
 from __future__ import annotations
 
 import io
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -121,8 +120,23 @@ def test_decode_ahead_hands_over_in_order_up_to_its_limit() -> None:
     assert [int(x) for x, _, _, _ in got] == [0, 1, 2, 3, 4]
     assert [info["batch"] for _, _, info, _ in got] == [0, 1, 2, 3, 4]
     assert [drop for *_, drop in got] == [0.25, 0, 0, 0, 0]
+    with pytest.raises(RuntimeError, match="has handed over all 5 batches"):
+        ahead.next()  # one more than planned: said, not waited for
     ahead.close()
     assert calls == [0, 1, 2, 3, 4]  # never a batch past the run's last
+
+
+def test_decode_ahead_says_why_its_thread_could_not_start() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA stream starts here: the failure is made on a CPU-only machine")
+    fetch, calls = _fake_batches(100)
+    ahead = DecodeAhead(fetch, 8, torch.device("cuda"), seed=0, limit=5, decode=_identity)
+    try:
+        with pytest.raises(RuntimeError):  # no CUDA stream without CUDA: raised, not a hang
+            ahead.next()
+    finally:
+        ahead.close()
+    assert calls == []
 
 
 def test_decode_ahead_raises_a_loaders_error_where_its_batch_was_due() -> None:
@@ -145,7 +159,7 @@ def test_decode_ahead_stops_when_closed_with_its_queue_full() -> None:
     while len(calls) < 3 and time.monotonic() < deadline:  # one handed over, two queued
         time.sleep(0.01)
     ahead.close()  # (waits up to 10 s for the thread)
-    assert not any(th.name == "decode-ahead" and th.is_alive() for th in threading.enumerate())
+    assert not ahead._thread.is_alive()
     assert len(calls) <= 4
 
 

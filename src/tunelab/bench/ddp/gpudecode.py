@@ -209,6 +209,12 @@ class DecodeAhead:
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # set-up failed (a stream): said where a batch is due
+            self._put(exc)
+
+    def _work(self) -> None:
         import contextlib
 
         import torch
@@ -249,7 +255,16 @@ class DecodeAhead:
 
         if self._failed is not None:
             raise self._failed
-        item = self._queue.get()
+        while True:
+            try:
+                item = self._queue.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    self._failed = RuntimeError(
+                        f"the decoding thread has handed over all {self._limit} batches "
+                        "it was to decode")
+                    raise self._failed from None
         if isinstance(item, BaseException):
             self._failed = item
             raise item
