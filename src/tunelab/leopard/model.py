@@ -230,10 +230,10 @@ def _block_nwc(seq: nn.Module, h: torch.Tensor, multiple: int = 1,
         pad = conv.padding[0] if isinstance(conv.padding, tuple) else 0
         out = _round_up(conv.out_channels, multiple)
         w = conv.weight.unsqueeze(2)
-        if parts is not None:  # the real input channels of each part, each part padded
+        if parts is not None and parts[0] != parts[1]:  # each part's real channels, padded
             (a, b), (pa, pb) = parts
             w = torch.cat([_pad_to(w[:, :a], {1: pa}), _pad_to(w[:, a:a + b], {1: pb})], 1)
-            parts = None
+        parts = None
         w = _pad_to(w, {0: out, 1: h.shape[1]})
         h = F.relu_(F.conv2d(h, w, _pad_to(conv.bias, {0: out}), padding=(0, pad)))
         h = _batch_norm(bn, h)
