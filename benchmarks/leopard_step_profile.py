@@ -38,10 +38,17 @@ def profile_step(device: str, batch: int = 256, window: int = 10_240, layout: st
     from tunelab.leopard import distributed as D
     from tunelab.leopard.metrics import MetricState
     from tunelab.leopard.model import LeopardUNet
-    from tunelab.leopard.trainstep import Forward, TrainStep, make_adam
+    from tunelab.leopard.trainstep import (
+        Forward,
+        TrainStep,
+        make_adam,
+        use_cuda_training_kernels,
+    )
 
     dev = torch.device(device)
     cuda = dev.type == "cuda"
+    if cuda:  # the kernels training picks (cuDNN's timed choice), not cuDNN's first guess
+        use_cuda_training_kernels()
     torch.manual_seed(0)
     model = LeopardUNet().to(dev)
     model.set_training_layout(layout)

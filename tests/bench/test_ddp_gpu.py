@@ -181,9 +181,11 @@ def test_cuda_nccl_ddp_one_worker_amp_channels_last_and_energy() -> None:
 def test_cuda_calibrate_records_the_benchmarks_step(tmp_path: Path) -> None:
     from tunelab.bench.ddp.calibrate import calibrate_device
 
+    torch.backends.cudnn.benchmark = False
     profile, _ = calibrate_device(model="resnet18", batch=32, steps=3, warmup=2,
                                   image_size=64, device="cuda", output=tmp_path / "a.yaml")
     assert (profile.precision, profile.memory_format) == ("fp16-amp", "channels_last")
+    assert torch.backends.cudnn.benchmark  # cuDNN's kernels chosen by timing them
 
 
 @pytest.mark.cuda

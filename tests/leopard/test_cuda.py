@@ -121,11 +121,13 @@ def test_gpu_prediction_matches_the_cpu_one(synth: Path, tmp_path: Path) -> None
     torch.save({"arch": model.arch.to_dict(), "window": 512, "model": model.state_dict()},
                tmp_path / "m.pt")
     common = {"precision": "fp32", "compile": "off", "batch_size": 4, "section_bp": 7_000}
+    torch.backends.cudnn.benchmark = False  # (an earlier test may have set it)
     gpu = predict_genome(tmp_path / "m.pt", synth, tmp_path / "g.bw", ["chr3", "chr4"],
                          device="cuda", readers=2, writers=2, **common)
     predict_genome(tmp_path / "m.pt", synth, tmp_path / "c.bw", ["chr3", "chr4"],
                    device="cpu", **common)
     assert gpu["bp"] == 32_000 and gpu["graphed"] in (True, False)
+    assert torch.backends.cudnn.benchmark  # cuDNN's kernels chosen by timing them
     a, b = pyBigWig.open(str(tmp_path / "g.bw")), pyBigWig.open(str(tmp_path / "c.bw"))
     for c in ("chr3", "chr4"):  # TF32 convolutions on the GPU: a few 1e-3 at most
         assert np.abs(a.values(c, 0, 16_000, numpy=True)

@@ -331,6 +331,9 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
     runtime.probe_length = probe_len
     probe_x = to_nwc_input(torch.rand(min(batch, 4), model.arch.in_channels, probe_len)).to(dev)
     if dev.type == "cuda":
+        # cuDNN times each convolution's candidate kernels once per shape and keeps the
+        # fastest: a prediction's batches all have one shape (the last one is padded)
+        torch.backends.cudnn.benchmark = True
         chosen = precision if precision != "auto" else (
             "bf16" if torch.cuda.is_bf16_supported() else "fp16")
     elif precision == "auto":

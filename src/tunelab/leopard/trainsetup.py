@@ -272,7 +272,13 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
         has_cxx_compiler,
         plain_batchnorm,
     )
-    from tunelab.leopard.trainstep import Forward, TrainStep, choose_step_mode, make_adam
+    from tunelab.leopard.trainstep import (
+        Forward,
+        TrainStep,
+        choose_step_mode,
+        make_adam,
+        use_cuda_training_kernels,
+    )
 
     _setup_threads(cfg, ctx)
     log = TrainLog(ctx, cfg.progress)
@@ -305,9 +311,7 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
             log("warning: --amp on a CPU without native bf16 (no avx512_bf16/amx_bf16): "
                 "bf16 is emulated there and much slower than fp32")
     if cuda:
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        use_cuda_training_kernels()
     torch.manual_seed(cfg.seed)
     model: torch.nn.Module = LeopardUNet(arch)
     counts = count_parameters(model)

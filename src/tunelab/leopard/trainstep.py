@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["GRAPH_MODES", "Forward", "TrainStep", "choose_step_mode", "cuda_capture",
-           "fused_adam_supported", "make_adam", "masked_bce_sum", "restore_lr_kind", "set_lr"]
+           "fused_adam_supported", "make_adam", "masked_bce_sum", "restore_lr_kind", "set_lr",
+           "use_cuda_training_kernels"]
 
 GRAPH_MODES = ("auto", "on", "off")
 #: warm-up steps before a capture (cuDNN picks its algorithms, the optimiser makes its state)
@@ -47,6 +48,17 @@ PROBE_STEPS = 8
 Outputs = tuple["torch.Tensor", ...]
 #: ``capture(fn) -> (outputs, replay)``: record ``fn`` once; ``replay()`` re-runs it in place
 Capture = Callable[[Callable[[], Outputs]], tuple[Outputs, Callable[[], None]]]
+
+
+def use_cuda_training_kernels() -> None:
+    """How training runs on CUDA (and what a profile of its step must run with): cuDNN times
+    the candidate kernels of each convolution once per shape and keeps the fastest (a job's
+    shapes stay the same), and float32 matmuls and convolutions may use TF32."""
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 
 
 def masked_bce_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,

@@ -1,13 +1,14 @@
 """The one training step: what a benchmark worker runs every step and what ``calibrate`` times.
 
-:func:`training_step` prepares the model (channels-last on CUDA for the ResNets), wraps it in
-DDP when gradients are all-reduced (more than one worker and ``--allreduce real``), and
-returns a :class:`TrainStep`: input conversion (uint8 images normalised on the device),
-forward under autocast (fp16 on CUDA with a gradient scaler, fp32 elsewhere), backward with
-DDP's bucketed all-reduce overlapping it, the optimizer (SGD with momentum for the ResNets,
-Adam otherwise). Calibrate builds the same step with one worker, so a profile it writes is
-the benchmark's own step on that device; :attr:`TrainStep.setup` says how it ran
-(precision, memory format, optimizer) and goes into the profile.
+:func:`training_step` prepares the model (channels-last on CUDA for the ResNets, cuDNN's
+kernels chosen by timing them), wraps it in DDP when gradients are all-reduced (more than one
+worker and ``--allreduce real``), and returns a :class:`TrainStep`: input conversion (uint8
+images normalised on the device), forward under autocast (fp16 on CUDA with a gradient
+scaler, fp32 elsewhere), backward with DDP's bucketed all-reduce overlapping it, the optimizer
+(SGD with momentum for the ResNets, Adam otherwise). Calibrate builds the same step with one
+worker, so a profile it writes is the benchmark's own step on that device;
+:attr:`TrainStep.setup` says how it ran (precision, memory format, optimizer) and goes into
+the profile.
 
 :func:`emulated_step` is the step of an emulated accelerator: a wait of the profile's
 seconds, with the all-reduce real (gloo over the host), emulated (the fabric's time from
@@ -62,6 +63,9 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
     from tunelab.bench.ddp.comm import CommTimer
 
     cuda = device.type == "cuda"
+    if cuda:  # as torchvision's reference training does: cuDNN times each convolution's
+        # candidate kernels once per shape (the warm-up steps) and keeps the fastest
+        torch.backends.cudnn.benchmark = True
     channels_last = cuda and spec.task == "classify"
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
