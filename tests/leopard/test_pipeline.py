@@ -4,6 +4,7 @@ is left behind."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import threading
 from pathlib import Path
@@ -24,7 +25,7 @@ from tunelab.leopard.predict import (
     predict_chromosome,
     predict_genome,
 )
-from tunelab.leopard.readers import Region, Tracks, read_regions, region_reader
+from tunelab.leopard.readers import Region, Tracks, read_regions, region_reader, start_reading
 
 
 def _checkpoint(path: Path, channels: int = 5) -> LeopardUNet:
@@ -89,6 +90,36 @@ def test_readers_read_what_this_process_reads(synth: Path, workers: int) -> None
     assert np.array_equal(seq, cs.seq[100:5_100]) and np.array_equal(dn, cs.dnase[100:5_100])
     assert np.allclose(diff, cs.dnase[100:5_100] - cs.dnase_avg[100:5_100])
     assert threading.active_count() == before and not _shm_files()
+
+
+def test_started_readers_spawn_at_once_and_close_unasked(synth: Path) -> None:
+    """start_reading spawns its processes and hands them the first regions before any is
+    asked for (prediction on a GPU reads meanwhile); iterated, it reads what read_regions
+    reads; closed without being iterated, it leaves no process or slot behind."""
+    m = load_manifest(synth)
+    tracks = Tracks(m.fasta, m.dnase)
+    regions = [Region("chr1", a, a + 2_000) for a in range(0, 10_000, 2_000)]
+    want = [tuple(a.copy() for a in r.arrays if a is not None)
+            for r in read_regions(tracks, regions)]
+    before = set(multiprocessing.active_children())
+    reads = start_reading(tracks, regions, workers=2, longest=2_000)
+    try:
+        assert len(set(multiprocessing.active_children()) - before) == 2
+        got = []
+        for r in reads:
+            got.append(tuple(a.copy() for a in r.arrays if a is not None))
+            r.release()
+    finally:
+        reads.close()
+    assert len(got) == len(want) == 5
+    for w, g in zip(want, got, strict=True):
+        assert all(np.array_equal(a, b) for a, b in zip(w, g, strict=True))
+    unasked = start_reading(tracks, regions, workers=2, longest=2_000)
+    assert len(set(multiprocessing.active_children()) - before) == 2
+    unasked.close()
+    unasked.close()  # (idempotent)
+    assert not set(multiprocessing.active_children()) - before and not _shm_files()
+    assert next(unasked, None) is None
 
 
 def test_a_worker_error_is_one_line_and_nothing_is_left(synth: Path, tmp_path: Path) -> None:

@@ -35,7 +35,6 @@ Memory stays bounded by a few sections, whatever the genome. Output is a bigWig
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections import deque
@@ -47,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tunelab.leopard.errors import LeopardError
-from tunelab.leopard.readers import Loaded, Region, Tracks, read_regions
+from tunelab.leopard.readers import Loaded, Reading, Region, Tracks, start_reading
 from tunelab.leopard.tracks import TrackWriter
 
 if TYPE_CHECKING:
@@ -383,10 +382,11 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
     runtime, reading, predicting, writing), ``window``, ``stride``, ``edge``, ``precision``,
     ``compiled``, ``graphed``, ``threads``, ``readers``, ``writers``, ``sections``,
     ``runtime`` (one line saying what was chosen and why) and ``phases``: where the wall time
-    went (``load_s``: checkpoint and inputs checked; ``runtime_s``: the runtime chosen;
-    ``start_s``: writer and reader processes started; ``run_s``: sections read, predicted
-    and handed to the writers, of which ``read_wait_s`` waiting for the readers and
-    ``write_wait_s`` for the writers; ``close_s``: the writers finishing, the file closed).
+    went (``load_s``: checkpoint and inputs checked; ``runtime_s``: the runtime chosen (on a
+    GPU the readers are reading meanwhile); ``start_s``: writer and readers started;
+    ``run_s``: sections read, predicted and handed to the writers, of which ``read_wait_s``
+    waiting for the readers and ``write_wait_s`` for the writers; ``close_s``: the writers
+    finishing, the file closed).
     """
     import torch
 
@@ -447,31 +447,46 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
                 bw.close()
     n_windows = sum(len(tiling.starts(max(all_sizes[c], window))) for c in chroms)
     t_load = time.perf_counter()
-    engine = prepare(model, device, precision, compile, threads, window, batch_size,
-                     expected_windows=n_windows)
-    t_runtime = time.perf_counter()
-    dev_type = engine.device.type
+    dev_type = torch.device(device).type
     sections = [s for c in chroms for s in plan_sections(
         tiling, c, all_sizes[c], section_bp or SECTION_BP.get(dev_type, SECTION_BP["cpu"]))]
-    n_readers, n_writers, background = pipeline_workers(
-        dev_type, len(os.sched_getaffinity(0)), engine.runtime.threads, readers, writers)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    writer = TrackWriter(out, [(c, all_sizes[c]) for c in chroms], zoom_levels=zoom_levels,
-                         background=background, threads=n_writers)
     longest = max(int(s.starts[-1]) + window - int(s.starts[0]) for s in sections)
-    loaded = read_regions(tracks, (s.region(window) for s in sections), n_readers, longest)
     bp = sum(s.hi - s.lo for s in sections)
-    t_start = time.perf_counter()
+    regions = (s.region(window) for s in sections)
+    cores = len(os.sched_getaffinity(0))
+    loaded: Reading | None = None
     try:
-        device_s, read_wait, write_wait = _run(engine, tiling, batch_size, loaded, writer.put)
-    finally:
-        t_run = time.perf_counter()
-        with contextlib.closing(loaded):
+        # on a GPU the runtime is chosen there: the readers start first and read meanwhile
+        # (on a CPU they would disturb the probe of the cores, so they start after it)
+        if dev_type == "cuda":
+            n_readers, n_writers, background = pipeline_workers(dev_type, cores, 1, readers,
+                                                                writers)
+            loaded = start_reading(tracks, regions, n_readers, longest)
+        t_early = time.perf_counter()
+        engine = prepare(model, device, precision, compile, threads, window, batch_size,
+                         expected_windows=n_windows)
+        t_runtime = time.perf_counter()
+        if loaded is None:
+            n_readers, n_writers, background = pipeline_workers(
+                dev_type, cores, engine.runtime.threads, readers, writers)
+            loaded = start_reading(tracks, regions, n_readers, longest)
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        writer = TrackWriter(out, [(c, all_sizes[c]) for c in chroms],
+                             zoom_levels=zoom_levels, background=background, threads=n_writers)
+        t_start = time.perf_counter()
+        try:
+            device_s, read_wait, write_wait = _run(engine, tiling, batch_size, loaded,
+                                                   writer.put)
+        finally:
+            t_run = time.perf_counter()
             writer.close()
+    finally:
+        if loaded is not None:
+            loaded.close()
     total = time.perf_counter() - t0
-    phases = {"load_s": t_load - t0, "runtime_s": t_runtime - t_load,
-              "start_s": t_start - t_runtime, "run_s": t_run - t_start,
+    phases = {"load_s": t_load - t0, "runtime_s": t_runtime - t_early,
+              "start_s": (t_early - t_load) + (t_start - t_runtime), "run_s": t_run - t_start,
               "read_wait_s": read_wait, "write_wait_s": write_wait,
               "close_s": total - (t_run - t0)}
     rt = engine.runtime

@@ -1,7 +1,7 @@
 """Reading regions of a genome for prediction: sequence codes, DNase and DNase minus the
 average track, in this process or by worker processes.
 
-pyfaidx and pyBigWig handles are not thread-safe, and one process read ~28 Mbp/s of FASTA +
+pyfaidx and pyBigWig handles are not thread-safe, and one process read ~45 Mbp/s of FASTA +
 bigWig on a 2-core EPYC: a GPU predicting 150 Mbp/s would wait for it. :func:`read_regions`
 therefore hands regions to ``workers`` processes (``spawn``: nothing of torch or CUDA is
 inherited), each with its own open files, which write into **slots** of shared memory (files
@@ -9,6 +9,8 @@ under ``/dev/shm``) that this process maps: nothing is pickled but a region and 
 number. Regions come back in order; each :class:`Loaded` must be :meth:`~Loaded.release`-d
 once its arrays have been consumed (copied to a device or predicted), which frees its slot
 for a region further ahead. ``workers=0`` reads in this process, in turn with the caller.
+:func:`start_reading` starts the processes at once instead of at the first region asked for:
+prediction on a GPU reads its first regions while CUDA starts and its runtime is chosen.
 
 Stored NaN/infinite values are refused per region (the same check as loading for training);
 a worker's :class:`~tunelab.leopard.errors.LeopardError` reaches the caller as itself.
@@ -17,6 +19,7 @@ a worker's :class:`~tunelab.leopard.errors.LeopardError` reaches the caller as i
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import multiprocessing as mp
 import os
@@ -27,7 +30,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,7 +43,8 @@ from tunelab.leopard.data import (
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.prefetch import prefetch
 
-__all__ = ["Loaded", "Region", "Tracks", "read_regions", "region_reader"]
+__all__ = ["Loaded", "Reading", "Region", "Tracks", "read_regions", "region_reader",
+           "start_reading"]
 
 #: sequence codes, DNase, DNase minus the average (6-channel models) of one region
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray | None]
@@ -121,7 +125,31 @@ def read_regions(tracks: Tracks, regions: Iterable[Region], workers: int = 0,
         here = _in_turn(tracks, regions)
         yield from here if workers <= 0 else prefetch(here, depth=2, name="leopard-reader")
         return
-    yield from _parallel(tracks, iter(regions), workers, longest)
+    reads = _ParallelReads(tracks, iter(regions), workers, longest)
+    try:
+        yield from reads
+    finally:
+        reads.close()
+
+
+class Reading(Protocol):
+    """Regions being read (:func:`start_reading`): iterate them in order, then close."""
+
+    def __iter__(self) -> Iterator[Loaded]: ...
+
+    def __next__(self) -> Loaded: ...
+
+    def close(self) -> None: ...
+
+
+def start_reading(tracks: Tracks, regions: Iterable[Region], workers: int = 0,
+                  longest: int = 0) -> Reading:
+    """:func:`read_regions`, started now when ``workers`` processes read: they spawn and
+    read the first ``workers + 2`` regions while the caller does something else (a GPU
+    starting, say). Call ``close()`` when done, iterated to the end or not."""
+    if workers <= 1:
+        return read_regions(tracks, regions, workers, longest)
+    return _ParallelReads(tracks, iter(regions), workers, longest)
 
 
 def _in_turn(tracks: Tracks, regions: Iterable[Region]) -> Iterator[Loaded]:
@@ -182,63 +210,92 @@ def _slot_home(need: int) -> str | None:
     return None
 
 
-def _parallel(tracks: Tracks, regions: Iterator[Region], workers: int,
-              longest: int) -> Iterator[Loaded]:
-    cap = max(64, -(-longest // 64) * 64)
-    n_slots = workers + 2
-    folder = tempfile.mkdtemp(prefix="tunelab-leopard-", dir=_slot_home(cap * _PER_BASE
-                                                                       * n_slots))
-    maps = []
-    pool = None
-    closed = False  # a region released after the end frees nothing
-    try:
-        for k in range(n_slots):
-            with open(_slot_path(folder, k), "w+b") as fh:
-                fh.truncate(cap * _PER_BASE)
-                maps.append(mmap.mmap(fh.fileno(), cap * _PER_BASE))
-        pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                                   initializer=_init_worker, initargs=(tracks, folder, cap))
-        free = deque(range(n_slots))
-        queued: deque[tuple[Region, int, Future[tuple[int, bool]]]] = deque()
-        exhausted = False
+class _ParallelReads:
+    """Regions read by ``workers`` processes into shared-memory slots, handed out in order.
+    Started when made: the processes are spawned and the first ``workers + 2`` regions are
+    being read before the first :meth:`__next__`. :meth:`close` stops the processes and
+    frees the slots (made at the end, at an error, or by the caller)."""
 
-        def refill() -> None:
-            nonlocal exhausted
-            assert pool is not None
-            while free and not exhausted and not closed:
-                r = next(regions, None)
-                if r is None:
-                    exhausted = True
-                    return
-                if r.end - r.start > cap:
-                    raise LeopardError(f"region {r.chrom}:{r.start}-{r.end} is longer than "
-                                       f"the {cap:,} bp a reader slot holds")
-                slot = free.popleft()
-                queued.append((r, slot, pool.submit(_read_into, r, slot)))
+    def __init__(self, tracks: Tracks, regions: Iterator[Region], workers: int,
+                 longest: int) -> None:
+        self._regions = regions
+        self._cap = cap = max(64, -(-longest // 64) * 64)
+        n_slots = workers + 2
+        self._folder = tempfile.mkdtemp(prefix="tunelab-leopard-",
+                                        dir=_slot_home(cap * _PER_BASE * n_slots))
+        self._maps: list[mmap.mmap] = []
+        self._pool: ProcessPoolExecutor | None = None
+        self._free = deque(range(n_slots))
+        self._queued: deque[tuple[Region, int, Future[tuple[int, bool]]]] = deque()
+        self._exhausted = False
+        self._closed = False  # a region released after the end frees nothing
+        try:
+            for k in range(n_slots):
+                with open(_slot_path(self._folder, k), "w+b") as fh:
+                    fh.truncate(cap * _PER_BASE)
+                    self._maps.append(mmap.mmap(fh.fileno(), cap * _PER_BASE))
+            self._pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                                             initializer=_init_worker,
+                                             initargs=(tracks, self._folder, cap))
+            self._refill()
+        except BaseException:
+            self.close()
+            raise
 
-        refill()
-        while queued:
-            r, slot, fut = queued.popleft()
+    def _refill(self) -> None:
+        while self._free and not self._exhausted and not self._closed:
+            r = next(self._regions, None)
+            if r is None:
+                self._exhausted = True
+                return
+            if r.end - r.start > self._cap:
+                raise LeopardError(f"region {r.chrom}:{r.start}-{r.end} is longer than the "
+                                   f"{self._cap:,} bp a reader slot holds")
+            assert self._pool is not None
+            slot = self._free.popleft()
+            self._queued.append((r, slot, self._pool.submit(_read_into, r, slot)))
+
+    def _give_back(self, slot: int) -> None:
+        self._free.append(slot)
+        self._refill()
+
+    def __iter__(self) -> Iterator[Loaded]:
+        return self
+
+    def __next__(self) -> Loaded:
+        if self._closed:
+            raise StopIteration
+        try:
+            if not self._queued and not self._exhausted:
+                self._refill()
+                if not self._queued and not self._exhausted:
+                    raise RuntimeError("every reader slot is held: release() each Loaded "
+                                       "region")
+            if not self._queued:
+                self.close()
+                raise StopIteration
+            r, slot, fut = self._queued.popleft()
             n, has_diff = fut.result()
-            seq, dn, diff = _views(maps[slot], cap, n)
+        except StopIteration:
+            raise
+        except BaseException:
+            self.close()
+            raise
+        seq, dn, diff = _views(self._maps[slot], self._cap, n)
+        return Loaded(r, (seq, dn, diff if has_diff else None),
+                      functools.partial(self._give_back, slot))
 
-            def give_back(slot: int = slot) -> None:
-                free.append(slot)
-                refill()
-
-            yield Loaded(r, (seq, dn, diff if has_diff else None), give_back)
-            if not queued and not exhausted:
-                refill()
-            if not queued and not exhausted:
-                raise RuntimeError("every reader slot is held: release() each Loaded region")
-    finally:
-        closed = True
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        for m in maps:
+    def close(self) -> None:
+        """Stop the worker processes and free the slots (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        for m in self._maps:
             with contextlib.suppress(BufferError):  # a view the caller still holds
                 m.close()
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(self._folder, ignore_errors=True)
 
 
 def region_reader(tracks: Tracks, workers: int) -> Callable[
