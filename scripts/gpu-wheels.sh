@@ -22,7 +22,7 @@ DIR=${1:-$ROOT/.whl}
 PACKAGES=(pydantic==2.14.3 pydantic_core==2.50.4 annotated-types==0.8.0
           typing-inspection==0.4.5 pyBigWig==0.3.29 pyfaidx==0.9.2.2 optuna==5.0.0
           alembic==1.20.1 SQLAlchemy==2.1.9 colorlog==6.12.0 Mako==1.4.3 cmaes==0.13.1
-          typing_extensions==4.16.0)
+          typing_extensions==4.16.0 isal==1.9.1)
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64
            manylinux2014_x86_64 manylinux1_x86_64)
 

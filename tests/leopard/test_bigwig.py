@@ -93,7 +93,7 @@ def test_a_file_without_values_is_still_a_bigwig(tmp_path: Path) -> None:
 def test_compression_level_changes_the_bytes_never_the_values(tmp_path: Path) -> None:
     values = np.round(np.sin(np.arange(200_000) / 500) ** 2, 4).astype(np.float32)
     files = []
-    for level in (0, 1, 9):
+    for level in (0, 1, 3):
         path = tmp_path / f"{level}.bw"
         w = BigWigWriter(path, [("c", len(values))], level=level)
         w.add("c", 0, values)
@@ -120,7 +120,7 @@ def test_values_out_of_order_or_place_are_refused(tmp_path: Path, call, message:
 
 
 @pytest.mark.parametrize(("sizes", "level", "message"), [
-    ([("a", 10)], 10, "compression level must lie in"),
+    ([("a", 10)], 4, "compression level must lie in"),
     ([], 1, "holds 1 to"),
     ([("a", 10), ("a", 5)], 1, "names must be unique"),
     ([("", 10)], 1, "is empty or holds NUL"),

@@ -152,7 +152,7 @@ def _write_bigwig(path: Path, sizes: list[tuple[str, int]], tracks: list[np.ndar
     """Values rounded to 3 digits; with zoom levels by pyBigWig, or (``threads > 0``) by
     tunelab's writer, without them."""
     if threads > 0:
-        w = BigWigWriter(path, sizes, level=1, digits=3, threads=threads)
+        w = BigWigWriter(path, sizes, digits=3, threads=threads)
         for (name, _), values in zip(sizes, tracks, strict=True):
             w.add(name, 0, values)
         w.close()

@@ -1,7 +1,7 @@
 """The output track of genome-wide prediction: a bigWig or a bedGraph, written as finished
 stretches arrive, in a background thread or in the caller's.
 
-A bigWig is written by :class:`~tunelab.leopard.bigwig.BigWigWriter` (zlib level 1; its
+A bigWig is written by :class:`~tunelab.leopard.bigwig.BigWigWriter` (ISA-L deflate; its
 blocks rounded and compressed by ``threads`` writer threads, the same bytes for any count),
 or by pyBigWig when zoom levels are wanted; anything else is a bedGraph. Values are
 probabilities rounded to ``digits`` (4).
@@ -44,7 +44,7 @@ class TrackWriter:
             self.handle.addHeader(sizes, maxZooms=zoom_levels)
             self.kind = "pybigwig"
         elif bigwig:
-            self.handle = BigWigWriter(path, sizes, level=1, digits=digits, threads=threads)
+            self.handle = BigWigWriter(path, sizes, digits=digits, threads=threads)
             self.kind = "bigwig"
         else:
             self.handle = path.open("w")
