@@ -7,7 +7,8 @@ Sections, most important first, each printed as soon as it is measured:
    or the one line that refuses it;
 2. **calibrate vs bench**: ``tunelab bench ddp calibrate`` and a synthetic ``bench ddp`` run of
    ResNet-50 at the same batch on the same device (one training step in both: the ratio
-   should lie within 5 %);
+   should lie within 5 %); then the GPU decoder alone (nvJPEG and the crops on a batch held
+   in memory): the most images/s ``--decode gpu`` can feed;
 3. **storage from JPEG files**: ``make-data`` (``--samples`` ImageNet-like JPEGs), then
    ResNet-50 AMP from the files, page cache warm and cold, ``--decode on|gpu|off`` x loader
    processes per worker: AU, images/s, MB/s, data wait, GPU energy (J per image, mean W);
@@ -110,6 +111,34 @@ def calibrate(model: str, batch: int, size: int, dev: list[str], out: Path,
             "name": p.name}
 
 
+def decode_alone(data: Path, batch: int, size: int, device: str = "cuda",
+                 batches: int = 8) -> dict[str, Any]:
+    """Images/s of ``gpudecode.decode_batch`` (one batched nvJPEG call, the crops) on
+    ``batch`` of the data set's JPEGs held in memory, after two warm-up batches."""
+    import torch
+
+    from tunelab.bench.ddp.gpudecode import decode_batch
+    from tunelab.bench.ddp.samples import Encoded
+
+    paths = sorted(data.rglob("*.JPEG"))[:batch]
+    files = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8) for p in paths]
+    ends = tuple(int(x) for x in torch.tensor([len(f) for f in files]).cumsum(0))
+    encoded = Encoded(torch.cat(files), ends)
+    dev = torch.device(device)
+    for _ in range(2):
+        decode_batch(encoded, size, dev)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    t = time.perf_counter()
+    for _ in range(batches):
+        out = decode_batch(encoded, size, dev)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    assert out.shape == (len(files), 3, size, size)
+    return {"section": "decode alone", "batch": len(files), "batches": batches,
+            "images_per_s": batches * len(files) / (time.perf_counter() - t)}
+
+
 def main() -> int:
     """Measure and print."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -192,6 +221,13 @@ def main() -> int:
                   flush=True)
         rows.append(row)
     print(f"  ({budget.report('calibrate vs bench')})")
+
+    # 2b. the GPU decoder alone: the rate --decode gpu can feed at most ---------------------
+    if cuda and not no_decode and budget.allow("decode alone", 20):
+        rows.append(decode_alone(data, batch, size))
+        r = rows[-1]
+        print(f"GPU decode alone (nvJPEG + crop, batch {batch}, files in memory): "
+              f"{r['images_per_s']:,.0f} images/s over {r['batches']} batches", flush=True)
 
     # 3. storage from JPEG files ----------------------------------------------------------
     print(f"storage from JPEG files ({model}, batch {batch}, 1 worker, {steps} steps):")
