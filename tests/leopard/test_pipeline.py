@@ -187,6 +187,49 @@ def test_parallel_pipeline_writes_the_serial_pipelines_file(synth: Path, tmp_pat
         bw.close()
 
 
+def test_readers_started_before_the_runtime_choice_write_the_same_file(
+        synth: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a GPU does (forced here on the CPU): the reader processes are running when the
+    runtime is being chosen, and the file is byte for byte the one of the usual order; a
+    failing runtime choice leaves no reader behind."""
+    from tunelab.leopard import predict as predict_module
+    from tunelab.leopard import runtime
+
+    _checkpoint(tmp_path / "m.pt")
+    common = {"device": "cpu", "precision": "fp32", "compile": "off", "batch_size": 3,
+              "section_bp": 5_000, "readers": 2, "writers": 1}
+    real_prepare = runtime.prepare
+    readers_at_choice: list[int] = []
+
+    def prepare(*args: object, **kwargs: object) -> runtime.Engine:
+        readers_at_choice.append(len(multiprocessing.active_children()))
+        return real_prepare(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime, "prepare", prepare)
+    before = threading.active_count()
+    children = len(multiprocessing.active_children())
+    usual = predict_genome(tmp_path / "m.pt", synth, tmp_path / "usual.bw", ["chr4", "chr2"],
+                           **common)
+    monkeypatch.setattr(predict_module, "read_during_runtime_choice", lambda _: True)
+    early = predict_genome(tmp_path / "m.pt", synth, tmp_path / "early.bw", ["chr4", "chr2"],
+                           **common)
+    assert readers_at_choice == [children, children + 2]
+    assert early["readers"] == usual["readers"] == 2
+    assert (tmp_path / "early.bw").read_bytes() == (tmp_path / "usual.bw").read_bytes()
+    assert set(early["phases"]) == set(usual["phases"])
+    assert early["wall_s"] == pytest.approx(sum(v for k, v in early["phases"].items()
+                                                 if not k.endswith("wait_s")), rel=1e-6)
+
+    def failing(*args: object, **kwargs: object) -> runtime.Engine:
+        raise LeopardError("precision: unknown value 'fp8'")
+
+    monkeypatch.setattr(runtime, "prepare", failing)
+    with pytest.raises(LeopardError, match="fp8"):
+        predict_genome(tmp_path / "m.pt", synth, tmp_path / "never.bw", ["chr4"], **common)
+    assert len(multiprocessing.active_children()) == children and not _shm_files()
+    assert threading.active_count() == before and not (tmp_path / "never.bw").exists()
+
+
 def test_pipeline_workers_share_the_free_cores() -> None:
     assert pipeline_workers("cpu", 2, 2, None, None) == (0, 0, False)  # in turn
     assert pipeline_workers("cpu", 4, 2, None, None) == (1, 1, True)

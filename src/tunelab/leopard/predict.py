@@ -340,6 +340,13 @@ def predict_chromosome(model: Any, seq: np.ndarray, dnase: np.ndarray,
     return out
 
 
+def read_during_runtime_choice(device_type: str) -> bool:
+    """Whether prediction's readers start before its runtime is chosen and read meanwhile:
+    on a GPU, where the choice runs (CUDA's start, the capture, its probe); not on a CPU,
+    whose probe of the cores they would disturb."""
+    return device_type == "cuda"
+
+
 def pipeline_workers(device_type: str, cores: int, engine_threads: int,
                      readers: int | None, writers: int | None) -> tuple[int, int, bool]:
     """``(reader processes, writer threads, background writing)``: the cores the engine leaves
@@ -456,9 +463,7 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
     cores = len(os.sched_getaffinity(0))
     loaded: Reading | None = None
     try:
-        # on a GPU the runtime is chosen there: the readers start first and read meanwhile
-        # (on a CPU they would disturb the probe of the cores, so they start after it)
-        if dev_type == "cuda":
+        if read_during_runtime_choice(dev_type):
             n_readers, n_writers, background = pipeline_workers(dev_type, cores, 1, readers,
                                                                 writers)
             loaded = start_reading(tracks, regions, n_readers, longest)
