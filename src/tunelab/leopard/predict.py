@@ -464,6 +464,7 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
     loaded: Reading | None = None
     try:
         if read_during_runtime_choice(dev_type):
+            # (the engine's threads count on a CPU only)
             n_readers, n_writers, background = pipeline_workers(dev_type, cores, 1, readers,
                                                                 writers)
             loaded = start_reading(tracks, regions, n_readers, longest)

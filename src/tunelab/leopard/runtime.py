@@ -332,7 +332,8 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
     probe_x = to_nwc_input(torch.rand(min(batch, 4), model.arch.in_channels, probe_len)).to(dev)
     if dev.type == "cuda":
         # cuDNN times each convolution's candidate kernels once per shape and keeps the
-        # fastest: a prediction's batches all have one shape (the last one is padded)
+        # fastest: a prediction's batches have one shape (a short last one is padded when
+        # the forward pass is captured)
         torch.backends.cudnn.benchmark = True
         chosen = precision if precision != "auto" else (
             "bf16" if torch.cuda.is_bf16_supported() else "fp16")
