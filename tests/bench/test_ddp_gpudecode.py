@@ -16,7 +16,7 @@ import pytest
 
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.data import LoaderFailure, make_source
-from tunelab.bench.ddp.gpudecode import DecodeAhead, crop_boxes, resize_crops
+from tunelab.bench.ddp.gpudecode import DecodeAhead, UndecodableImages, crop_boxes, resize_crops
 from tunelab.bench.ddp.makedata import MakeDataConfig, make_dataset
 from tunelab.bench.ddp.models import ModelSpec
 from tunelab.bench.ddp.samples import Batch, Decoder, Encoded
@@ -164,14 +164,22 @@ def test_decode_ahead_stops_when_closed_with_its_queue_full() -> None:
 
 
 def _pil_decode(encoded: Encoded, size: int, device: Any, generator: Any) -> Any:
-    """--decode gpu's decode with Pillow in place of nvJPEG (the CPU wheels have none)."""
+    """--decode gpu's decode with Pillow in place of nvJPEG (the CPU wheels have none),
+    refusing what Pillow cannot decode as decode_batch does."""
     import numpy as np
 
-    images = []
-    for f in encoded.files():
-        with Image.open(io.BytesIO(f.numpy().tobytes())) as im:
-            images.append(torch.from_numpy(np.asarray(im.convert("RGB")).transpose(2, 0, 1)
-                                           .copy()))
+    images, bad = [], []
+    for i, f in enumerate(encoded.files()):
+        try:
+            with Image.open(io.BytesIO(f.numpy().tobytes())) as im:
+                images.append(torch.from_numpy(np.asarray(im.convert("RGB"))
+                                               .transpose(2, 0, 1).copy()))
+        except OSError as exc:
+            bad.append((i, f"RuntimeError: {exc}"))
+    if bad:
+        raise UndecodableImages(bad)
+    if not images:
+        return torch.zeros((0, 3, size, size), dtype=torch.uint8)
     sizes = torch.tensor([img.shape[1:] for img in images])
     boxes = crop_boxes(sizes, generator)
     return resize_crops(images, boxes, torch.rand(len(images), generator=generator) < 0.5,
@@ -201,6 +209,68 @@ def test_the_gpu_decode_path_through_real_loaders_turns_epochs_in_its_thread(
         assert source.summary()["epochs"] == 3
     finally:
         source.close()
+
+
+def _gpu_decode_source(root: Path, tmp_path: Path, on_corrupt: str) -> Any:
+    cfg = DDPConfig(model="resnet18", image_size=32, batch_size=4, data=f"files:{root}",
+                    loader_workers=1, prefetch=2, cache="warm", decode="gpu", device="cpu",
+                    warmup=1, steps=2, on_corrupt=on_corrupt)
+    spec = ModelSpec("resnet18", (3, 32, 32), "classify", classes=3)
+    status = tmp_path / f"status-{on_corrupt}"
+    status.mkdir()
+    return make_source(cfg, spec, torch.device("cpu"), 0, 1, str(status))
+
+
+def test_files_the_gpu_cannot_decode_are_skipped_and_named_or_fail_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As with --decode on: a file that is no JPEG at all is named by its loader; one that
+    starts as a JPEG but the GPU's decoder refuses (truncated) is found in its batch, left
+    out, counted and named; --on-corrupt fail stops the run naming it."""
+    from tunelab.bench.ddp import gpudecode
+    from tunelab.bench.ddp.dataset import index_dataset
+
+    root = tmp_path / "img"
+    make_dataset(MakeDataConfig(str(root), "imagenet", 12, classes=3, scale=0.05, jobs=1))
+    index = index_dataset(str(root))
+    paths = [index.path(e) for e in index.entries]
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(png, "PNG")
+    Path(paths[1]).write_bytes(png.getvalue())  # no JPEG at all
+    Path(paths[2]).write_bytes(Path(paths[2]).read_bytes()[:400])  # truncated
+    monkeypatch.setattr(gpudecode, "decode_batch", _pil_decode)
+    source = _gpu_decode_source(root, tmp_path, "skip")
+    try:
+        batches = [source.next_batch() for _ in range(3)]  # the epoch: 12 files
+        for x, y, info in batches:
+            assert x.shape == (info["samples"], 3, 32, 32) and y.shape == (info["samples"],)
+            assert info["samples"] + info["corrupt"] == 4
+        assert sum(info["corrupt"] for _, _, info in batches) == 2
+        names = source.summary()["corrupt_files"]
+        assert len(names) == 2
+        assert any(paths[1] in n and "not a JPEG file" in n for n in names), names
+        assert any(paths[2] in n and "undecodable on the GPU" in n for n in names), names
+    finally:
+        source.close()
+    Path(paths[1]).write_bytes(Path(paths[3]).read_bytes())  # only the truncated one left
+    source = _gpu_decode_source(root, tmp_path, "fail")
+    try:
+        with pytest.raises(LoaderFailure, match=rf"corrupt sample {paths[2]} \(undecodable "
+                                                r"on the GPU: .*\(--on-corrupt fail\)"):
+            for _ in range(3):
+                source.next_batch()
+    finally:
+        source.close()
+
+
+def test_an_encoded_batch_without_some_files_keeps_the_others_and_their_names() -> None:
+    files = [b"\xff\xd8\xffa", b"\xff\xd8\xffbb", b"\xff\xd8\xffccc"]
+    data = torch.frombuffer(bytearray(b"".join(files)), dtype=torch.uint8)
+    enc = Encoded(data, (4, 9, 15), ("a.jpg", "b.jpg", "c.jpg"))
+    rest = enc.without({1})
+    assert [bytes(f.numpy()) for f in rest.files()] == [files[0], files[2]]
+    assert rest.names == ("a.jpg", "c.jpg") and rest.name(1) == "c.jpg"
+    assert enc.without({0, 1, 2}).files() == []
+    assert Encoded(data, (4, 9, 15)).name(2) == "file 3 of the batch"
 
 
 def test_a_batch_of_files_crosses_from_a_loader_process_as_one_buffer(tmp_path: Path) -> None:
@@ -248,3 +318,8 @@ def test_decode_batch_end_to_end_where_torchvision_decodes_jpeg(tmp_path: Path) 
     x = decode_batch(Encoded(torch.cat(files), ends), 48, torch.device("cpu"),
                      torch.Generator().manual_seed(0))
     assert x.shape == (5, 3, 48, 48) and x.dtype == torch.uint8 and int(x.max()) > 0
+    files[3] = files[3][:300]  # truncated: the batch fails, the file is found
+    ends = tuple(int(v) for v in torch.tensor([len(f) for f in files]).cumsum(0))
+    with pytest.raises(UndecodableImages) as bad:
+        decode_batch(Encoded(torch.cat(files), ends), 48, torch.device("cpu"))
+    assert [i for i, _ in bad.value.bad] == [3] and "RuntimeError" in bad.value.bad[0][1]

@@ -385,7 +385,9 @@ class LoaderSource:
 
                 self._ahead = DecodeAhead(self._fetch, self._cfg.image_size, self._device,
                                           self._cfg.seed + self._rank,
-                                          self._cfg.warmup + self._cfg.steps)
+                                          self._cfg.warmup + self._cfg.steps,
+                                          fail_on_corrupt=self._cfg.on_corrupt == "fail",
+                                          check=self._check)
             t = time.perf_counter()
             x, y, info, drop = self._ahead.next()
             # the drop ran in the thread: it held this wait up by at most the wait itself

@@ -36,8 +36,17 @@ if TYPE_CHECKING:
 
     from tunelab.bench.ddp.samples import Batch, Encoded
 
-__all__ = ["DecodeAhead", "crop_boxes", "decode_batch", "gpu_decode_unavailable",
-           "resize_crops"]
+__all__ = ["DecodeAhead", "UndecodableImages", "crop_boxes", "decode_batch",
+           "gpu_decode_unavailable", "resize_crops"]
+
+
+class UndecodableImages(Exception):
+    """Files of a batch that the GPU's decoder refused: ``bad`` holds (index in the batch,
+    why) for each."""
+
+    def __init__(self, bad: list[tuple[int, str]]) -> None:
+        super().__init__("; ".join(f"file {i + 1}: {why}" for i, why in bad))
+        self.bad = bad
 
 
 def _tiny_jpeg() -> bytes:
@@ -77,14 +86,28 @@ def gpu_decode_unavailable() -> str | None:
 def decode_batch(encoded: Encoded, size: int, device: torch.device,
                  generator: torch.Generator | None = None) -> torch.Tensor:
     """Decode the batch's JPEGs on ``device`` in one batched nvJPEG call; random-resized-crop
-    each to ``size`` x ``size``, flip half of them; uint8 (N, 3, size, size) on ``device``."""
+    each to ``size`` x ``size``, flip half of them; uint8 (N, 3, size, size) on ``device``.
+    Files the decoder refuses raise :class:`UndecodableImages` naming their places."""
     import torch
     from torchvision.io import ImageReadMode, decode_jpeg
 
     files = encoded.files()
     if not files:
         return torch.zeros((0, 3, size, size), dtype=torch.uint8, device=device)
-    images = decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
+    try:
+        images = decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError as exc:  # one bad file fails the batch: find which, one by one
+        from tunelab.bench.ddp.samples import describe_error
+
+        bad = []
+        for i, f in enumerate(files):
+            try:
+                decode_jpeg([f], mode=ImageReadMode.RGB, device=device)
+            except RuntimeError as one:
+                bad.append((i, describe_error(one)))
+        if not bad:
+            raise
+        raise UndecodableImages(bad) from exc
     sizes = torch.tensor([img.shape[1:] for img in images], dtype=torch.long)
     boxes = crop_boxes(sizes, generator)
     flips = torch.rand(len(images), generator=generator) < 0.5
@@ -190,13 +213,20 @@ class DecodeAhead:
     in a thread, on a CUDA stream of its own, ``limit`` batches in all; :meth:`next` hands
     them over in order.
 
-    An error of the fetch or the decode is raised by the :meth:`next` that would have
-    returned that batch. On a CPU ``device`` (tests) the same thread runs without streams."""
+    Files the decoder refuses (:class:`UndecodableImages`) are corrupt samples, as the
+    loaders' decoder counts them: left out of the batch, counted and named in its accounting
+    and handed to ``check`` (the data source's, which keeps the names and raises
+    under ``--on-corrupt fail``, ``fail_on_corrupt``). An error of the fetch or the decode is
+    raised by the :meth:`next` that would have returned that batch. On a CPU ``device``
+    (tests) the same thread runs without streams."""
 
     def __init__(self, fetch: Callable[[], tuple[Batch, float]], size: int,
                  device: torch.device, seed: int, limit: int, depth: int = 2,
-                 decode: Callable[..., Any] | None = None) -> None:
+                 decode: Callable[..., Any] | None = None, fail_on_corrupt: bool = False,
+                 check: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._fetch = fetch
+        self._fail = fail_on_corrupt
+        self._check = check
         self._decode: Callable[..., Any] = decode if decode is not None else decode_batch
         self._size = size
         self._device = device
@@ -228,8 +258,8 @@ class DecodeAhead:
                 item: _Item | BaseException
                 try:
                     batch, drop = self._fetch()
-                    x = self._decode(batch.x, self._size, self._device, generator)
-                    y = batch.y.to(self._device, non_blocking=True)
+                    x, y = self._decoded(batch, generator)
+                    y = y.to(self._device, non_blocking=True)
                     done = None
                     if stream is not None:
                         done = torch.cuda.Event()
@@ -239,6 +269,30 @@ class DecodeAhead:
                     item = exc
                 if not self._put(item) or isinstance(item, BaseException):
                     return
+
+    def _decoded(self, batch: Batch, generator: torch.Generator) -> tuple[Any, Any]:
+        """The batch decoded, without the files the decoder refuses (see the class)."""
+        from tunelab.bench.ddp.samples import MAX_CORRUPT_NAMES
+
+        encoded, y = batch.x, batch.y
+        try:
+            return self._decode(encoded, self._size, self._device, generator), y
+        except UndecodableImages as exc:
+            bad = exc.bad
+        texts = [f"{encoded.name(i)} (undecodable on the GPU: {why})"  # type: ignore[attr-defined]
+                 for i, why in bad]
+        info = batch.info
+        info["corrupt"] = info.get("corrupt", 0) + len(bad)
+        info["samples"] = info.get("samples", len(y)) - len(bad)
+        names = info.setdefault("corrupt_files", [])
+        names += texts[:max(0, MAX_CORRUPT_NAMES - len(names))]
+        if self._check is not None:
+            self._check({"corrupt_files": texts,
+                         "fatal": f"corrupt sample {texts[0]}" if self._fail else ""})
+        drop = {i for i, _ in bad}
+        keep = [i for i in range(len(y)) if i not in drop]
+        encoded = encoded.without(drop)  # type: ignore[attr-defined]
+        return self._decode(encoded, self._size, self._device, generator), y[keep]
 
     def _put(self, item: _Item | BaseException) -> bool:
         while not self._stop.is_set():

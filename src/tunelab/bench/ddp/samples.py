@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Batch", "Decoder", "Encoded", "FileSamples", "MemorySamples", "ShardStream",
-           "read_file", "thread_io"]
+           "describe_error", "read_file", "thread_io"]
 
 MAX_CORRUPT_NAMES = 5
 
@@ -55,18 +55,34 @@ class Batch(NamedTuple):
 
 class Encoded(NamedTuple):
     """The inputs of a ``--decode gpu`` batch: its files' bytes end to end in one uint8
-    tensor, and where each file ends. One tensor crosses from a loader process as one
-    shared-memory storage; a list of the files' tensors crossed as one storage (a file
-    descriptor fetched over a socket) per file, about 0.1-0.5 ms each, most of a batch's
-    wait at 256 files."""
+    tensor, where each file ends, and their names (for a file the GPU cannot decode). One
+    tensor crosses from a loader process as one shared-memory storage; a list of the files'
+    tensors crossed as one storage (a file descriptor fetched over a socket) per file, about
+    0.1-0.5 ms each, most of a batch's wait at 256 files."""
 
     data: torch.Tensor
     ends: tuple[int, ...]
+    names: tuple[str, ...] = ()
 
     def files(self) -> list[torch.Tensor]:
         """Each file's bytes: views of :attr:`data`."""
         starts = (0, *self.ends)[:len(self.ends)]
         return [self.data[a:b] for a, b in zip(starts, self.ends, strict=True)]
+
+    def name(self, i: int) -> str:
+        """File ``i``'s name (its place in the batch where names were not kept)."""
+        return self.names[i] if i < len(self.names) else f"file {i + 1} of the batch"
+
+    def without(self, drop: set[int]) -> Encoded:
+        """The same batch without the files ``drop`` (their indices)."""
+        import torch
+
+        keep = [i for i in range(len(self.ends)) if i not in drop]
+        files = self.files()
+        data = (torch.cat([files[i] for i in keep]) if keep
+                else torch.zeros(0, dtype=torch.uint8))
+        ends = tuple(itertools.accumulate(len(files[i]) for i in keep))
+        return Encoded(data, ends, tuple(self.name(i) for i in keep) if self.names else ())
 
 
 def thread_io() -> tuple[int, int] | None:
@@ -175,9 +191,11 @@ class Decoder:
 
     def __call__(self, data: bytes, label: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Decode ``data``; raises ValueError (or Pillow's and numpy's errors) if corrupt."""
-        if self.encoded:
+        if self.encoded:  # decoded on the GPU later; what is no JPEG at all is named here
             import torch
 
+            if not data.startswith(b"\xff\xd8\xff"):
+                raise ValueError("not a JPEG file (no start-of-image marker)")
             return torch.frombuffer(bytearray(data), dtype=torch.uint8), torch.tensor(
                 max(label, 0))
         if not self.decode:
@@ -233,13 +251,13 @@ def _crop(vol: np.ndarray, patch: int) -> np.ndarray:
 
 
 def _stack(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], decoder: Decoder,
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+           names: Sequence[str] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     if decoder.encoded:  # JPEG bytes of different lengths, end to end; decoded on the GPU
         ends = tuple(itertools.accumulate(int(x.numel()) for x in xs))
         data = torch.cat(list(xs)) if xs else torch.zeros(0, dtype=torch.uint8)
-        return (Encoded(data, ends),  # type: ignore[return-value]
+        return (Encoded(data, ends, tuple(names)),  # type: ignore[return-value]
                 torch.stack(list(ys)) if ys else torch.zeros(0, dtype=torch.long))
     if not xs:
         x, y = decoder.blank(0)
@@ -269,7 +287,7 @@ class FileSamples:
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         """The batch of ``indices``: every file read whole, decoded, stacked."""
         acc = _Account()
-        xs, ys = [], []
+        xs, ys, names = [], [], []
         paths = [self.index.path(self.index.entries[i]) for i in indices]
         will_need(paths)  # every read of the batch queued at once, not one after another
         for i, path in zip(indices, paths, strict=True):
@@ -283,16 +301,18 @@ class FileSamples:
             try:
                 x, y = self.decoder(data, entry.label)
             except Exception as exc:  # Pillow, numpy and zipfile raise many kinds
-                acc.bad(path, _why(exc), self.fail)
+                acc.bad(path, describe_error(exc), self.fail)
                 continue
             xs.append(x)
             ys.append(y)
+            names.append(path)
         acc.samples = len(xs)
-        x, y = _stack(xs, ys, self.decoder)
+        x, y = _stack(xs, ys, self.decoder, names)
         return Batch(x, y, acc.info())
 
 
-def _why(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """Why a sample could not be read or decoded, in one line: the error's type and text."""
     text = " ".join(str(exc).split())[:160]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -345,25 +365,27 @@ class ShardStream(IterableDataset["Batch"]):
         box = [_Account()]  # the batch being filled; _shard adds to whichever it is
         xs: list[torch.Tensor] = []
         ys: list[torch.Tensor] = []
+        names: list[str] = []
         for i in mine:
             entry = self.index.entries[i]
-            for x, y in self._shard(self.index.path(entry), entry.samples, box):
+            for x, y, name in self._shard(self.index.path(entry), entry.samples, box):
                 xs.append(x)
                 ys.append(y)
+                names.append(name)
                 if len(xs) == self.batch:
                     box[0].samples = len(xs)
-                    bx, by = _stack(xs, ys, self.decoder)
+                    bx, by = _stack(xs, ys, self.decoder, names)
                     yield Batch(bx, by, box[0].info())
-                    box[0], xs, ys = _Account(), [], []
+                    box[0], xs, ys, names = _Account(), [], [], []
             if box[0].fatal:
                 break
         if box[0].fatal or box[0].corrupt:  # a short last batch carries what went wrong
             box[0].samples = len(xs)
-            bx, by = _stack(xs, ys, self.decoder)
+            bx, by = _stack(xs, ys, self.decoder, names)
             yield Batch(bx, by, box[0].info())
 
     def _shard(self, path: str, expected: int, box: list[_Account],
-               ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+               ) -> Iterator[tuple[torch.Tensor, torch.Tensor, str]]:
         raw = _CountingFile(path)
         counted = 0
         seen = 0
@@ -386,15 +408,15 @@ class ShardStream(IterableDataset["Batch"]):
                     del pending[key]
                     seen += 1
                     try:
-                        sample = self.decoder(image, int(parts["cls"] or b"0"))
+                        x, y = self.decoder(image, int(parts["cls"] or b"0"))
                     except Exception as exc:
-                        box[0].bad(f"{path}:{key}", _why(exc), self.fail)
+                        box[0].bad(f"{path}:{key}", describe_error(exc), self.fail)
                         continue
-                    yield sample
+                    yield x, y, f"{path}:{key}"
         except (tarfile.TarError, EOFError, OSError) as exc:
             lost = max(1, expected - seen)
             box[0].bad(path, f"shard ends early after {seen} of {expected} samples: "
-                             f"{_why(exc)}", self.fail)
+                             f"{describe_error(exc)}", self.fail)
             box[0].corrupt += lost - 1
         finally:
             box[0].bytes += raw.count - counted
