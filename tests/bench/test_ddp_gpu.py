@@ -203,6 +203,7 @@ def test_cuda_more_workers_than_gpus_is_one_line_exit_2() -> None:
 def test_cuda_gpu_decode_trains_from_jpeg_files(tmp_path: Path) -> None:
     from tests.bench.test_ddp_gpudecode import resize_each
     from tunelab.bench.ddp.gpudecode import (
+        UndecodableImages,
         crop_boxes,
         decode_batch,
         gpu_decode_unavailable,
@@ -225,6 +226,13 @@ def test_cuda_gpu_decode_trains_from_jpeg_files(tmp_path: Path) -> None:
     cuda = torch.device("cuda")
     x = decode_batch(Encoded(torch.cat(files), ends), 64, cuda)
     assert x.shape == (6, 3, 64, 64) and x.dtype == torch.uint8 and x.is_cuda
+    # a file nvJPEG refuses is found in its batch, and the decoder goes on working after it
+    broken = files[:2] + [files[2][:300]] + files[3:]
+    cut = tuple(int(v) for v in torch.tensor([len(f) for f in broken]).cumsum(0))
+    with pytest.raises(UndecodableImages) as bad:
+        decode_batch(Encoded(torch.cat(broken), cut), 64, cuda)
+    assert [i for i, _ in bad.value.bad] == [2]
+    assert decode_batch(Encoded(torch.cat(files), ends), 64, cuda).shape == (6, 3, 64, 64)
     # the batched crop-resize on the GPU computes what interpolate does image by image there
     images = decode_jpeg(files, device=cuda)
     gen = torch.Generator().manual_seed(0)
