@@ -272,27 +272,23 @@ class DecodeAhead:
 
     def _decoded(self, batch: Batch, generator: torch.Generator) -> tuple[Any, Any]:
         """The batch decoded, without the files the decoder refuses (see the class)."""
-        from tunelab.bench.ddp.samples import MAX_CORRUPT_NAMES
-
-        encoded, y = batch.x, batch.y
+        encoded: Encoded = batch.x  # type: ignore[assignment]  # (--decode gpu's inputs)
+        y = batch.y
         try:
             return self._decode(encoded, self._size, self._device, generator), y
         except UndecodableImages as exc:
             bad = exc.bad
-        texts = [f"{encoded.name(i)} (undecodable on the GPU: {why})"  # type: ignore[attr-defined]
-                 for i, why in bad]
-        info = batch.info
+        texts = [f"{encoded.name(i)} (undecodable on the GPU: {why})" for i, why in bad]
+        info = batch.info  # this process's copy: the step's accounting of the batch
         info["corrupt"] = info.get("corrupt", 0) + len(bad)
         info["samples"] = info.get("samples", len(y)) - len(bad)
-        names = info.setdefault("corrupt_files", [])
-        names += texts[:max(0, MAX_CORRUPT_NAMES - len(names))]
+        info.setdefault("corrupt_files", []).extend(texts)
         if self._check is not None:
             self._check({"corrupt_files": texts,
                          "fatal": f"corrupt sample {texts[0]}" if self._fail else ""})
         drop = {i for i, _ in bad}
         keep = [i for i in range(len(y)) if i not in drop]
-        encoded = encoded.without(drop)  # type: ignore[attr-defined]
-        return self._decode(encoded, self._size, self._device, generator), y[keep]
+        return self._decode(encoded.without(drop), self._size, self._device, generator), y[keep]
 
     def _put(self, item: _Item | BaseException) -> bool:
         while not self._stop.is_set():
