@@ -40,8 +40,7 @@ class _Files:
                                dtype=torch.uint8) for i in indices]
         if not self.packed:
             return xs
-        ends = tuple(int(v) for v in torch.tensor([x.numel() for x in xs]).cumsum(0))
-        return Encoded(torch.cat(xs), ends)
+        return Encoded.join(xs)
 
 
 def _per_batch(n: int, size: int, packed: bool, batches: int = 6) -> float:

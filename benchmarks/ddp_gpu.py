@@ -122,8 +122,7 @@ def decode_alone(data: Path, batch: int, size: int, device: str = "cuda",
 
     paths = sorted(data.rglob("*.JPEG"))[:batch]
     files = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8) for p in paths]
-    ends = tuple(int(x) for x in torch.tensor([len(f) for f in files]).cumsum(0))
-    encoded = Encoded(torch.cat(files), ends)
+    encoded = Encoded.join(files)
     dev = torch.device(device)
     for _ in range(2):
         decode_batch(encoded, size, dev)

@@ -222,17 +222,15 @@ def test_cuda_gpu_decode_trains_from_jpeg_files(tmp_path: Path) -> None:
                                 jobs=2))
     files = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8)
              for p in sorted((tmp_path / "img").rglob("*.JPEG"))[:6]]
-    ends = tuple(int(v) for v in torch.tensor([len(f) for f in files]).cumsum(0))
     cuda = torch.device("cuda")
-    x = decode_batch(Encoded(torch.cat(files), ends), 64, cuda)
+    x = decode_batch(Encoded.join(files), 64, cuda)
     assert x.shape == (6, 3, 64, 64) and x.dtype == torch.uint8 and x.is_cuda
     # a file nvJPEG refuses is found in its batch, and the decoder goes on working after it
     broken = files[:2] + [files[2][:300]] + files[3:]
-    cut = tuple(int(v) for v in torch.tensor([len(f) for f in broken]).cumsum(0))
     with pytest.raises(UndecodableImages) as bad:
-        decode_batch(Encoded(torch.cat(broken), cut), 64, cuda)
+        decode_batch(Encoded.join(broken), 64, cuda)
     assert [i for i, _ in bad.value.bad] == [2]
-    assert decode_batch(Encoded(torch.cat(files), ends), 64, cuda).shape == (6, 3, 64, 64)
+    assert decode_batch(Encoded.join(files), 64, cuda).shape == (6, 3, 64, 64)
     # the batched crop-resize on the GPU computes what interpolate does image by image there
     images = decode_jpeg(files, device=cuda)
     gen = torch.Generator().manual_seed(0)

@@ -314,12 +314,10 @@ def test_decode_batch_end_to_end_where_torchvision_decodes_jpeg(tmp_path: Path) 
                                 jobs=1))
     files = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8)
              for p in sorted((tmp_path / "img").rglob("*.JPEG"))]
-    ends = tuple(int(v) for v in torch.tensor([len(f) for f in files]).cumsum(0))
-    x = decode_batch(Encoded(torch.cat(files), ends), 48, torch.device("cpu"),
+    x = decode_batch(Encoded.join(files), 48, torch.device("cpu"),
                      torch.Generator().manual_seed(0))
     assert x.shape == (5, 3, 48, 48) and x.dtype == torch.uint8 and int(x.max()) > 0
     files[3] = files[3][:300]  # truncated: the batch fails, the file is found
-    ends = tuple(int(v) for v in torch.tensor([len(f) for f in files]).cumsum(0))
     with pytest.raises(UndecodableImages) as bad:
-        decode_batch(Encoded(torch.cat(files), ends), 48, torch.device("cpu"))
+        decode_batch(Encoded.join(files), 48, torch.device("cpu"))
     assert [i for i, _ in bad.value.bad] == [3] and "RuntimeError" in bad.value.bad[0][1]

@@ -64,6 +64,15 @@ class Encoded(NamedTuple):
     ends: tuple[int, ...]
     names: tuple[str, ...] = ()
 
+    @staticmethod
+    def join(files: Sequence[torch.Tensor], names: Sequence[str] = ()) -> Encoded:
+        """The files' bytes (1-D uint8 tensors) end to end, with their names."""
+        import torch
+
+        data = torch.cat(list(files)) if files else torch.zeros(0, dtype=torch.uint8)
+        return Encoded(data, tuple(itertools.accumulate(int(f.numel()) for f in files)),
+                       tuple(names))
+
     def files(self) -> list[torch.Tensor]:
         """Each file's bytes: views of :attr:`data`."""
         starts = (0, *self.ends)[:len(self.ends)]
@@ -75,14 +84,10 @@ class Encoded(NamedTuple):
 
     def without(self, drop: set[int]) -> Encoded:
         """The same batch without the files ``drop`` (their indices)."""
-        import torch
-
         keep = [i for i in range(len(self.ends)) if i not in drop]
         files = self.files()
-        data = (torch.cat([files[i] for i in keep]) if keep
-                else torch.zeros(0, dtype=torch.uint8))
-        ends = tuple(itertools.accumulate(len(files[i]) for i in keep))
-        return Encoded(data, ends, tuple(self.name(i) for i in keep) if self.names else ())
+        return Encoded.join([files[i] for i in keep],
+                            [self.name(i) for i in keep] if self.names else ())
 
 
 def thread_io() -> tuple[int, int] | None:
@@ -255,9 +260,7 @@ def _stack(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], decoder: Deco
     import torch
 
     if decoder.encoded:  # JPEG bytes of different lengths, end to end; decoded on the GPU
-        ends = tuple(itertools.accumulate(int(x.numel()) for x in xs))
-        data = torch.cat(list(xs)) if xs else torch.zeros(0, dtype=torch.uint8)
-        return (Encoded(data, ends, tuple(names)),  # type: ignore[return-value]
+        return (Encoded.join(xs, names),  # type: ignore[return-value]
                 torch.stack(list(ys)) if ys else torch.zeros(0, dtype=torch.long))
     if not xs:
         x, y = decoder.blank(0)
