@@ -219,8 +219,8 @@ def _pack(cid: int, start: int, values: np.ndarray, digits: int | None,
         s, e = start + a, start + a + len(part)
         head = _SECTION.pack(cid, s, e, 1, 1, 3, 0, len(part))
         blocks.append((cid, s, e, isal_zlib.compress(head + part.tobytes(), level)))
-    # sums in float64 without a float64 copy of the values; not np.dot for the squares:
-    # BLAS threads would spin beside the engine's
+    # sums in float64 with one float64 array (the squares), not a float64 copy of the
+    # values beside it; not np.dot for the squares: BLAS threads would spin beside the engine's
     summary = (len(v), float(v.min()), float(v.max()), float(v.sum(dtype=np.float64)),
                float(np.square(v, dtype=np.float64).sum()))
     return blocks, summary
