@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from tunelab.cluster.mpi import Placement
-from tunelab.errors import WorkloadError
+from tunelab.errors import ParseError, WorkloadError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,16 +55,35 @@ __all__ = ["ENTRY_POINT_GROUP", "WORK_KINDS", "Command", "Needs", "Objective", "
 Direction = Literal["minimize", "maximize"]
 
 
+_FLOAT_DIGITS = 300
+"""Integers of more digits are read as the float they round to (infinite past about 308)."""
+
+
+def _json_int(text: str) -> int | float:
+    """A JSON integer: an ``int``, or past ``_FLOAT_DIGITS`` digits the float ``float()``
+    makes of it (``inf`` when too large), so that no caller's ``float(value)`` overflows and
+    Python's limit on converting long digit strings never drops the line."""
+    return int(text) if len(text) <= _FLOAT_DIGITS else float(text)
+
+
 def last_json_object(stdout: str,
                      accept: Callable[[dict[str, Any]], bool] = lambda _: True,
                      ) -> dict[str, Any] | None:
-    """The last line of ``stdout`` that is a JSON object ``accept`` takes; None if none is."""
+    """The last line of ``stdout`` that is a JSON object ``accept`` takes; None if none is.
+
+    Integers too large for a float read as ``inf`` (like ``1e400``, ``NaN`` and
+    ``Infinity``, which JSON parsing already makes floats of), for the engine to refuse as a
+    non-finite figure of merit. A line nested too deep to read raises
+    :class:`~tunelab.errors.ParseError` rather than letting an earlier line stand in for it.
+    """
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if not line.startswith("{"):
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_int=_json_int)
+        except RecursionError:
+            raise ParseError("JSON line: nested too deep to read") from None
         except ValueError:
             continue
         if isinstance(record, dict) and accept(record):

@@ -200,6 +200,8 @@ def test_a_missing_working_directory_is_named(cli):
     ('{"v": NaN}\n', "json_line: true", "nan"),
     ('{"v": Infinity}\n', "json_line: true", "inf"),
     ("v=" + "9" * 400 + "\n", "foms: {v: 'v=(?P<value>\\S+)'}", "inf"),
+    ('{"v": 1' + "0" * 400 + "}\n", "json_line: true", "inf"),
+    ('{"v": -' + "9" * 5000 + "}\n", "json_line: true", "-inf"),
 ])
 def test_a_non_finite_fom_is_a_failed_run_never_a_crash(cli, output, options, shown):
     text = command_study(printing(output), options=options, extra="objective: {fom: v}\n")
@@ -209,6 +211,28 @@ def test_a_non_finite_fom_is_a_failed_run_never_a_crash(cli, output, options, sh
     assert_clean(again, 1, "0 runs now, 1 done before")
     rows = store_rows(Path(answer["dir"], "runs/s/tunelab.db"))
     assert [r[2:] for r in rows] == [("failed", f"figure of merit 'v' is not finite: {shown}")]
+
+
+def test_a_huge_integer_in_another_member_of_the_json_line_fails_the_run(cli):
+    text = command_study(printing('{"v": 1, "w": 1' + "0" * 400 + "}\n"),
+                         options="json_line: true", extra="objective: {fom: v}\n")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(answer, 1)
+    rows = store_rows(Path(answer["dir"], "runs/s/tunelab.db"))
+    assert [r[2:] for r in rows] == [("failed", "figure of merit 'w' is not finite: inf")]
+
+
+def test_a_json_line_nested_too_deep_fails_the_run_and_resume_skips_it(cli):
+    code = """print('{"v": 1}'); print('{"v": 2, "a": ' + '[' * 10**5 + ']' * 10**5 + '}')"""
+    text = command_study([PY, "-c", code.replace("{", "{{").replace("}", "}}")],
+                         options="json_line: true", extra="objective: {fom: v}\n")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(answer, 1)
+    again = cli.run({}, ["run", "s.yaml", "-q"], cwd=answer["dir"])
+    assert_clean(again, 1, "0 runs now, 1 done before")
+    rows = store_rows(Path(answer["dir"], "runs/s/tunelab.db"))
+    assert [r[2:] for r in rows] == [("failed", "unparsable output: JSON line: nested too deep "
+                                                "to read")]
 
 
 def test_a_catastrophically_backtracking_fom_regex_fails_the_run_in_bounded_time(cli):
