@@ -79,6 +79,12 @@ class Limits:
         1e50, "magnitude of a figure of merit (and, unless it is 0, the inverse of the "
               "smallest one): the statistics square and divide them, so a run whose figure "
               "is outside fails; print it in other units")
+    json_line_chars: int = _limit(
+        1_000_000, "characters of a line of a run's stdout read as a JSON object (json_line, "
+                   "and the result lines of tunelab's own benchmarks)")
+    json_members: int = _limit(
+        1_000, "members of the JSON object line a run's figures of merit are read from (each "
+               "numeric member is one)")
     regex_size: int = _limit(
         100_000, "size of a study's figure-of-merit regexes together, each counted repeat "
                  "expanded ((ab){1000} counts 2,000): the regex engine compiles a repeat by "

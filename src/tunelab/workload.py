@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tunelab.cluster.mpi import Placement
 from tunelab.errors import ParseError, WorkloadError
+from tunelab.limits import LIMITS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,13 +74,18 @@ def last_json_object(stdout: str,
 
     Integers too large for a float read as ``inf`` (like ``1e400``, ``NaN`` and
     ``Infinity``, which JSON parsing already makes floats of), for the engine to refuse as a
-    non-finite figure of merit. A line nested too deep to read raises
-    :class:`~tunelab.errors.ParseError` rather than letting an earlier line stand in for it.
+    non-finite figure of merit. A line longer than ``LIMITS.json_line_chars`` (refused before
+    it is parsed), nested too deep to read, or a taken object of more than
+    ``LIMITS.json_members`` members raises :class:`~tunelab.errors.ParseError` rather than
+    letting an earlier line stand in for it.
     """
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if not line.startswith("{"):
             continue
+        if len(line) > LIMITS.json_line_chars:
+            raise ParseError(f"JSON line: {len(line):,} characters, more than the "
+                             f"{LIMITS.json_line_chars:,} tunelab reads")
         try:
             record = json.loads(line, parse_int=_json_int)
         except RecursionError:
@@ -87,6 +93,10 @@ def last_json_object(stdout: str,
         except ValueError:
             continue
         if isinstance(record, dict) and accept(record):
+            if len(record) > LIMITS.json_members:
+                raise ParseError(f"JSON line: {len(record):,} members, more than the "
+                                 f"{LIMITS.json_members:,} tunelab reads (each number is a "
+                                 "figure of merit)")
             return record
     return None
 

@@ -235,6 +235,29 @@ def test_a_json_line_nested_too_deep_fails_the_run_and_resume_skips_it(cli):
                                                 "to read")]
 
 
+@pytest.mark.parametrize(("code", "reason"), [
+    ("print('{' + ','.join('\"k%d\": %d' % (i, i) for i in range(1000)) + ', \"v\": 1}')",
+     f"1,001 members, more than the {LIMITS.json_members:,} tunelab reads"),
+    ("print('{\"v\": 1, \"s\": \"' + 'x' * 10**6 + '\"}')",
+     f"1,000,017 characters, more than the {LIMITS.json_line_chars:,} tunelab reads"),
+])
+def test_a_json_line_too_large_fails_the_run_naming_the_bound(cli, code, reason):
+    text = command_study([PY, "-c", code.replace("{", "{{").replace("}", "}}")],
+                         options="json_line: true", extra="objective: {fom: v}\n")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(answer, 1)
+    rows = store_rows(Path(answer["dir"], "runs/s/tunelab.db"))
+    assert [r[2] for r in rows] == ["failed"]
+    assert (rows[0][3] or "").startswith(f"unparsable output: JSON line: {reason}"), rows
+
+
+def test_only_the_numeric_members_of_a_json_line_are_figures_of_merit():
+    from tunelab.workloads.command import read_json_foms
+
+    line = '{"v": 2, "f": 1.5, "b": true, "s": "3", "n": null, "l": [4], "o": {"p": 5}}'
+    assert read_json_foms("{not json\n" + line + "\nplain\n") == {"v": 2.0, "f": 1.5}
+
+
 def test_a_catastrophically_backtracking_fom_regex_fails_the_run_in_bounded_time(cli):
     text = command_study(printing("a" * 5000 + "!\n"),
                          options="foms: {v: '^(?P<value>(a|aa)+)$'}",
