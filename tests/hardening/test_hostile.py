@@ -274,6 +274,16 @@ def test_huge_output_is_parsed_within_the_memory_limit(cli):
     assert_clean(cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"]), 0)
 
 
+def test_millions_of_matches_of_a_fom_regex_are_not_walked(cli):
+    prog = "import sys\nsys.stdout.write('v=1\\n' * (4 << 20) + 'v=2.5\\n')\n"
+    text = command_study([PY, "-c", prog], options="foms: {v: 'v=(?P<value>\\S+)'}",
+                         extra="objective: {fom: v}\n")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(answer, 0)
+    assert [r[2:] for r in store_rows(Path(answer["dir"], "runs/s/tunelab.db"))] == \
+        [("ok", None)]
+
+
 # --- the study directory ----------------------------------------------------------------
 
 

@@ -313,16 +313,38 @@ class CommandWorkload(Workload):
         return foms
 
 
+_WINDOW = 1 << 16
+"""Characters at the end of the output searched first for a FOM regex's last match."""
+
+
 def _last_match(name: str, pattern: str, text: str, deadline: float) -> Any:
     """The last match of ``pattern`` in ``text`` (programs often print progress before the
-    result), or None; ParseError when the CPU-time ``deadline`` passes first."""
-    last = None
+    result), or None; ParseError when the CPU-time ``deadline`` passes first.
+
+    It is the last match a scan from the start would find, without walking every match:
+    the scan starts at a line start ``_WINDOW`` characters before the end, then four times
+    as far back, until it finds a match or starts at the start. The whole text stays in
+    view, so anchors (``^``, ``\\A``) and lookbehinds see what a scan from the start sees. A
+    scan from a line start finds what one from the start finds unless a match that crosses
+    that line break overlaps the scan's first match (a regex that can match across lines
+    and inside its own matches); ``\\G`` and reverse regexes are scanned from the start.
+    """
+    compiled = regex.compile(pattern, regex.MULTILINE)
+    whole = "\\G" in pattern or bool(compiled.flags & regex.REVERSE)
+    size = _WINDOW
     try:
-        for last in regex.finditer(pattern, text, regex.MULTILINE,  # noqa: B007
-                                   timeout=max(deadline - time.process_time(), 0.001)):
-            pass
+        while True:
+            start = 0 if whole or size >= len(text) else text.rfind("\n", 0,
+                                                                     len(text) - size) + 1
+            last = None
+            for last in compiled.finditer(  # noqa: B007
+                    text, start, timeout=max(deadline - time.process_time(), 0.001)):
+                pass
+            if last is not None or start == 0:
+                return last
+            size *= 4
     except TimeoutError:
         raise ParseError(f"FOM {name!r}: the regex {pattern!r} took more than "
                          f"{LIMITS.regex_timeout_s:g} s of CPU on the output (it backtracks too "
-                         "much; make it more specific)") from None
-    return last
+                         "much, or matches very often far from the output's end; make it more "
+                         "specific)") from None
