@@ -12,12 +12,15 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import tunelab
 from tunelab.cluster.mpi import mpirun_argv
-from tunelab.execute.reasons import REASON_CHARS, failure_reason
+from tunelab.errors import ParseError, RunReportedError
+from tunelab.execute.executor import parse_run
+from tunelab.execute.reasons import MESSAGE_CHARS, REASON_CHARS, failure_reason, printable
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
 SEGFAULT = "import ctypes; ctypes.string_at(0)"
@@ -91,6 +94,45 @@ def test_gfortran_s_floating_point_note_is_not_the_reason():
 def test_a_long_line_is_cut():
     reason = failure_reason(1, "", "error: " + "x" * 5000 + "\n")
     assert len(reason) <= len("exit code 1: ") + REASON_CHARS and reason.endswith("…")
+
+
+def test_escape_sequences_in_the_output_are_shown_escaped_never_sent():
+    err = "\x1b]0;PWNED-TITLE\x07\x1b[31mred\x1b[0m fake: all ok\n"
+    assert failure_reason(3, "", err) == \
+        r"exit code 3: \x1b]0;PWNED-TITLE\x07\x1b[31mred\x1b[0m fake: all ok"
+    assert failure_reason(1, "", "error:\tx\u202ey\x9b2J\udcff z\n") == \
+        r"exit code 1: error:\tx\u202ey\x9b2J\udcff z"
+
+
+def test_a_line_of_escapes_is_cut_to_the_bound_between_two_escapes():
+    shown = printable("\x1b" * 400)
+    assert len(shown) <= REASON_CHARS and shown.endswith("\\x1b…")
+    assert printable("é" * 10, 10) == "é" * 10 and printable("é" * 11, 10) == "é" * 9 + "…"
+
+
+class _Saying:
+    """A workload whose parser fails with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
+        raise self.error
+
+
+@pytest.mark.parametrize(("rc", "error", "stored"), [
+    (0, ParseError("no result (\x1b[2Jcleared)"), r"unparsable output: no result (\x1b[2Jcleared)"),
+    (3, RunReportedError("stopped: \x1b]0;t\x07"), r"exit code 3: stopped: \x1b]0;t\x07"),
+])
+def test_a_parse_error_quoting_the_output_is_stored_printable_and_bounded(tmp_path, rc, error,
+                                                                          stored):
+    (tmp_path / "stdout.txt").write_text("")
+    (tmp_path / "stderr.txt").write_text("")
+    study = SimpleNamespace(workload=_Saying(error))
+    assert parse_run(study, rc, tmp_path)[:2] == ("failed", stored)  # type: ignore[arg-type]
+    long = SimpleNamespace(workload=_Saying(ParseError("\x07" * 5000)))
+    why = parse_run(long, 0, tmp_path)[1]  # type: ignore[arg-type]
+    assert why is not None and len(why) <= len("unparsable output: ") + MESSAGE_CHARS
 
 
 def _stored_reasons(db: Path) -> list[str]:

@@ -274,6 +274,19 @@ def test_huge_output_is_parsed_within_the_memory_limit(cli):
     assert_clean(cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"]), 0)
 
 
+def test_escape_sequences_a_failed_run_printed_are_stored_and_shown_escaped(cli):
+    code = ("import sys; sys.stderr.write('\\x1b]0;PWNED\\x07\\x1b[31mred\\x1b[0m all ok\\n'); "
+            "sys.exit(3)")
+    answer = cli.run({"s.yaml": command_study([PY, "-c", code])}, ["run", "s.yaml"])
+    assert_clean(answer, 1, r"exit code 3: \x1b]0;PWNED\x07\x1b[31mred\x1b[0m all ok")
+    assert "\x1b" not in answer["stderr"] + answer["stdout"]
+    rows = store_rows(Path(answer["dir"], "runs/s/tunelab.db"))
+    assert [r[3] for r in rows] == [r"exit code 3: \x1b]0;PWNED\x07\x1b[31mred\x1b[0m all ok"]
+    status = cli.run({}, ["status", "runs/s"], cwd=answer["dir"])
+    assert "\x1b" not in status["stdout"] + status["stderr"]
+    assert r"\x1b]0;PWNED" in status["stdout"]
+
+
 def test_millions_of_matches_of_a_fom_regex_are_not_walked(cli):
     prog = "import sys\nsys.stdout.write('v=1\\n' * (4 << 20) + 'v=2.5\\n')\n"
     text = command_study([PY, "-c", prog], options="foms: {v: 'v=(?P<value>\\S+)'}",

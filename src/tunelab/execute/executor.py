@@ -49,7 +49,7 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     started_info,
 )
-from tunelab.execute.reasons import failure_reason
+from tunelab.execute.reasons import MESSAGE_CHARS, failure_reason, printable
 from tunelab.execute.study import run_dir_of
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store
@@ -73,7 +73,7 @@ def _now() -> str:
 def _tail(path: Path) -> str:
     text = read_output(path).strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1][-_TAIL_CHARS:] if lines else ""
+    return printable(lines[-1][-_TAIL_CHARS:], _TAIL_CHARS) if lines else ""
 
 
 @dataclass
@@ -467,11 +467,12 @@ def parse_run(study: Study, rc: int | None,
     stdout, stderr = read_output(stdout_path), read_output(stderr_path)
     try:
         foms, not_finite = split_finite(study.workload.parse(stdout, stderr, run_dir))
-    except RunReportedError as exc:
-        return "failed", (f"exit code {rc}: {exc}" if rc else str(exc)), {}
+    except RunReportedError as exc:  # the program's own words: made printable, bounded
+        why = printable(str(exc), MESSAGE_CHARS)
+        return "failed", (f"exit code {rc}: {why}" if rc else why), {}
     except ParseError as exc:
         if rc == 0:
-            return "failed", f"unparsable output: {exc}", {}
+            return "failed", f"unparsable output: {printable(str(exc), MESSAGE_CHARS)}", {}
         foms, not_finite = {}, None
     if rc != 0:
         return "failed", failure_reason(rc, stdout, stderr), foms

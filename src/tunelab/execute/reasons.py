@@ -15,6 +15,10 @@ input.dat``) lies above the banner it wraps around it. :func:`failure_reason` pi
 skipping the boilerplate every MPI failure prints (rules of dashes, "Primary job terminated
 normally, but…", gfortran's floating-point note). A status above 128 that no line explains
 is named as the signal a shell would mean by it.
+
+Text taken from a program's output goes through :func:`printable` before it becomes part of a
+reason, so that a stored reason is one bounded line a terminal shows as it is: escape
+sequences a program printed (a window title, colours) are shown escaped, never sent.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from __future__ import annotations
 import re
 import signal
 
-__all__ = ["failure_reason"]
+__all__ = ["MESSAGE_CHARS", "REASON_CHARS", "failure_reason", "printable"]
 
 REASON_CHARS = 300
 """The longest reason line kept (its end is cut)."""
+MESSAGE_CHARS = 1_000
+"""The longest reason a workload's parse error gives (its end is cut)."""
 
 _SIGNAL_LINE = re.compile(r"(?:exited|terminated|killed) (?:on|by) signal \d+", re.I)
 _ERROR_WORDS = re.compile(
@@ -83,8 +89,39 @@ def _python_exception(text: str) -> str | None:
     return None
 
 
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escaped(char: str) -> str:
+    """``char`` as Python writes it in a string literal: ``\\x1b``, ``\\u202e``, ``\\t``."""
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` as one line of at most ``limit`` characters that a terminal shows as it is:
+    every character Python does not count as printable (controls such as ESC and BEL, line
+    breaks, bidirectional overrides, unpaired surrogates; any space but the ASCII one) is
+    written escaped (``\\x1b``), and a longer result is cut, its end marked ``…``."""
+    pieces = [char if char.isprintable() else _escaped(char) for char in text[:limit + 1]]
+    if len(text) <= limit and sum(map(len, pieces)) <= limit:
+        return "".join(pieces)
+    kept: list[str] = []
+    size = 0
+    for piece in pieces:
+        if size + len(piece) > limit - 1:
+            break
+        kept.append(piece)
+        size += len(piece)
+    return "".join(kept) + "…"
+
+
 def _cut(line: str) -> str:
-    return line if len(line) <= REASON_CHARS else line[:REASON_CHARS - 1] + "…"
+    return printable(line, REASON_CHARS)
 
 
 def failure_reason(rc: int | None, stdout: str, stderr: str) -> str:
