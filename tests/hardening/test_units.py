@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import env_with_pythonpath
 from tunelab.errors import SpaceError, StoreError, StudyError
 from tunelab.execute.guards import check_study_dir, command_problem, read_output, split_finite
 from tunelab.execute.hygiene import (
@@ -17,6 +19,7 @@ from tunelab.execute.hygiene import (
     StudyProcesses,
     _interrupts_held,
     _interrupts_raise_once,
+    current,
 )
 from tunelab.expr import Expression, ExpressionError
 from tunelab.limits import LIMITS
@@ -160,6 +163,34 @@ def test_the_sweep_kills_what_a_dead_controller_left_by_its_marker(tmp_path):
     finally:
         orphan.kill()
         study.close()
+
+
+def test_an_older_attempt_of_a_run_never_touches_a_newer_attempts_processes(tmp_path):
+    """A batch job's step runs one attempt of a run outside any study. A job cut off by a node
+    failure may have its step told to stop only after the run was re-packed into a new job:
+    the old attempt's clean-up (another process, the same run directory) must leave the new
+    attempt's processes and cgroup alone. Before, both attempts shared the marker and the
+    cgroup named from the run directory, and the new attempt was SIGKILLed."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    new = current(run_dir)
+    code = "import time; print(flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **new.env},
+                            stdout=subprocess.PIPE, **new.popen_options())
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"\n"
+        new.started(proc)
+        old_attempt = ("import sys; from pathlib import Path; "
+                       "from tunelab.execute.hygiene import current; "
+                       "current(Path(sys.argv[1])).cleanup()")
+        subprocess.run([sys.executable, "-c", old_attempt, str(run_dir)], check=True,
+                       env=env_with_pythonpath(Path(__file__).resolve().parents[2] / "src"),
+                       timeout=60)
+        assert proc.poll() is None
+        assert new.cgroup is None or new.cgroup.is_dir()
+    finally:
+        new.end(proc, 0.1)
+    assert proc.poll() is not None
 
 
 def test_a_scheduler_command_that_cannot_be_executed_is_a_launch_error(tmp_path):

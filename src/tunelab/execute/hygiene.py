@@ -7,7 +7,8 @@ A run's processes are found four ways, so that none escapes:
   cgroup of their own (``<own cgroup>/tunelab-<study>/<run>``), entered before ``exec``. A
   process that calls ``setsid()`` or double-forks stays in it; ``cgroup.kill`` ends them all.
   The cgroup outlives a controller killed with ``kill -9``, so the next start finds what it
-  left.
+  left. A batch job's step (one attempt of a run, outside any study) has a cgroup and a
+  marker of that attempt's own (:func:`current`).
 * **subreaper** — while a run is in flight the controller is a child subreaper
   (``PR_SET_CHILD_SUBREAPER``): an orphaned descendant of the run becomes the controller's
   child instead of init's, and is killed and reaped when the run ends. Used everywhere; it is
@@ -36,6 +37,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -160,11 +162,16 @@ class StudyProcesses:
 
     study_dir: Path
     store: MetaStore | None = None
+    #: set for a hygiene of one attempt (:func:`current` outside a study): its cgroup and
+    #: marker are then the attempt's own
+    attempt: str = ""
     token: str = field(init=False)
     cgroup: Path | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.token = hashlib.sha1(str(self.study_dir.resolve()).encode()).hexdigest()[:12]
+        if self.attempt:
+            self.token += f"-{self.attempt}"
         base = procs.cgroup_base()
         if base is not None:
             candidate = base / f"tunelab-{self.token}"
@@ -247,11 +254,16 @@ def current_cgroup() -> Path | None:
 
 def current(run_dir: Path) -> RunProcesses:
     """The processes of the run whose directory is ``run_dir``: within the current study's
-    hygiene when a study runs, else within a hygiene of its own (closed by cleanup)."""
+    hygiene when a study runs, else within a hygiene of this attempt's own (closed by
+    cleanup). Outside a study — a batch job's step running one attempt of a run — the
+    cgroup and the marker are the attempt's: an older attempt of the same run (a job cut
+    off by a node failure, whose step is told to stop only later) must never find, kill or
+    remove a newer attempt's processes or cgroup."""
     name = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
     if _CURRENT:
         return _CURRENT[-1].run(name)
-    return RunProcesses(StudyProcesses(run_dir), name, owns_study=True)
+    return RunProcesses(StudyProcesses(run_dir, attempt=secrets.token_hex(4)), name,
+                        owns_study=True)
 
 
 # --- one run's processes ------------------------------------------------------------------
