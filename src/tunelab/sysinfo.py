@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -58,11 +59,15 @@ def _package_versions(names: Sequence[str]) -> dict[str, str]:
 
 
 def _tool_version(argv: Sequence[str]) -> str | None:
+    """The first line a tool's version probe prints, or None. The probe runs in a private
+    temporary directory with stdin from /dev/null: a tool run bare may read stdin or leave
+    files behind (pw.x writes ``CRASH`` and ``input_tmp.in``), and the user's cwd stays clean."""
     if shutil.which(argv[0]) is None:
         return None
     try:
-        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=10,
-                             stdin=subprocess.DEVNULL)
+        with tempfile.TemporaryDirectory(prefix="tunelab-probe-") as scratch:
+            out = subprocess.run(list(argv), capture_output=True, text=True, timeout=10,
+                                 stdin=subprocess.DEVNULL, cwd=scratch)
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in (out.stdout + out.stderr).splitlines():
