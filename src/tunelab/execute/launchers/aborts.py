@@ -6,13 +6,25 @@ gave 233 when a node's daemon died) before the job step is told the job is over.
 code is not the program's. :func:`scheduler_abort` finds the line that says so in the run's
 standard error, so the job step records the run as lost (the infrastructure's doing) instead
 of failed.
+
+The same holds when ``srun`` could not reach the Slurm controller at all (``slurmctld`` or
+``munged`` down: "Unable to contact slurm controller", "Unable to confirm allocation",
+"Protocol authentication error", a munge failure): the program never ran, so the run is
+lost, and :func:`scheduler_abort` says the controller could not be reached. And a run
+whose ``srun`` was still waiting for its step to be created when the run's timeout came
+("Cancelled pending job step": an earlier step the controller believes still runs holds
+the job's resources) never started its program: lost too (:func:`step_never_started`),
+never a program's timeout.
+
+Only the launchers' and the runtime's own words match, never a program's exit message
+(``srun: error: node1: task 0: Exited with exit code 1`` is the program's).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["scheduler_abort"]
+__all__ = ["NEVER_STARTED", "allocation_ends", "scheduler_abort", "step_never_started"]
 
 _TAIL_BYTES = 16_384
 
@@ -29,14 +41,71 @@ _ABORTS = re.compile(
     r"|=>> PBS: job killed"
 )
 
+#: Aborts that say the allocation itself is broken or ending (a node failed, the job's
+#: walltime, preemption, the whole job cancelled): nothing more can run in it.
+_ALLOCATION_ENDS = re.compile(
+    r"Task launch for \S+ failed on node|Node failure on|DUE TO |\*\*\* JOB \S+ ON \S+ CANCELLED"
+    r"|ORTE has lost|An ORTE daemon|PRTE has lost|PBS: job killed")
 
-def scheduler_abort(stderr: bytes | str) -> str | None:
-    """The first line of ``stderr``'s tail in which the scheduler or the MPI runtime says
-    it ended the run, or None."""
+#: srun (or sbatch) could not reach slurmctld, or could not authenticate through munge.
+_UNREACHABLE = re.compile(
+    r"\b(?:srun|sbatch|salloc): error: .*(?:"
+    r"Unable to contact slurm controller"
+    r"|Protocol authentication error"
+    r"|Munge (?:en|de)code failed"
+    r")"
+)
+
+#: srun's words when its step was still pending (never created) as it was cancelled.
+_PENDING_CANCELLED = re.compile(
+    r"\bsrun: Cancelled pending (?:job step|step for job)")
+_PENDING = re.compile(r"\bsrun: Job \S+ step creation (?:temporarily|still) disabled")
+_CREATED = re.compile(r"\bsrun: (?:Step created for|Job step created)")
+
+
+def _tail_lines(stderr: bytes | str) -> list[str]:
     text = stderr[-_TAIL_BYTES:]
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
-    for line in text.splitlines():
+    return text.splitlines()
+
+
+def scheduler_abort(stderr: bytes | str) -> str | None:
+    """Why the infrastructure ended the run, from ``stderr``'s tail: "the scheduler ended
+    the run: LINE" or "the Slurm controller could not be reached: LINE" (the first line
+    that says so), or None."""
+    for line in _tail_lines(stderr):
+        if _UNREACHABLE.search(line):
+            return f"the Slurm controller could not be reached: {line.strip()[:300]}"
         if _ABORTS.search(line):
-            return line.strip()[:300]
+            return f"the scheduler ended the run: {line.strip()[:300]}"
     return None
+
+
+def allocation_ends(reason: str) -> bool:
+    """True when the abort ``reason`` (:func:`scheduler_abort`'s) says the allocation is
+    broken or ending — a node failed, the job hit its walltime, was preempted or cancelled —
+    rather than that one step was cancelled or the controller was briefly out of reach."""
+    return bool(_ALLOCATION_ENDS.search(reason))
+
+
+NEVER_STARTED = "srun's job step never started"
+"""How :func:`step_never_started`'s reasons begin."""
+
+
+def step_never_started(stderr: bytes | str) -> str | None:
+    """When ``srun`` was still waiting for its job step to be created as the run ended
+    (its program never started), the reason, with the line that says so; else None."""
+    pending: str | None = None
+    for line in _tail_lines(stderr):
+        if _PENDING_CANCELLED.search(line):
+            pending = line
+            break
+        if _PENDING.search(line):
+            pending = line
+        elif _CREATED.search(line):
+            pending = None
+    if pending is None:
+        return None
+    return (f"{NEVER_STARTED}: it waited for resources of the job that an earlier step "
+            f"still held: {pending.strip()[:300]}")

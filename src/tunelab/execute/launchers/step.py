@@ -25,7 +25,12 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from tunelab.errors import LaunchError
-from tunelab.execute.launchers.aborts import scheduler_abort
+from tunelab.execute.launchers.aborts import (
+    NEVER_STARTED,
+    allocation_ends,
+    scheduler_abort,
+    step_never_started,
+)
 from tunelab.execute.launchers.base import (
     EXIT_FILE,
     STARTED_FILE,
@@ -35,6 +40,7 @@ from tunelab.execute.launchers.base import (
 )
 from tunelab.execute.launchers.neighbours import other_jobs, with_neighbours
 from tunelab.execute.launchers.process import run_command
+from tunelab.execute.launchers.stepcheck import allocation_usable, cancel_leftover_steps
 
 if TYPE_CHECKING:
     from tunelab.execute.launchers.watch import RunWatch
@@ -88,11 +94,8 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         outcome = Outcome("failed", None, 0.0, reason=str(exc))
     if watched is not None:
         outcome = watched.finish(outcome)
-    if hosts is not None and outcome.status == "failed" and outcome.rc is not None:
-        abort = scheduler_abort(_read_tail(run.run_dir / "stderr.txt"))
-        if abort is not None:  # the launcher's exit code, not the program's
-            outcome = Outcome("lost", outcome.rc, outcome.wall_s,
-                              reason=f"the scheduler ended the run: {abort}")
+    if hosts is not None:
+        outcome = _infrastructure_loss(outcome, _read_tail(run.run_dir / "stderr.txt"))
     reason = outcome.reason
     noise = outcome.noise
     if hosts is not None:
@@ -106,6 +109,21 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         "started_at": started, "ended_at": result.ended_at, "reason": reason,
         "job_id": job_id, "noise": noise})
     return result
+
+
+def _infrastructure_loss(outcome: Outcome, stderr: bytes) -> Outcome:
+    """``outcome`` as ``lost`` when the run's standard error says the infrastructure ended
+    it: a failure whose exit code is the launcher's (the scheduler aborted the step, the
+    controller could not be reached), or a timeout of a step that never started."""
+    if outcome.status == "failed" and outcome.rc is not None:
+        reason = scheduler_abort(stderr)
+    elif outcome.status == "timeout":
+        reason = step_never_started(stderr)
+    else:
+        reason = None
+    if reason is None:
+        return outcome
+    return Outcome("lost", outcome.rc, outcome.wall_s, reason=reason, noise=outcome.noise)
 
 
 def _read_tail(path: Path, size: int = 16_384) -> bytes:
@@ -136,29 +154,54 @@ def main(argv: list[str] | None = None) -> int:
 
     hosts = allocation_hosts()
     watch = RunWatch("", noise=NoiseWatch())  # what others took of this node's cores per run
+    began = False
     try:
         for data in spec["runs"]:
             run = RunRequest.from_json(data)
             if (run.run_dir / STARTED_FILE).exists() or (run.run_dir / EXIT_FILE).exists():
                 continue  # begun by an earlier allocation: the controller decides about it
-            if execute_run(run, job_id=job_id, hosts=hosts, watch=watch).status == "lost":
-                return _hold_broken_allocation(job_id)
+            if began:
+                cancel_leftover_steps(job_id)
+            began = True
+            outcome = execute_run(run, job_id=job_id, hosts=hosts, watch=watch)
+            if outcome.status == "lost" and not _goes_on(job_id, outcome.reason or ""):
+                return 75  # EX_TEMPFAIL: the runs left are packed again
     except _Terminated:
         print(f"tunelab step: job {job_id} terminated by the scheduler", file=sys.stderr)
         return 143
     return 0
 
 
-def _hold_broken_allocation(job_id: str) -> int:
-    """The scheduler aborted a run (a node stopped answering): start no further run, which
-    would only fail the same way, and hold the allocation until the scheduler ends the job
-    (it notices a dead node within its node timeout), so that the runs are packed again on
-    nodes that work; give up after that timeout and a minute."""
+def _goes_on(job_id: str, reason: str) -> bool:
+    """After a run the infrastructure lost: True when the job may start its next run (one
+    step was cancelled, or the controller was out of reach, and the job still runs on nodes
+    that are up); else False, after holding the allocation when a node failed.
+
+    A step that never started (an earlier step the controller believes still runs holds
+    the job's resources) ends the job at once: a new allocation has no such step. When a
+    node stopped answering, a further run would only fail the same way: the job holds the
+    allocation until the scheduler ends it (it notices a dead node within its node
+    timeout), so that the runs are packed again on nodes that work, and gives up after that
+    timeout and a minute."""
+    if reason.startswith(NEVER_STARTED):
+        print(f"tunelab step: {reason}; job {job_id} starts no further run", file=sys.stderr)
+        return False
     wait_s = _node_timeout_s() + 60.0
+    started = time.monotonic()
+    if not allocation_ends(reason) and allocation_usable(job_id, wait_s):
+        print(f"tunelab step: a run was lost ({reason[:200]}); job {job_id} still runs on "
+              "nodes that are up and goes on with its next run", file=sys.stderr)
+        return True
+    left = max(0.0, wait_s - (time.monotonic() - started))
     print(f"tunelab step: the scheduler aborted a run; job {job_id} starts no further run "
-          f"and waits up to {wait_s:g} s for the scheduler to end it", file=sys.stderr)
-    time.sleep(wait_s)
-    return 75  # EX_TEMPFAIL: the runs left are packed again
+          f"and waits up to {left:.0f} s for the scheduler to end it", file=sys.stderr)
+    _hold(left)
+    return False
+
+
+def _hold(seconds: float) -> None:
+    """Hold the allocation (sleep) for ``seconds``."""
+    time.sleep(seconds)
 
 
 def _node_timeout_s() -> float:

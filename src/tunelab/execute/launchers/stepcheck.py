@@ -1,0 +1,85 @@
+"""What the job step asks Slurm about its own allocation between runs.
+
+* :func:`cancel_leftover_steps`: a run's ``srun`` step that outlived it (its ``srun`` was
+  killed, or the controller missed the step's end while it was down) holds the job's CPUs,
+  and the next run's ``srun`` would wait for them until its timeout. The job step runs its
+  runs one at a time, so between runs every numbered step of the job is such a leftover:
+  it is cancelled.
+* :func:`allocation_usable`: after a run was lost, whether the job still runs on nodes that
+  are up (a cancelled step on healthy nodes, a controller that was out of reach for a
+  while), waiting while the controller does not answer.
+
+Both are Slurm-only and never raise: a question Slurm cannot answer is answered "no".
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+__all__ = ["allocation_usable", "cancel_leftover_steps"]
+
+#: Node states (``sinfo %t``) in which a running job's next step can start.
+USABLE_NODE_STATES = frozenset({"alloc", "mix", "idle", "comp", "drng", "resv", "plnd"})
+_CALL_TIMEOUT_S = 30.0
+_RETRY_S = 2.0
+
+
+def _slurm(argv: list[str]) -> str | None:
+    """A Slurm command's stdout, or None when it failed or Slurm is not here."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=_CALL_TIMEOUT_S,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def cancel_leftover_steps(job_id: str) -> list[str]:
+    """``scancel`` every numbered step of Slurm job ``job_id`` still listed (none of this
+    job step's runs is in flight when it is called); the ids cancelled."""
+    if not job_id.isdigit():
+        return []
+    listed = _slurm(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"]) or ""
+    stale = [s for s in listed.split() if re.fullmatch(rf"{job_id}\.\d+", s)]
+    if stale:
+        _slurm(["scancel", *stale])
+        print(f"tunelab step: cancelled step(s) {', '.join(stale)} left by an earlier run "
+              f"of job {job_id}", file=sys.stderr)
+    return stale
+
+
+def _nodes_usable(job_id: str) -> bool | None:
+    """True when job ``job_id`` runs and every node of it is in a usable state; False when
+    not; None when the controller does not answer."""
+    state = _slurm(["squeue", "-h", "-j", job_id, "-o", "%T|%N"])
+    if state is None:
+        return None
+    word, _, nodelist = state.strip().partition("|")
+    if word != "RUNNING" or not nodelist:
+        return False
+    nodes = _slurm(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%t"])
+    if nodes is None:
+        return None
+    states = nodes.split()
+    return bool(states) and all(s in USABLE_NODE_STATES for s in states)
+
+
+def allocation_usable(job_id: str, wait_s: float) -> bool:
+    """Whether Slurm job ``job_id`` still runs with every node up, asking again every few
+    seconds for up to ``wait_s`` while the controller does not answer."""
+    if not job_id.isdigit() or shutil.which("squeue") is None:
+        return False
+    deadline = time.monotonic() + wait_s
+    while True:
+        usable = _nodes_usable(job_id)
+        if usable is not None:
+            return usable
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_RETRY_S)
