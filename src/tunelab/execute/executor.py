@@ -93,7 +93,8 @@ class Executor:
     def __init__(self, study: Study, store: Store, study_dir: Path, launcher: Launcher, *,
                  host: str, sysinfo_id: int | None,
                  on_record: Callable[[RunRecord], object],
-                 stop: Callable[[], bool] = lambda: False) -> None:
+                 stop: Callable[[], bool] = lambda: False,
+                 on_note: Callable[[str], object] | None = None) -> None:
         self.study = study
         self.store = store
         self.study_dir = Path(os.path.abspath(study_dir))  # jobs run elsewhere: no relative path
@@ -115,6 +116,9 @@ class Executor:
         self._checked: set[tuple[int, int, int, float]] = set()
         self._poll_failed_since: float | None = None
         self.detached = False
+        self.on_note = on_note
+        self._pending: dict[str, str] = {}
+        """The pending reason last said of each queued job (by token)."""
 
     # ------------------------------------------------------------------ public steps
 
@@ -197,8 +201,32 @@ class Executor:
                 recorded += self._finish_job(active.job, status)
                 del self.active[token]
             else:
+                self._pending_reason(active, status)
                 recorded += self._collect_finished(active.job)
         return recorded
+
+    def _pending_reason(self, active: _Active, status: JobStatus) -> None:
+        """Say why a queued job waits when the reason changes; when the scheduler says it
+        cannot start on the cluster as it is, submit-test it again and, refused, cancel this
+        study's jobs and stop with one line (their runs never started: a resume runs them)."""
+        reason = status.reason if status.phase == "queued" else ""
+        if reason == self._pending.get(active.job.token, ""):
+            return
+        self._pending[active.job.token] = reason
+        if not reason:
+            return
+        if self.on_note is not None:
+            self.on_note(f"job {active.job_id} pending: {reason}")
+        if not status.blocked:
+            return
+        try:
+            self.launcher.check([active.job])
+        except LaunchError as exc:
+            self.cancel_all()
+            raise LaunchError(
+                f"job {active.job_id} ({active.job.name}) cannot start: {reason}; {exc}. "
+                "Its runs did not start and nothing was lost: run the same command again "
+                "once the nodes are back") from None
 
     def wait_all(self) -> None:
         """Poll until no job is active."""

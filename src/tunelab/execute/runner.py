@@ -247,7 +247,8 @@ def run_study(
 
         executor = Executor(study, store, study_dir, launcher, host=socket.gethostname(),
                             sysinfo_id=sys_id, on_record=record,
-                            stop=lambda: fail_fast.stop_reason is not None)
+                            stop=lambda: fail_fast.stop_reason is not None,
+                            on_note=on_note)
         with executor.session(detach=detach):
             if study.decides_repeats:  # the strategy asks for runs; stored ones answer
                 _race(study, store, executor, fail_fast)

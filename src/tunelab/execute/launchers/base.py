@@ -159,6 +159,11 @@ class JobStatus:
 
     phase: Phase
     state: str = ""
+    reason: str = ""
+    """Why a queued job waits, in the scheduler's words (Slurm's ``%r``), when it says."""
+    blocked: bool = False
+    """The scheduler says the queued job cannot start on the cluster as it is now (its
+    nodes are down, drained or unavailable)."""
 
     @property
     def ended(self) -> bool:

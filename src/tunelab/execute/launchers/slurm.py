@@ -4,6 +4,7 @@ the queue is judged by the exit-status files of its runs."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Sequence
 
@@ -18,10 +19,16 @@ _QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", 
 _RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT"}
 
 
-def _phase(state: str) -> JobStatus:
+#: Pending reasons (``squeue %r``) that say the job cannot start on the cluster as it is.
+_BLOCKED = re.compile(r"ReqNodeNotAvail|Nodes required for job are DOWN|NodeDown|PartitionDown"
+                      r"|PartitionInactive|PartitionNodeLimit|BadConstraints")
+
+
+def _phase(state: str, reason: str = "") -> JobStatus:
     word = state.split()[0].rstrip("+") if state.strip() else ""
     if word in _QUEUED:
-        return JobStatus("queued", word)
+        reason = "" if reason.strip() in ("None", "(null)") else reason.strip()
+        return JobStatus("queued", word, reason, bool(_BLOCKED.search(reason)))
     if word in _RUNNING:
         return JobStatus("running", word)
     return JobStatus("ended", word or "UNKNOWN")
@@ -54,7 +61,7 @@ class SlurmLauncher(BatchLauncher):
         :class:`LaunchError` when ``squeue`` cannot answer at all."""
         if not job_ids:
             return {}
-        fmt = ["-h", "-t", "all", "-o", "%i|%T"]
+        fmt = ["-h", "-t", "all", "-o", "%i|%T|%r"]
         out = scheduler_call(["squeue", *fmt, "-j", ",".join(job_ids)])
         if out.returncode != 0:  # an id Slurm already forgot makes squeue -j fail
             out = scheduler_call(["squeue", *fmt])
@@ -62,9 +69,14 @@ class SlurmLauncher(BatchLauncher):
             raise LaunchError(f"squeue failed: {first_line(out.stderr)}")
         found: dict[str, JobStatus] = {}
         for line in out.stdout.splitlines():
-            job_id, _, state = line.strip().partition("|")
+            job_id, _, rest = line.strip().partition("|")
+            state, _, reason = rest.partition("|")
             if job_id in job_ids:
-                found[job_id] = _phase(state)
+                found[job_id] = _phase(state, reason)
+        if any(s.blocked for s in found.values()):
+            unavailable = _unavailable_nodes()
+            found = {j: JobStatus(s.phase, s.state, f"{s.reason} ({unavailable})", True)
+                     if s.blocked and unavailable else s for j, s in found.items()}
         missing = [j for j in job_ids if j not in found]
         if missing and shutil.which("sacct"):
             acct = scheduler_call(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j",
@@ -85,3 +97,18 @@ class SlurmLauncher(BatchLauncher):
         out = scheduler_call(["squeue", "-h", "-t", "all", "--name", job.name, "-o", "%i"])
         ids = out.stdout.split() if out.returncode == 0 else []
         return ids[-1] if ids else None
+
+
+def _unavailable_nodes() -> str:
+    """The nodes Slurm holds out of service, with their state and reason (``sinfo -R``):
+    ``node2: drained, x``; empty when it cannot say."""
+    out = scheduler_call(["sinfo", "-h", "-R", "-o", "%N|%T|%E"])
+    if out.returncode != 0:
+        return ""
+    items = []
+    for line in out.stdout.splitlines():
+        nodes, _, rest = line.strip().partition("|")
+        state, _, why = rest.partition("|")
+        if nodes:
+            items.append(f"{nodes}: {state.lower()}" + (f", {why}" if why.strip() else ""))
+    return "; ".join(items)
