@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import env_with_pythonpath
 from tunelab.errors import SpaceError, StoreError, StudyError
+from tunelab.execute import procs
 from tunelab.execute.guards import check_study_dir, command_problem, read_output, split_finite
 from tunelab.execute.hygiene import (
     MARKER,
@@ -191,6 +192,44 @@ def test_an_older_attempt_of_a_run_never_touches_a_newer_attempts_processes(tmp_
     finally:
         new.end(proc, 0.1)
     assert proc.poll() is not None
+
+
+class _Meta:
+    """A store's meta values in memory (what :class:`StudyProcesses` keeps there)."""
+
+    def __init__(self, **values: str) -> None:
+        self.values = dict(values)
+
+    def get_meta(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        self.values.update(values)
+
+
+def test_the_sweep_never_kills_a_recorded_process_without_the_study_s_marker(tmp_path):
+    """A copied or crafted store's in-flight record (pid and start time of any process) made
+    ``run`` SIGKILL that process's whole group."""
+    code = "import time; print(flush=True); time.sleep(60)"
+    victim = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                              stdout=subprocess.PIPE)
+    study = None
+    try:
+        assert victim.stdout is not None and victim.stdout.readline() == b"\n"
+        proc = procs.stat(victim.pid)
+        assert proc is not None
+        meta = _Meta(inflight=f'{{"pid": {proc.pid}, "start": {proc.start}}}')
+        study = StudyProcesses(tmp_path, meta)
+        notes: list[str] = []
+        assert study.sweep(notes.append) == 0
+        assert victim.poll() is None  # alive
+        assert len(notes) == 1 and f"process {victim.pid}" in notes[0], notes
+        assert "nothing was killed" in notes[0] and meta.values["inflight"] == ""
+    finally:
+        victim.kill()
+        victim.wait()
+        if study is not None:
+            study.close()
 
 
 def test_a_scheduler_command_that_cannot_be_executed_is_a_launch_error(tmp_path):

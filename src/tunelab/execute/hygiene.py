@@ -28,7 +28,9 @@ Rules the launcher relies on (:class:`RunProcesses`):
   behind (background processes, ``setsid()`` daemons) and waits until it is gone;
 * the pid and start time of the run in flight are recorded (in the store, through the
   study's :class:`StudyProcesses`); when a study starts, :meth:`StudyProcesses.sweep` kills
-  any run a killed controller left running before anything is run again.
+  any run a killed controller left running before anything is run again — only processes
+  in the study's cgroup or carrying its marker: a copied or crafted store cannot make it
+  kill anything else.
 """
 
 from __future__ import annotations
@@ -179,22 +181,34 @@ class StudyProcesses:
                 candidate.mkdir(exist_ok=True)
                 self.cgroup = candidate
 
-    def sweep(self) -> int:
+    def sweep(self, on_note: Callable[[str], None] | None = None) -> int:
         """Kill every process a killed controller of this study left running (cgroups, the
         environment marker, the recorded in-flight run); wait until they are gone. Returns
-        how many processes were killed."""
+        how many processes were killed.
+
+        Only processes that provably belong to this study are killed: those in its cgroup
+        and those whose environment holds its marker (``TUNELAB_RUN=<token>/``, the token
+        made from this study directory's path). The recorded in-flight run comes from the
+        store, which may have been copied or crafted: the process it names is killed only
+        when it carries the marker; otherwise ``on_note`` is told that it was left alone."""
         victims: dict[int, procs.Proc] = {}
         recorded = self._recorded()
-        if recorded:
-            proc = procs.stat(int(recorded.get("pid", 0)))
+        pid = recorded.get("pid")
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+            proc = procs.stat(pid)
             if proc is not None and proc.start == recorded.get("start"):
-                procs.killpg(proc.pgid, signal.SIGKILL)
-                victims[proc.pid] = proc
+                if procs.environ_has(proc.pid, self._marker()):
+                    procs.killpg(proc.pgid, signal.SIGKILL)
+                    victims[proc.pid] = proc
+                elif on_note is not None:
+                    on_note(f"{self.study_dir}: the store records process {pid} as the run in "
+                            f"flight, but it does not carry this study's marker "
+                            f"({MARKER}={self.token}/...): nothing was killed")
         if self.cgroup is not None:
             for leaf in [p for p in self.cgroup.iterdir() if p.is_dir()]:
                 victims.update((pid, procs.Proc(pid, 0, 0, 0)) for pid in procs.cgroup_pids(leaf))
                 procs.cgroup_remove(leaf)
-        for proc in procs.marked(f"{MARKER}={self.token}/".encode()):
+        for proc in procs.marked(self._marker()):
             procs.killpg(proc.pgid, signal.SIGKILL)
             procs.kill(proc.pid)
             victims[proc.pid] = proc
@@ -202,6 +216,11 @@ class StudyProcesses:
         if recorded:
             self.record(None)
         return len(victims)
+
+    def _marker(self) -> bytes:
+        """What the environment of every process of this study's runs holds, NUL first (the
+        variable starts there: :func:`procs.environ_has` puts a NUL before the first)."""
+        return f"\0{MARKER}={self.token}/".encode()
 
     def _recorded(self) -> dict[str, Any]:
         raw = self.store.get_meta(INFLIGHT_KEY) if self.store is not None else None

@@ -199,7 +199,8 @@ def run_study(
     with lock.held(), open_store(study_dir, create=True) as store, \
             study_processes(study_dir, store) as processes:
         _identity_check(store, study)
-        processes.sweep()  # runs a killed controller left running die before anything runs
+        # runs a killed controller left running die before anything runs
+        processes.sweep(on_note)
         if watch is not None and watch.noise is not None and on_note is not None:
             busy = watch.noise.busy_now()
             if busy is not None:
