@@ -7,6 +7,9 @@ import math
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from tunelab.errors import StoreError
 from tunelab.store import RunRecord, open_store
 
 V2_SCHEMA = """
@@ -89,3 +92,17 @@ def test_a_lost_run_is_not_completed_and_its_next_attempt_replaces_it(tmp_path: 
         store.record_run(_run(0, "ok"))
         assert store.completed() == {('{"x": 1}', 0)}
         assert store.status_counts() == {"ok": 1}
+
+
+def test_a_store_holding_a_trigger_is_read_but_never_written(tmp_path: Path):
+    """A trigger (tunelab never makes one) would change rows behind the runner's writes."""
+    _v2(tmp_path)
+    conn = sqlite3.connect(tmp_path / "tunelab.db")
+    conn.execute("CREATE TRIGGER t AFTER INSERT ON runs BEGIN DELETE FROM foms; END")
+    conn.close()
+    before = (tmp_path / "tunelab.db").read_bytes()
+    with open_store(tmp_path) as store:
+        assert len(store.runs_frame()) == 1
+    with pytest.raises(StoreError, match="is not a tunelab results database .*the trigger t"):
+        open_store(tmp_path, write=True)
+    assert (tmp_path / "tunelab.db").read_bytes() == before

@@ -17,6 +17,7 @@ import pytest
 
 from tests.hardening.conftest import PY, assert_clean, command_study, printing, store_rows
 from tunelab.limits import LIMITS
+from tunelab.store.schema import SCHEMA
 
 ECHO = ["echo", "{x}"]
 EVERY_LOAD = [["space"], ["run", "--dry-run"], ["run"]]
@@ -224,6 +225,35 @@ def test_a_new_study_still_starts_in_an_empty_database_file(cli, tmp_path):
     conn = sqlite3.connect(tmp_path / "d" / "tunelab.db")
     assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
     conn.close()
+
+
+
+@pytest.mark.parametrize(("sql", "fragment"), [
+    ("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT);"
+     "INSERT INTO users VALUES (1, 'alice')", "it holds the tables users, and no foms"),
+    ("CREATE TABLE meta (a); CREATE TABLE points (a); CREATE TABLE runs (a);"
+     "CREATE TABLE foms (a); INSERT INTO runs VALUES (1)", "its table meta has no column key"),
+    (SCHEMA + "ALTER TABLE runs RENAME TO runs_real; CREATE VIEW runs AS SELECT * FROM runs_real",
+     "its runs is a view, not a table"),
+])
+def test_another_program_s_database_is_refused_by_every_command_before_any_write(
+        cli, tmp_path, sql, fragment):
+    """``run`` used to add tunelab's tables to another program's database (and start the
+    study over beside earlier runs' files); tables of tunelab's names with other columns
+    made every reader print a traceback."""
+    study = tmp_path / "d"
+    (study / "runs" / "1").mkdir(parents=True)
+    db = study / "tunelab.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(sql)
+    conn.close()
+    before = db.read_bytes()
+    for command in [*READERS, ["run", "s.yaml", "--dir", str(study), "-q"]]:
+        where = [] if command[0] == "run" else [str(study)]
+        answer = cli.run({"s.yaml": command_study(ECHO)}, [command[0], *where, *command[1:]])
+        assert_clean(answer, 2, f"{db}: is not a tunelab results database", fragment)
+    assert db.read_bytes() == before and sorted(p.name for p in study.iterdir()) == [
+        ".tunelab.lock", "runs", "tunelab.db"]  # no -wal, no -shm: nothing was written
 
 
 # --- old and misshapen study files -----------------------------------------------------------

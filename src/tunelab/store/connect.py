@@ -8,7 +8,9 @@ database on a read-only file system), so a study on a read-only medium can still
 
 Every open checks the database first (SQLite's ``quick_check``): a damaged file is refused in
 one line by every command, never read in part or written to; so is a database truncated to
-0 bytes beside the files of earlier runs, which SQLite would take for a new one.
+0 bytes beside the files of earlier runs, which SQLite would take for a new one, and a
+database of another program (:func:`~tunelab.store.schema.foreign_problem`), which ``run``
+would otherwise fill with tunelab's tables.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from urllib.parse import quote
 
 from tunelab.errors import StoreError
 from tunelab.store.database import Store
-from tunelab.store.schema import DB_NAME, REQUIRED_TABLES, create_schema
+from tunelab.store.schema import DB_NAME, REQUIRED_TABLES, create_schema, foreign_problem
 
 RUNS_DIR = "runs"
 """Where a study's runs leave their files (``runs/<point>/r<repeat>``)."""
@@ -46,6 +48,7 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
         conn = sqlite3.connect(path, timeout=30)
         if path.stat().st_size:
             _check_intact(conn, path)
+            _check_tunelab(conn, path, writing=True)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
@@ -90,6 +93,14 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
                          f"SQLite can still read with: sqlite3 {path} .recover")
 
 
+def _check_tunelab(conn: sqlite3.Connection, path: Path, *, writing: bool) -> None:
+    """Refuse a database that another program wrote, before anything reads or writes it."""
+    problem = foreign_problem(conn, writing=writing)
+    if problem is not None:
+        raise StoreError(f"{path}: is not a tunelab results database ({problem}); nothing "
+                         "was read or changed. Move it away, or use another study directory")
+
+
 def _connect_readonly(path: Path) -> sqlite3.Connection:
     """A read-only connection: ``mode=ro``, or ``immutable=1`` when the directory or the
     medium cannot be written at all (then SQLite takes no locks and reads the file as is)."""
@@ -103,6 +114,7 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
             continue
         try:
             _check_intact(conn, path)
+            _check_tunelab(conn, path, writing=False)
             tables = {row[0] for row in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables >= REQUIRED_TABLES:
@@ -110,8 +122,8 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
                 if not tables and path.stat().st_size == 0:
                     raise StoreError(f"{path}: is empty (0 bytes): no run was recorded, or "
                                      "the results database was truncated")
-                raise StoreError(f"{path}: holds no tunelab results (a database of "
-                                 "something else, or one whose writer never finished)")
+                raise StoreError(f"{path}: holds no tunelab results yet (the run that "
+                                 "created it was stopped before it had made its tables)")
             return conn
         except StoreError:
             conn.close()

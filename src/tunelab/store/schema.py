@@ -40,6 +40,7 @@ older version opened read-only, which no migration has touched.
 from __future__ import annotations
 
 import sqlite3
+from functools import cache
 
 __all__ = [
     "DB_NAME",
@@ -49,6 +50,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STATUSES",
     "create_schema",
+    "foreign_problem",
     "rebuild_runs_table",
     "runs_table_lacks",
 ]
@@ -153,3 +155,54 @@ def rebuild_runs_table(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO runs_new SELECT * FROM runs")
     conn.execute("DROP TABLE runs")
     conn.execute("ALTER TABLE runs_new RENAME TO runs")
+
+
+@cache
+def _columns() -> dict[str, tuple[str, ...]]:
+    """Every table of :data:`SCHEMA` and its columns, those of older versions first."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(SCHEMA)
+        tables = [row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")]
+        return {t: tuple(row[1] for row in conn.execute(f"PRAGMA table_info({t})"))
+                for t in tables}
+    finally:
+        conn.close()
+
+
+def foreign_problem(conn: sqlite3.Connection, *, writing: bool) -> str | None:
+    """Why the database is not one tunelab wrote, or None: it is, or it holds nothing yet
+    (no table, or only some of tunelab's tables, empty: a writer killed while creating them).
+
+    A tunelab database has every table of :data:`REQUIRED_TABLES`, and each of tunelab's
+    tables it has is a table with (at least) the columns of its version (``noise`` gained
+    columns in version 3). Opened ``writing``, a trigger is refused too: tunelab never makes
+    one, and one would change rows that tunelab does not write."""
+    objects = dict(conn.execute(
+        "SELECT name, type FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' AND "
+        "type IN ('table', 'view', 'trigger')").fetchall())
+    expected = _columns()
+    for name, kind in objects.items():
+        if name not in expected:
+            if kind == "trigger" and writing:
+                return (f"it holds the trigger {name}, which tunelab never makes: it would "
+                        "change rows behind tunelab's writes")
+            continue
+        if kind != "table":
+            return f"its {name} is a {kind}, not a table"
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({name})")}
+        lacking = [c for c in expected[name] if c not in have and
+                   not (name == "noise" and c in NOISE_COLUMNS)]
+        if lacking:
+            return f"its table {name} has no column {', '.join(lacking)}"
+    missing = sorted(REQUIRED_TABLES - objects.keys())
+    if not missing:
+        return None
+    others = sorted(n for n, kind in objects.items() if kind == "table" and n not in expected)
+    if others:
+        return f"it holds the tables {', '.join(others[:5])}, and no {', '.join(missing)}"
+    if any(conn.execute(f"SELECT 1 FROM {name} LIMIT 1").fetchone() for name in objects
+           if name in expected):
+        return f"it has no table {', '.join(missing)}"
+    return None
