@@ -256,6 +256,74 @@ def test_another_program_s_database_is_refused_by_every_command_before_any_write
         ".tunelab.lock", "runs", "tunelab.db"]  # no -wal, no -shm: nothing was written
 
 
+
+@pytest.fixture(scope="module")
+def tiny(cli) -> str:
+    """A finished study of two runs, whose store the tests below damage (copies of it)."""
+    text = command_study(printing("v=1.5\n"), params="x: [1, 2]",
+                         options="foms: {v: 'v=(?P<value>\\S+)'}",
+                         extra="objective: {fom: v}\nbaseline: {x: 1}\n")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(answer, 0)
+    conn = sqlite3.connect(Path(answer["dir"], "runs/s/tunelab.db"))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return str(answer["dir"])
+
+
+def _damaged(tiny: str, tmp_path: Path, *sql: str) -> Path:
+    """A copy of the tiny study whose store ``sql`` changed; its database."""
+    study = _copy_study(tiny, tmp_path / "copy")
+    db = study / "runs/s/tunelab.db"
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    conn = sqlite3.connect(db, isolation_level=None)
+    for statement in sql:
+        conn.execute(statement)
+    conn.close()
+    return db
+
+
+INFLIGHT = "INSERT OR REPLACE INTO meta VALUES ('inflight', '{{\"pid\": {}, \"start\": 1}}')"
+
+
+@pytest.mark.parametrize(("sql", "fragment"), [
+    ("UPDATE meta SET value = '{' WHERE key = 'spec'", "meta.value of key 'spec' holds '{'"),
+    ("UPDATE meta SET value = '[1,2]' WHERE key = 'spec'", "key 'spec' holds '[1,2]'"),
+    ("UPDATE meta SET value = '[1]' WHERE key = 'objective'", "key 'objective' holds '[1]'"),
+    ("UPDATE meta SET value = 'abc' WHERE key = 'noise_threshold'",
+     "key 'noise_threshold' holds 'abc' (expected a finite number"),
+    ("UPDATE foms SET value = 'abc' WHERE rowid = 1", "foms.value of run 1, figure 'v' holds "
+                                                      "'abc'"),
+    ("UPDATE foms SET value = x'00ff' WHERE rowid = 1", "figure 'v' holds x'00ff'"),
+    ("UPDATE runs SET repeat = 'abc' WHERE id = 1", "runs.repeat of run 1 holds 'abc'"),
+    ("UPDATE points SET params = '{' WHERE id = 1", "points.params of point 1 holds '{'"),
+    ("UPDATE sysinfo SET snapshot = '{'", "sysinfo.snapshot of snapshot 1 holds '{'"),
+    ("INSERT OR REPLACE INTO noise (run_id, load_before, cpu_list, disturbed) "
+     "VALUES (1, 'abc', 5, 'yes')", "noise.load_before of run 1 holds 'abc'"),
+    ("INSERT INTO jobs VALUES ('t', 'nosuch', 'x', 'active', NULL, 'x', '{')",
+     "jobs.runs of job 't' holds '{'"),
+    (INFLIGHT.format('"abc"'), "key 'inflight' holds '{\"pid\": \"abc\""),
+    (INFLIGHT.format("[1]"), "key 'inflight' holds '{\"pid\": [1]"),
+    (INFLIGHT.format("1e999"), "key 'inflight' holds '{\"pid\": 1e999"),
+    ("PRAGMA ignore_check_constraints = 1; UPDATE runs SET status = 'weird' WHERE id = 1",
+     "runs.status of run 1 holds 'weird' (expected one of ok, failed"),
+])
+def test_a_value_tunelab_never_writes_is_refused_by_every_command(cli, tiny, tmp_path, sql,
+                                                                  fragment):
+    """Stores that pass quick_check but hold what tunelab never writes gave tracebacks (or
+    were shown with exit 0 by the readers and called damaged by run alone)."""
+    db = _damaged(tiny, tmp_path, *sql.split("; "))
+    before = db.read_bytes()
+    for command in [["status"], ["compare"], ["export", "-o", "-"], ["report"],
+                    ["run", "s.yaml", "-q"]]:
+        target = [] if command[0] == "run" else ["runs/s"]
+        answer = cli.run({}, [command[0], *target, *command[1:]], cwd=str(db.parents[2]))
+        assert_clean(answer, 2, "runs/s/tunelab.db: the results database is damaged: ",
+                     fragment, "nothing was read or changed")
+    assert db.read_bytes() == before  # nothing wrote to it
+
+
 # --- old and misshapen study files -----------------------------------------------------------
 
 

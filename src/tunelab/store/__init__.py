@@ -16,7 +16,8 @@ fails (read-only, disk full, I/O error) rolls its transaction back and raises
 study resumes once the cause is fixed.
 
 Import from here; the modules behind it, lowest first: :mod:`~tunelab.store.schema` (tables,
-versions, migrations), :mod:`~tunelab.store.lock` (:class:`StudyLock`),
+versions, migrations), :mod:`~tunelab.store.values` (what each column must hold, checked on
+every open), :mod:`~tunelab.store.lock` (:class:`StudyLock`),
 :mod:`~tunelab.store.frame` (the pandas runs table), :mod:`~tunelab.store.database`
 (:class:`Store`, :class:`RunRecord`, :class:`StoredJob`), :mod:`~tunelab.store.connect`
 (:func:`open_store`).

@@ -6,11 +6,12 @@ up to date (:func:`~tunelab.store.schema.create_schema`). Every other command op
 read-only (SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot work, e.g. a WAL
 database on a read-only file system), so a study on a read-only medium can still be read.
 
-Every open checks the database first (SQLite's ``quick_check``): a damaged file is refused in
-one line by every command, never read in part or written to; so is a database truncated to
-0 bytes beside the files of earlier runs, which SQLite would take for a new one, and a
-database of another program (:func:`~tunelab.store.schema.foreign_problem`), which ``run``
-would otherwise fill with tunelab's tables.
+Every open checks the database first (SQLite's ``quick_check``, then every value against
+what tunelab writes there: :func:`~tunelab.store.values.check_values`): a damaged file is
+refused in one line by every command, never read in part or written to; so is a database
+truncated to 0 bytes beside the files of earlier runs, which SQLite would take for a new one,
+and a database of another program (:func:`~tunelab.store.schema.foreign_problem`), which
+``run`` would otherwise fill with tunelab's tables.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from urllib.parse import quote
 from tunelab.errors import StoreError
 from tunelab.store.database import Store
 from tunelab.store.schema import DB_NAME, REQUIRED_TABLES, create_schema, foreign_problem
+from tunelab.store.values import check_values
 
 RUNS_DIR = "runs"
 """Where a study's runs leave their files (``runs/<point>/r<repeat>``)."""
@@ -49,6 +51,7 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
         if path.stat().st_size:
             _check_intact(conn, path)
             _check_tunelab(conn, path, writing=True)
+            check_values(conn, path)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
@@ -86,6 +89,8 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
     except sqlite3.DatabaseError as exc:
         problem = str(exc)
     if problem is not None:
+        if problem.startswith(("CHECK constraint failed", "NULL value in")):
+            check_values(conn, path)  # a value broke a rule: name it, if it knows the rule
         detail = next((line for line in problem.splitlines() if not line.startswith("***")),
                       problem)
         raise StoreError(f"{path}: the results database is damaged ({detail}); "
@@ -124,6 +129,7 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
                                      "the results database was truncated")
                 raise StoreError(f"{path}: holds no tunelab results yet (the run that "
                                  "created it was stopped before it had made its tables)")
+            check_values(conn, path)
             return conn
         except StoreError:
             conn.close()
