@@ -296,6 +296,9 @@ INFLIGHT = "INSERT OR REPLACE INTO meta VALUES ('inflight', '{{\"pid\": {}, \"st
     ("UPDATE foms SET value = 'abc' WHERE rowid = 1", "foms.value of run 1, figure 'v' holds "
                                                       "'abc'"),
     ("UPDATE foms SET value = x'00ff' WHERE rowid = 1", "figure 'v' holds x'00ff'"),
+    # a store written before the bound the runner applies (report died in numpy's arange)
+    ("UPDATE foms SET value = 1e308", "figure 'v' holds 1e+308 (expected a number of "
+                                      "magnitude 1e-50 to 1e+50, or 0"),
     ("UPDATE runs SET repeat = 'abc' WHERE id = 1", "runs.repeat of run 1 holds 'abc'"),
     ("UPDATE points SET params = '{' WHERE id = 1", "points.params of point 1 holds '{'"),
     ("UPDATE sysinfo SET snapshot = '{'", "sysinfo.snapshot of snapshot 1 holds '{'"),

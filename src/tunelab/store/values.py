@@ -10,7 +10,10 @@ refuses the store in one line naming the table, column, row and value, before an
 or writes it, for every command alike.
 
 The rules are SQL (one scan of each table, values decoded in Python only for the few meta
-keys and for the one row at fault), so a large store costs a fraction of a second.
+keys and for the one row at fault), so a large store costs a fraction of a second. Figures of
+merit are held to the bounds the runner applies when it stores them
+(:attr:`LIMITS.fom_magnitude <tunelab.limits.Limits.fom_magnitude>`): a store written before
+that bound with a larger one is refused, not fed to statistics that overflow on it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def _json(kind: str) -> str:
 _NUMBER = "typeof({c}) IN ('integer', 'real') AND abs(CAST({c} AS REAL)) <= 1.7e308"
 _TEXT = "typeof({c}) = 'text'"
 _WHOLE = "typeof({c}) = 'integer' AND {c} >= 0"
+_TOP = LIMITS.fom_magnitude
 
 _TABLES: dict[str, tuple[str, list[_Rule]]] = {
     # table: (SQL naming a row, rules)
@@ -76,7 +80,10 @@ _TABLES: dict[str, tuple[str, list[_Rule]]] = {
     ]),
     "foms": ("'run ' || run_id || ', figure ' || quote(name)", [
         _Rule("name", _TEXT, "a figure of merit's name: text"),
-        _Rule("value", _NUMBER, "a finite number"),
+        _Rule("value", f"typeof({{c}}) IN ('integer', 'real') AND (CAST({{c}} AS REAL) = 0 OR "
+                       f"abs(CAST({{c}} AS REAL)) BETWEEN {1 / _TOP!r} AND {_TOP!r})",
+              f"a number of magnitude {1 / _TOP:g} to {_TOP:g}, or 0, the bounds tunelab "
+              "stores figures of merit within"),
     ]),
     "sysinfo": ("'snapshot ' || id", [
         _Rule("snapshot", _json("object"), "a machine snapshot: a JSON object"),
