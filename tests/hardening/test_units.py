@@ -240,3 +240,30 @@ def test_a_scheduler_command_that_cannot_be_executed_is_a_launch_error(tmp_path)
     sbatch.write_text("#!/bin/sh\n")  # not executable
     with pytest.raises(LaunchError, match="cannot run .*sbatch.*: Permission denied"):
         scheduler_call([str(sbatch)])
+
+
+@pytest.mark.parametrize("write", [False, True])
+def test_a_store_another_process_holds_locked_is_called_locked_not_damaged(tmp_path,
+                                                                          monkeypatch, write):
+    """A lock held past the wait was reported as damage, with advice (restore a copy,
+    .recover) that could make a user throw away a healthy store."""
+    import sqlite3
+
+    from tunelab.store import connect, open_store
+
+    open_store(tmp_path, create=True).close()
+    monkeypatch.setattr(connect, "BUSY_TIMEOUT_S", 0.05)
+    holder = sqlite3.connect(tmp_path / "tunelab.db", isolation_level=None)
+    try:
+        holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        holder.execute("UPDATE meta SET value = value")
+        with pytest.raises(StoreError) as caught:
+            open_store(tmp_path, write=write)
+    finally:
+        holder.close()
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'tunelab.db'}: another process holds the results "
+                              "database locked"), message
+    assert "damaged" not in message and ".recover" not in message and "\n" not in message
+    open_store(tmp_path, write=write).close()  # healthy once the lock is gone

@@ -27,6 +27,8 @@ from tunelab.store.values import check_values
 
 RUNS_DIR = "runs"
 """Where a study's runs leave their files (``runs/<point>/r<repeat>``)."""
+BUSY_TIMEOUT_S = 30.0
+"""How long opening a store waits for another process's lock on the database."""
 
 __all__ = ["open_store"]
 
@@ -47,7 +49,7 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
         raise StoreError(f"cannot create {study_dir}: {exc.strerror or exc}") from None
     _refuse_truncated(path)
     try:
-        conn = sqlite3.connect(path, timeout=30)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
         if path.stat().st_size:
             _check_intact(conn, path)
             _check_tunelab(conn, path, writing=True)
@@ -57,6 +59,8 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
         conn.execute("PRAGMA foreign_keys=ON")
         create_schema(conn)
     except sqlite3.Error as exc:
+        if _is_locked(exc):
+            raise _locked(path) from None
         raise StoreError(f"{path}: cannot open the results database for writing: {exc}") \
             from None
     except StoreError:
@@ -87,6 +91,8 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
         row = conn.execute("PRAGMA quick_check(1)").fetchone()
         problem = None if row is not None and row[0] == "ok" else str(row[0] if row else "?")
     except sqlite3.DatabaseError as exc:
+        if _is_locked(exc):
+            raise _locked(path) from None
         problem = str(exc)
     if problem is not None:
         if problem.startswith(("CHECK constraint failed", "NULL value in")):
@@ -96,6 +102,18 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
         raise StoreError(f"{path}: the results database is damaged ({detail}); "
                          "nothing was read or changed. Restore it from a copy, or save what "
                          f"SQLite can still read with: sqlite3 {path} .recover")
+
+
+def _is_locked(exc: sqlite3.Error) -> bool:
+    """Whether SQLite gave up waiting for another connection's lock (not a damaged file)."""
+    return getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _locked(path: Path) -> StoreError:
+    return StoreError(f"{path}: another process holds the results database locked (waited "
+                      f"{BUSY_TIMEOUT_S:g} s): another tunelab run, or a program such as sqlite3 "
+                      "in the middle of a transaction; nothing was read or changed. Wait for it "
+                      f"to finish, or find it with: fuser -v {path}")
 
 
 def _check_tunelab(conn: sqlite3.Connection, path: Path, *, writing: bool) -> None:
@@ -113,7 +131,7 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     problem: sqlite3.Error | None = None
     for options in ("mode=ro", "mode=ro&immutable=1"):
         try:
-            conn = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=30)
+            conn = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=BUSY_TIMEOUT_S)
         except sqlite3.Error as exc:
             problem = exc
             continue
@@ -136,6 +154,8 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
             raise
         except sqlite3.DatabaseError as exc:
             conn.close()
+            if _is_locked(exc):
+                raise _locked(path) from None
             problem = exc
             if "not a database" in str(exc) or "malformed" in str(exc):
                 break
