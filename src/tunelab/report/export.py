@@ -2,7 +2,9 @@
 
 CSV and Parquet hold the flat runs table (one column per parameter and per figure of merit,
 ``fom.<name>``). JSON holds one object per run with the point as an object and the figures
-of merit under ``foms`` — never JSON inside a string.
+of merit under ``foms`` — never JSON inside a string. A Parquet column holds one type: a
+column whose values have none in common (a parameter ``[1, fast]``) or an integer beyond
+64 bits is written as strings (:func:`parquet_frame`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from tunelab.report.output import json_safe
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["export_runs", "run_records"]
+__all__ = ["export_runs", "parquet_frame", "run_records"]
 
 _RUN_FIELDS = ("run_id", "repeat", "status", "reason", "rc", "wall_s", "started_at",
                "ended_at", "host")
@@ -51,18 +53,44 @@ def export_runs(directory: Path, fmt: str, path: Path | None) -> int:
         elif fmt == "csv":
             _write(path, frame.to_csv(index=False))
         elif fmt == "parquet":
+            table = parquet_frame(frame)
             if path is None:
                 sys.stdout.flush()
-                frame.to_parquet(sys.stdout.buffer, index=False)
+                table.to_parquet(sys.stdout.buffer, index=False)
                 sys.stdout.buffer.flush()
             else:
-                frame.to_parquet(path, index=False)
+                table.to_parquet(path, index=False)
         else:
             raise TunelabError(f"unknown export format {fmt!r}; valid: csv, parquet, json")
     except OSError as exc:
         raise TunelabError(f"cannot write {path or 'standard output'}: "
                            f"{exc.strerror or exc}") from None
     return len(frame)
+
+
+def parquet_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each column Parquet cannot hold as one type written as strings.
+
+    A study's parameter may list values of several types (``[1, fast]``, ``[0, true]``) or
+    integers beyond 64 bits (``99999999999999999999``): pyarrow refuses such a column, so
+    its values become their text (``'1'``, ``'fast'``; missing values stay null). Other
+    columns keep their types."""
+    import pyarrow as pa  # on use: only the parquet export needs it
+
+    out = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype != object:
+            continue
+        try:
+            pa.array(frame[column], from_pandas=True)
+        except (pa.ArrowException, OverflowError):
+            out[column] = frame[column].map(_as_text).astype(object)
+    return out
+
+
+def _as_text(value: Any) -> str | None:
+    """``value`` as text for a string column; None for a missing value (None or NaN)."""
+    return None if value is None or value != value else str(value)
 
 
 def _write(path: Path | None, text: str) -> None:
