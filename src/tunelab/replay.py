@@ -33,11 +33,13 @@ from tunelab.errors import ParseError, StoreError, TunelabError
 from tunelab.search.base import RunStrategy
 from tunelab.space import Point, Space
 from tunelab.workload import (
+    WALL_FOM,
     Command,
     Objective,
     RunContext,
     Workload,
     WorkloadOptions,
+    fom_name_problem,
     last_json_object,
 )
 
@@ -97,9 +99,12 @@ class ReplayOptions(WorkloadOptions):
     @field_validator("fom")
     @classmethod
     def _not_wall_s(cls, value: str) -> str:
-        if value == "wall_s":
+        if value == WALL_FOM:
             raise ValueError("'wall_s' is what tunelab measures of the replay itself; name the "
                              f"recorded figure differently, e.g. {REPLAYED_WALL_S!r}")
+        problem = fom_name_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 
@@ -220,6 +225,10 @@ class ReplayWorkload(Workload):
     @property
     def objective(self) -> Objective:
         return Objective(self.opts.fom, self.opts.direction)
+
+    def declared_foms(self) -> frozenset[str]:
+        """The one recorded figure every run answers with."""
+        return frozenset({self.opts.fom})
 
     def constants(self) -> dict[str, Any]:
         return dict(self.opts.constants)

@@ -12,6 +12,10 @@ Rules for implementers:
   holds no usable figure of merit; the run is then recorded as ``failed`` with that reason.
 * ``rules`` are constraints the workload imposes on every study (for example pw.x's ``npool``
   must divide ``np``); they are checked exactly like a study's own constraints.
+* ``declared_foms`` names the FOMs ``parse`` can return, when they are known before any run;
+  a study whose objective is none of them (nor ``wall_s``) is then refused at load. No FOM
+  of a workload may be named ``wall_s`` (:data:`ENGINE_FOMS`: the engine records it itself)
+  or be empty (:func:`fom_name_problem`).
 * ``invariants`` name FOMs that must agree across all runs of a study (for example the total
   energy of a pw.x input); a run whose value differs from the study's reference by more than
   the tolerance is recorded as ``invalid``.
@@ -49,11 +53,27 @@ from tunelab.limits import LIMITS
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ENTRY_POINT_GROUP", "WORK_KINDS", "Command", "Needs", "Objective", "RunContext",
-           "Work", "Workload", "WorkloadOptions", "available_workloads", "get_workload",
-           "last_json_object"]
+__all__ = ["ENGINE_FOMS", "ENTRY_POINT_GROUP", "WALL_FOM", "WORK_KINDS", "Command", "Needs",
+           "Objective", "RunContext", "Work", "Workload", "WorkloadOptions",
+           "available_workloads", "fom_name_problem", "get_workload", "last_json_object"]
 
 Direction = Literal["minimize", "maximize"]
+
+WALL_FOM = "wall_s"
+"""The FOM the engine records of every run itself: the wall time it measured, in seconds."""
+ENGINE_FOMS = frozenset({WALL_FOM})
+"""Every FOM name the engine writes itself (whatever the workload parsed under that name
+would be replaced): no workload's own FOM may take one."""
+
+
+def fom_name_problem(name: str) -> str | None:
+    """Why a workload's own figure of merit may not be called ``name``, or None."""
+    if not name.strip():
+        return "a FOM name must not be empty or blank"
+    if name in ENGINE_FOMS:
+        return ("the name is reserved: tunelab records the wall time it measures of every "
+                "run under it; call this figure something else")
+    return None
 
 
 _FLOAT_DIGITS = 300
@@ -274,7 +294,13 @@ class Workload(ABC):
     @property
     def objective(self) -> Objective:
         """The default objective when the study file names none."""
-        return Objective("wall_s", "minimize")
+        return Objective(WALL_FOM, "minimize")
+
+    def declared_foms(self) -> frozenset[str] | None:
+        """The FOM names :meth:`parse` can return, when they are known before any run;
+        None (the default) when they are not (e.g. every number of a JSON line). A study
+        whose objective is neither one of them nor in :data:`ENGINE_FOMS` is refused."""
+        return None
 
     def default_space(self) -> dict[str, Any]:
         """Parameters (in study-file form) used when the study file names none."""

@@ -9,6 +9,8 @@ Every case runs the real command line (in the worker process, see ``worker.py``)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -31,3 +33,28 @@ def test_parquet_export_writes_a_column_of_mixed_or_huge_values_as_strings(cli, 
     assert_clean(answer, 0)
     frame = pd.read_parquet(f"{ran['dir']}/runs.parquet")
     assert sorted(frame["x"]) == sorted(text) and frame["status"].tolist() == ["ok", "ok"]
+
+
+# --- FOM names: reserved, empty, unknown -----------------------------------------------------
+
+
+@pytest.mark.parametrize("command", EVERY_LOAD)
+@pytest.mark.parametrize(("foms", "fragment"), [
+    ("{wall_s: 'wall_s=(?P<value>\\S+)'}", "FOM 'wall_s': the name is reserved"),
+    ("{'': 'wall_s=(?P<value>\\S+)'}", "FOM '': a FOM name must not be empty"),
+])
+def test_a_fom_the_engine_records_itself_or_an_empty_name_is_refused(cli, command, foms,
+                                                                     fragment):
+    text = command_study(["echo", "wall_s=1e40"], options=f"foms: {foms}")
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, "s.yaml:2: workload 'command' option 'foms'", fragment)
+
+
+@pytest.mark.parametrize("command", EVERY_LOAD)
+def test_an_objective_the_workload_never_produces_is_refused_before_any_run(cli, command):
+    text = command_study(["echo", "v=5"], options="foms: {v: 'v=(?P<value>\\d)'}",
+                         extra="objective: {fom: nosuch}\n")
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, "s.yaml:6: 'objective.fom' 'nosuch': workload 'command' produces "
+                            "no such figure of merit; it produces v, wall_s")
+    assert not (Path(answer["dir"]) / "runs").exists()  # nothing ran, no store was made

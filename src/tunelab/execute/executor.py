@@ -53,6 +53,7 @@ from tunelab.execute.reasons import MESSAGE_CHARS, failure_reason, printable
 from tunelab.execute.study import run_dir_of
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store
+from tunelab.workload import ENGINE_FOMS, WALL_FOM
 
 if TYPE_CHECKING:
     from tunelab.execute.study import Study
@@ -472,7 +473,7 @@ class Executor:
         else:
             check_run_dir(run_dir, run_dir / "stdout.txt", run_dir / "stderr.txt")
             status, reason, foms = parse_run(study, outcome.rc, run_dir)
-        foms = {**foms, "wall_s": outcome.wall_s}
+        foms = {**foms, WALL_FOM: outcome.wall_s}
         if status == "ok":
             status, reason = check_invariants(study, self.store, foms)
         self.done.add((key, repeat))
@@ -506,7 +507,7 @@ def parse_run(study: Study, rc: int | None,
         return "failed", failure_reason(rc, stdout, stderr), foms
     if not_finite is not None:
         return "failed", not_finite, foms
-    if study.objective.fom != "wall_s" and study.objective.fom not in foms:
+    if study.objective.fom not in ENGINE_FOMS and study.objective.fom not in foms:
         have = ", ".join(sorted(foms)) or "none"
         return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "
                           f"parsed: {have}"), foms

@@ -32,7 +32,7 @@ from tunelab.search import (
 )
 from tunelab.space import Point, Space
 from tunelab.spec import ENV_AXIS, ConstraintSpec, StudySpec
-from tunelab.workload import Objective, RunContext, Workload, get_workload
+from tunelab.workload import ENGINE_FOMS, Objective, RunContext, Workload, get_workload
 
 __all__ = ["Study", "describe_commands", "located", "point_dir_name", "prepare_study",
            "run_dir_of", "shell_quote"]
@@ -159,6 +159,10 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
                              f"{reason}")
     objective = workload.objective
     if spec.objective_fom is not None:
+        problem = _objective_problem(spec.objective_fom, workload)
+        if problem:
+            raise StudyError(f"{spec.where('objective', 'fom')}: 'objective.fom' "
+                             f"{spec.objective_fom!r}: {problem}")
         objective = Objective(spec.objective_fom, spec.objective_direction or "minimize")
     adaptive = True
     points: list[Point] = []
@@ -218,6 +222,19 @@ def _space_where(spec: StudySpec, exc: SpaceError) -> str:
                 return spec.where("constraints", index)
         return spec.where("workload", "name")
     return spec.where("parameters")
+
+
+def _objective_problem(fom: str, workload: Workload) -> str | None:
+    """Why no run of ``workload`` can give the objective ``fom`` (a blank name, or one
+    the workload declares it never produces), or None."""
+    if not fom.strip():
+        return "a FOM name must not be empty or blank"
+    declared = workload.declared_foms()
+    if declared is None or fom in declared or fom in ENGINE_FOMS:
+        return None
+    names = sorted(declared | ENGINE_FOMS)
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    return f"workload {workload.name!r} produces no such figure of merit; it produces {shown}"
 
 
 def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, Any]:

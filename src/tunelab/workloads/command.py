@@ -44,11 +44,13 @@ from tunelab.errors import ParseError, WorkloadError
 from tunelab.expr import Expression, ExpressionError
 from tunelab.limits import LIMITS
 from tunelab.workload import (
+    WALL_FOM,
     Command,
     RunContext,
     Work,
     Workload,
     WorkloadOptions,
+    fom_name_problem,
     last_json_object,
 )
 from tunelab.workloads.regexsize import expanded_size
@@ -73,7 +75,7 @@ class CommandWork(BaseModel):
     bytes_moved: str | None = None
     bytes_exchanged: str | None = None
     bytes_read: str | None = None
-    seconds: str = "wall_s"
+    seconds: str = WALL_FOM
     precision: Literal["fp32", "bf16", "fp16", "tf32"] = "fp32"
     threads: str | None = None
     stack: str | None = None
@@ -130,6 +132,9 @@ class CommandOptions(WorkloadOptions):
     def _regexes_compile(cls, foms: dict[str, str]) -> dict[str, str]:
         budget = LIMITS.regex_size
         for name, pattern in foms.items():
+            problem = fom_name_problem(name)
+            if problem:
+                raise ValueError(f"FOM {name!r}: {problem}")
             size = expanded_size(pattern, budget)
             if size > budget:
                 raise ValueError(
@@ -206,6 +211,11 @@ class CommandWorkload(Workload):
                 if field_name is not None:
                     found.add(field_name)
         return found
+
+    def declared_foms(self) -> frozenset[str] | None:
+        """The names of the FOM regexes; None with ``json_line`` (its names are the JSON
+        line's, known only once a run printed it)."""
+        return None if self.options.json_line else frozenset(self.options.foms)
 
     def validate(self, names: frozenset[str]) -> None:
         unknown = sorted(self.placeholders() - names)

@@ -31,7 +31,7 @@ from tunelab.workload import (
     last_json_object,
 )
 
-__all__ = ["FOMS", "DDPOptions", "DDPWorkload"]
+__all__ = ["FOM_FLAGS", "FOMS", "DDPOptions", "DDPWorkload"]
 
 #: Numeric figures of merit read from the benchmark's JSON line.
 FOMS = (
@@ -50,6 +50,8 @@ FOMS = (
     # GPU energy over the timed steps (NVML; absent without it)
     "energy_J", "energy_J_per_sample", "power_W",
 )
+#: Yes/no facts of the JSON line, recorded as FOMs 1.0 or 0.0 (always present).
+FOM_FLAGS = ("compute_emulated", "gpu", "input_bound", "amp")
 
 
 class DDPOptions(WorkloadOptions):
@@ -116,6 +118,10 @@ class DDPWorkload(Workload):
     def objective(self) -> Objective:
         """Samples per second, maximised."""
         return Objective("throughput", "maximize")
+
+    def declared_foms(self) -> frozenset[str]:
+        """:data:`FOMS` and :data:`FOM_FLAGS`: all that :meth:`parse` reads of the JSON line."""
+        return frozenset(FOMS) | frozenset(FOM_FLAGS)
 
     def default_space(self) -> dict[str, Any]:
         """Worker counts 1, 2 on one node."""
@@ -247,7 +253,7 @@ class DDPWorkload(Workload):
             foms = {name: float(record[name]) for name in FOMS
                     if isinstance(record.get(name), int | float)
                     and not isinstance(record.get(name), bool)}
-            for flag in ("compute_emulated", "gpu", "input_bound", "amp"):
+            for flag in FOM_FLAGS:
                 foms[flag] = 1.0 if record.get(flag) else 0.0
             if "throughput" not in foms:
                 raise ParseError("the ddp result line has no throughput")

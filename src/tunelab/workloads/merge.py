@@ -97,6 +97,10 @@ class MergeWorkload(Workload):
     def objective(self) -> Objective:
         return Objective("throughput", "maximize")
 
+    def declared_foms(self) -> frozenset[str]:
+        """:data:`FOMS`: all that :meth:`parse` reads of the JSON line."""
+        return frozenset(FOMS)
+
     def default_space(self) -> dict[str, Any]:
         return {"transport": ["mpi", "tcp"]}
 
