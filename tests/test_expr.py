@@ -49,3 +49,25 @@ def test_unknown_name_and_division_by_zero_are_expression_errors():
         Expression.parse("y + 1").evaluate({})
     with pytest.raises(ExpressionError, match="failed"):
         Expression.parse("1 // x").evaluate({"x": 0})
+
+
+@pytest.mark.parametrize("source", ["(-1) ** 0.5", "abs(x ** 0.5)", "(x ** 0.5) == 0",
+                                    "x ** 1.5 > 0 or True"])
+def test_a_complex_number_is_an_evaluation_error_wherever_it_appears(source):
+    with pytest.raises(ExpressionError, match=r"is a complex number \(a negative number to a "
+                                              r"fractional power\)"):
+        Expression.parse(source).evaluate({"x": -4})
+
+
+@pytest.mark.parametrize(("source", "kind"), [("(1, 2)", "tuple"), ("None", "NoneType"),
+                                              ("x if x > 9 else None", "NoneType")])
+def test_a_value_that_is_no_number_string_or_boolean_is_an_error(source, kind):
+    with pytest.raises(ExpressionError, match=f"gives .*, a {kind}: an expression's value must "
+                                              "be a number, string or boolean"):
+        Expression.parse(source).evaluate({"x": 1})
+
+
+@pytest.mark.parametrize(("source", "expected"), [("x ** 0.5", 2.0), ("x in (4, 5)", True),
+                                                  ("'a' * 2", "aa"), ("not x", False)])
+def test_real_numbers_strings_and_booleans_are_values(source, expected):
+    assert Expression.parse(source).evaluate({"x": 4}) == expected

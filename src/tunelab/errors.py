@@ -52,7 +52,14 @@ class SpaceError(TunelabError):
 
 
 class WorkloadError(TunelabError):
-    """An unknown workload, an invalid workload option or a missing executable."""
+    """An unknown workload, an invalid workload option or a missing executable.
+
+    ``option`` is the path of the workload option at fault in ``workload.options``, when
+    one is (``("argv", 1)``), so that the error can be located in the study file."""
+
+    def __init__(self, message: str, option: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 class ParseError(WorkloadError):

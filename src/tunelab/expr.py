@@ -12,6 +12,10 @@ that could grow them (``**``, ``*``, ``+``), so ``((10**64)**64)**64`` or ``'a' 
 is refused at once instead of exhausting the CPU or the memory; so is ``round(x, -10**9)``
 (the digits ``round`` rounds to are bounded like the integers). ``%`` on a string (printf
 formatting, which can pad to any width) is not allowed.
+
+Values are those of the study language: an expression's value is a number, a string or a
+boolean (tuples only inside it, for ``in``); a complex number (``(-1) ** 0.5``) is an
+evaluation error wherever it appears, like ``sqrt(-1)``.
 """
 
 from __future__ import annotations
@@ -135,13 +139,19 @@ class Expression:
         return cls(source.strip(), tree, frozenset(names))
 
     def evaluate(self, values: Mapping[str, Any]) -> Any:
-        """Evaluate with ``values`` bound to names; errors become :class:`ExpressionError`."""
+        """Evaluate with ``values`` bound to names: a number, string or boolean. Errors, and a
+        value of any other type (a tuple, None), become :class:`ExpressionError`."""
         try:
-            return _bounded(_eval(self.tree.body, values))
+            value = _bounded(_eval(self.tree.body, values))
         except ExpressionError:
             raise
         except (ArithmeticError, TypeError, ValueError) as exc:
             raise ExpressionError(f"{_shorten(self.source)!r} failed: {exc}") from None
+        if not isinstance(value, int | float | str):  # bool is an int
+            raise ExpressionError(f"{_shorten(self.source)!r} gives {_shorten(repr(value))}, "
+                                  f"a {type(value).__name__}: an expression's value must be a "
+                                  "number, string or boolean")
+        return value
 
 
 def _shorten(source: str, width: int = 80) -> str:
@@ -168,7 +178,11 @@ def _check_size(tree: ast.AST, shown: str) -> None:
 
 
 def _bounded(value: Any) -> Any:
-    """``value``, or ExpressionError when it is an integer or sequence over the limits."""
+    """``value``, or ExpressionError when it is an integer or sequence over the limits, or a
+    complex number (which no study value is)."""
+    if isinstance(value, complex):
+        raise ExpressionError(f"{_shorten(repr(value))} is a complex number (a negative number "
+                              "to a fractional power); expressions compute real numbers only")
     if isinstance(value, int) and value.bit_length() > LIMITS.integer_bits:
         raise ExpressionError(f"an integer larger than {LIMITS.integer_bits} bits")
     if isinstance(value, str | tuple) and len(value) > LIMITS.string_chars:

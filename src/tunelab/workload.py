@@ -332,6 +332,13 @@ class Workload(ABC):
         constants (``env`` when it has environment sets). Called before anything runs (also
         by ``tunelab space`` and ``--dry-run``)."""
 
+    def check_values(self, values: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`~tunelab.errors.WorkloadError` (with the ``option`` at fault) when a
+        point's ``values`` (parameters and derived values) cannot make this workload's
+        command, e.g. a format that does not fit a value's type. Called for every point
+        known before the study runs (also by ``tunelab space`` and ``--dry-run``), so all
+        three refuse such a point alike; it must start nothing and write nothing."""
+
     def check(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Raise :class:`~tunelab.errors.WorkloadError` if the workload cannot run here
         (missing executable, missing input file). Called once before a study starts."""

@@ -58,3 +58,31 @@ def test_an_objective_the_workload_never_produces_is_refused_before_any_run(cli,
     assert_clean(answer, 2, "s.yaml:6: 'objective.fom' 'nosuch': workload 'command' produces "
                             "no such figure of merit; it produces v, wall_s")
     assert not (Path(answer["dir"]) / "runs").exists()  # nothing ran, no store was made
+
+
+# --- values outside the study language: complex numbers, formats that do not fit -------------
+
+
+@pytest.mark.parametrize("command", EVERY_LOAD)
+@pytest.mark.parametrize(("extra", "line", "fragment"), [
+    ("derived: {c: '(-1) ** 0.5'}\n", 6, "derived value 'c' cannot be computed: "),
+    ("constraints: ['(-1) ** 0.5']\n", 6, "constraint '(-1) ** 0.5' cannot be evaluated: "),
+    ("constraints: ['(x, x)']\n", 6, "gives (1, 1), a tuple: an expression's value must be"),
+])
+def test_an_expression_whose_value_is_complex_is_refused_alike_everywhere(cli, command, extra,
+                                                                          line, fragment):
+    text = command_study(["echo", "{x}"], params="x: [1, 2]", extra=extra)
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, f"s.yaml:{line}: no valid point", fragment)
+    if "tuple" not in fragment:
+        assert "is a complex number" in answer["stderr"]
+
+
+@pytest.mark.parametrize("command", EVERY_LOAD)
+def test_a_format_that_does_not_fit_a_derived_value_is_refused_alike_everywhere(cli, command):
+    text = ("name: s\nworkload:\n  name: command\n  options:\n    argv:\n      - echo\n"
+            "      - '{c:>5d}'\nparameters: {x: [1, 2]}\nderived: {c: 'x / 2'}\n"
+            "repeats: 1\ntimeout: 60\n")
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, "s.yaml:7: workload 'command': point x=1: argv[1] '{c:>5d}' "
+                            "cannot format c=0.5: Unknown format code 'd'")

@@ -181,6 +181,7 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
                 points.insert(0, baseline)
     except SpaceError as exc:
         raise StudyError(f"{_space_where(spec, exc)}: {exc}") from None
+    _check_values(spec, workload, space, points)
     if repeats is not None:  # a fixed count from the command line
         spec = spec.model_copy(update={"repeats": repeats, "auto_repeats": None})
     if spec.auto_repeats is not None and (adaptive or spec.strategy in RUN_STRATEGIES):
@@ -222,6 +223,19 @@ def _space_where(spec: StudySpec, exc: SpaceError) -> str:
                 return spec.where("constraints", index)
         return spec.where("workload", "name")
     return spec.where("parameters")
+
+
+def _check_values(spec: StudySpec, workload: Workload, space: Space,
+                  points: list[Point]) -> None:
+    """Refuse a point known before the study runs whose values cannot make the workload's
+    command (``space``, ``--dry-run`` and ``run`` alike), at the option at fault."""
+    for point in points:
+        try:
+            workload.check_values(space.values(point))
+        except WorkloadError as exc:
+            where = spec.where("workload", "options", *exc.option)
+            raise StudyError(f"{where}: workload {spec.workload!r}: point {point.label()}: "
+                             f"{exc}") from None
 
 
 def _objective_problem(fom: str, workload: Workload) -> str | None:

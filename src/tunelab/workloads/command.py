@@ -243,21 +243,36 @@ class CommandWorkload(Workload):
                 raise WorkloadError(f"workload 'command': working directory (cwd) {cwd} "
                                     "does not exist or is not a directory")
 
+    def check_values(self, values: Mapping[str, Any]) -> None:
+        """Refuse values the argv templates cannot format (``{c:>5d}`` of a float)."""
+        self._argv(values)
+
     def command(self, ctx: RunContext) -> Command:
-        values: dict[str, Any] = dict(ctx.values)
+        try:
+            argv = self._argv(ctx.values)
+        except WorkloadError as exc:
+            raise WorkloadError(f"workload 'command': {exc}", exc.option) from None
+        return Command(argv=tuple(argv), env=dict(self.options.env), cwd=self._cwd(ctx.run_dir))
+
+    def _argv(self, values: Mapping[str, Any]) -> list[str]:
+        """The argv templates filled with ``values``; WorkloadError naming the argument and
+        the values it cannot format."""
+        scope: dict[str, Any] = dict(values)
         argv = []
         for index, arg in enumerate(self.options.argv):
             try:
-                argv.append(arg.format_map(values))
+                argv.append(arg.format_map(scope))
             except KeyError as exc:
                 raise WorkloadError(
-                    f"workload 'command': argv placeholder {{{exc.args[0]}}} is not a "
-                    f"parameter or derived value; known: {', '.join(sorted(values))}"
-                ) from None
-            except (ValueError, TypeError) as exc:
-                raise WorkloadError(f"workload 'command': argv[{index}] {arg!r} cannot format "
-                                    f"these values: {exc}") from None
-        return Command(argv=tuple(argv), env=dict(self.options.env), cwd=self._cwd(ctx.run_dir))
+                    f"argv placeholder {{{exc.args[0]}}} is not a parameter or derived value; "
+                    f"known: {', '.join(sorted(scope))}", ("argv", index)) from None
+            except (ValueError, TypeError, OverflowError) as exc:
+                used = sorted({name for _, name, _, _ in string.Formatter().parse(arg)
+                               if name in scope})
+                shown = " ".join(f"{name}={scope[name]!r}" for name in used)
+                raise WorkloadError(f"argv[{index}] {arg!r} cannot format {shown}: {exc}",
+                                    ("argv", index)) from None
+        return argv
 
     @classmethod
     def work(cls, options: Mapping[str, Any], values: Mapping[str, Any],
