@@ -96,3 +96,20 @@ def test_empty_space_is_an_error_naming_the_constraint():
 def test_unknown_name_in_constraint():
     with pytest.raises(SpaceError, match="unknown name 'npol'"):
         Space([("np", (1,))], constraints=rules("np % npol == 0"))
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0, "x=0"), ("0", "x='0'"), (1.5, "x=1.5"), ("1.5", "x='1.5'"), ("1e3", "x='1e3'"),
+    (True, "x=True"), ("True", "x='True'"), ("None", "x='None'"), ("", "x=''"),
+    ("a b", "x='a b'"), ("fast", "x=fast"), ("nan", "x='nan'"), ("v1", "x=v1"),
+])
+def test_a_label_tells_a_string_that_reads_as_another_value_apart(value, text):
+    from tunelab.report.formats import point_label
+
+    assert Point({"x": value}).label() == text
+    assert point_label({"x": value}) == text  # the reports write the same
+
+
+def test_an_int_and_a_string_of_the_same_digits_label_differently():
+    labels = {Point({"x": v}).label() for v in (0, "0", 0.0, False)}
+    assert len(labels) == 4

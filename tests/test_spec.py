@@ -130,3 +130,31 @@ def test_identity_ignores_repeats(write_study):
     b = load_study(write_study(HEAD + "parameters: {np: [1]}\nrepeats: 9\n", "b.yaml"))
     c = load_study(write_study(HEAD + "parameters: {np: [1, 2]}\n", "c.yaml"))
     assert a.identity_hash() == b.identity_hash() != c.identity_hash()
+
+
+@pytest.mark.parametrize(("section", "name", "why"), [
+    ("parameters", "True", "expressions read True as the constant, never as the parameter"),
+    ("parameters", "None", "expressions read None as the constant"),
+    ("parameters", "False", "expressions read False as the constant"),
+    ("parameters", "if", "'if' is a Python keyword, which no expression can use as a name"),
+    ("parameters", "lambda", "is a Python keyword"),
+    ("derived", "None", "never as the derived value"),
+    ("derived", "in", "'in' is a Python keyword"),
+])
+def test_a_name_expressions_cannot_read_is_refused_with_its_line(write_study, section, name,
+                                                                  why):
+    body = (f"parameters:\n  '{name}': [1, 2]\n" if section == "parameters" else
+            f"parameters:\n  np: [1, 2]\nderived:\n  '{name}': np * 2\n")
+    path = write_study(HEAD + body)
+    line = 6 if section == "parameters" else 8
+    kind = "parameter" if section == "parameters" else "derived value"
+    with pytest.raises(StudyError) as err:
+        load_study(path)
+    assert str(err.value).startswith(f"{path}:{line}: {kind} {name!r} cannot be named so: ")
+    assert why in str(err.value) and "rename it" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["match", "case", "type", "true", "none_", "If"])
+def test_soft_keywords_and_look_alikes_stay_valid_names(write_study, name):
+    spec = load_study(write_study(HEAD + f"parameters:\n  '{name}': [1, 2]\n"))
+    assert spec.parameters[0].name == name

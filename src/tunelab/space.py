@@ -28,7 +28,7 @@ from typing import Any
 from tunelab.errors import SpaceError
 from tunelab.expr import Expression, ExpressionError
 from tunelab.limits import LIMITS
-from tunelab.spec import ENV_AXIS, ConstraintSpec, Scalar, StudySpec
+from tunelab.spec import ENV_AXIS, ConstraintSpec, Scalar, StudySpec, value_text
 
 __all__ = ["Point", "Space", "SpaceSummary"]
 
@@ -76,8 +76,9 @@ class Point(Mapping[str, Scalar]):
         return f"Point({', '.join(f'{k}={v!r}' for k, v in self._items)})"
 
     def label(self) -> str:
-        """Short human form: ``np=2 npool=1 env=am``."""
-        return " ".join(f"{k}={v}" for k, v in self._items)
+        """Short human form: ``np=2 npool=1 env=am`` (a string that reads as a number is
+        quoted: ``x='0'``, see :func:`~tunelab.spec.value_text`)."""
+        return " ".join(f"{k}={value_text(v)}" for k, v in self._items)
 
 
 @dataclass

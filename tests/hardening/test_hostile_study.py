@@ -86,3 +86,30 @@ def test_a_format_that_does_not_fit_a_derived_value_is_refused_alike_everywhere(
     answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
     assert_clean(answer, 2, "s.yaml:7: workload 'command': point x=1: argv[1] '{c:>5d}' "
                             "cannot format c=0.5: Unknown format code 'd'")
+
+
+# --- names expressions cannot read, values that print alike ----------------------------------
+
+
+@pytest.mark.parametrize("command", EVERY_LOAD)
+@pytest.mark.parametrize(("name", "why"), [
+    ("True", "expressions read True as the constant, never as the parameter"),
+    ("if", "'if' is a Python keyword, which no expression can use as a name"),
+])
+def test_a_parameter_named_as_a_constant_or_keyword_is_refused(cli, command, name, why):
+    text = command_study(["echo", "{x}"], params=f"'{name}': [1, 2], x: [1]",
+                         extra=f"constraints: ['{name} > 1']\n" if name == "True" else "")
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, f"s.yaml:3: parameter {name!r} cannot be named so: {why}")
+
+
+def test_an_int_and_a_string_of_the_same_digits_print_apart_in_compare_and_best(cli):
+    text = command_study(["echo", "{x}"], params="x: [0, '0']")
+    ran = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(ran, 0)
+    assert "x=0 " in ran["stdout"] and "x='0' " in ran["stdout"], ran["stdout"]
+    best = cli.run({}, ["best", "runs/s"], cwd=ran["dir"])
+    assert_clean(best, 0)
+    labels = {line.split(": ", 1)[1].split(" —")[0] for line in best["stdout"].splitlines()
+              if line.startswith(("Best point: ", "Runner-up: "))}
+    assert labels == {"x=0", "x='0'"}, best["stdout"]

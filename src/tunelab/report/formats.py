@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tunelab.spec import value_text
 from tunelab.stats import Verdict
 
 __all__ = ["VERDICT_STYLES", "fmt_mean_sd", "fmt_number", "fmt_ratio", "fmt_spread", "p_text",
@@ -55,10 +56,11 @@ def fmt_ratio(value: float) -> str:
 
 
 def point_label(params: dict[str, Any]) -> str:
-    """``{"np": 4, "env": "am"}`` -> ``np=4 env=am`` (the point's own key order)."""
+    """``{"np": 4, "env": "am"}`` -> ``np=4 env=am`` (the point's own key order; a string
+    that reads as a number is quoted, ``x='0'``: :func:`~tunelab.spec.value_text`)."""
     if not params:
         return "(default)"
-    return " ".join(f"{k}={v}" for k, v in params.items())
+    return " ".join(f"{k}={value_text(v)}" for k, v in params.items())
 
 
 def p_text(p: float) -> str:

@@ -19,6 +19,7 @@ from tunelab.report.output import (
     TextTable,
     View,
 )
+from tunelab.spec import value_text
 from tunelab.store import STATUSES
 
 __all__ = ["FailureLine", "SpaceView", "StatusData", "space_view", "status_view",
@@ -134,7 +135,8 @@ def space_view(data: SpaceView) -> View:
         blocks.append(TextTable(
             f"valid points (first {len(data.points)})" if more > 0 else "valid points",
             tuple(Column(n, n, "right") for n in data.names),
-            tuple({n: str(p.get(n, "")) for n in data.names} for p in data.points), notes))
+            tuple({n: value_text(p[n]) if n in p else "" for n in data.names}
+                  for p in data.points), notes))
     blocks.append(Lines((f"will run {data.plan}",)))
     document = {
         "schema": "tunelab.space", "version": SCHEMA_VERSION, "study": data.study,

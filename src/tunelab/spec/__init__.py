@@ -20,6 +20,7 @@ from tunelab.spec.study import StudySpec, load_study
 from tunelab.spec.values import ENV_AXIS as ENV_AXIS
 from tunelab.spec.values import ConstraintSpec, ParameterSpec, parse_duration
 from tunelab.spec.values import Scalar as Scalar
+from tunelab.spec.values import value_text as value_text
 
 __all__ = [
     "ConstraintSpec",

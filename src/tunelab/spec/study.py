@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import keyword
 import math
 import os
 import stat
@@ -155,6 +156,7 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
     for name in names:
         if not name.isidentifier():
             raise lines.error(("parameters", name), f"parameter {name!r} must be an identifier")
+        _check_not_keyword(name, "parameter", ("parameters", name), lines)
         _check_normal_form(name, "parameter", ("parameters", name), names, lines)
     env_sets = parse_env(raw.env, lines)
     if env_sets is not None and ENV_AXIS in names:
@@ -168,6 +170,7 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
         where = ("derived", dname)
         if dname in names or dname == ENV_AXIS:
             raise lines.error(where, f"derived value {dname!r} has the name of a parameter")
+        _check_not_keyword(dname, "derived value", where, lines)
         _check_normal_form(dname, "derived value", where, [*names, *raw.derived], lines)
         try:
             derived[dname] = Expression.parse(source)
@@ -255,6 +258,18 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
         noise_threshold=raw.noise_threshold,
         lines=dict(lines.lines),
     )
+
+
+def _check_not_keyword(name: str, what: str, where: tuple[Any, ...],
+                       lines: StudyLines) -> None:
+    """Refuse a name expressions cannot read: ``True``, ``False`` and ``None`` read as those
+    constants, other Python keywords (``if``, ``in``) cannot stand as a name at all."""
+    if name in ("True", "False", "None"):
+        raise lines.error(where, f"{what} {name!r} cannot be named so: expressions read "
+                                 f"{name} as the constant, never as the {what}; rename it")
+    if keyword.iskeyword(name):
+        raise lines.error(where, f"{what} {name!r} cannot be named so: {name!r} is a Python "
+                                 "keyword, which no expression can use as a name; rename it")
 
 
 def _check_normal_form(name: str, what: str, where: tuple[Any, ...], others: list[str],

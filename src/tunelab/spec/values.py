@@ -28,6 +28,7 @@ __all__ = [
     "parse_env",
     "parse_parameter",
     "parse_repeats",
+    "value_text",
 ]
 
 AUTO_MIN_REPEATS = 3
@@ -37,6 +38,26 @@ AUTO_MAX_REPEATS = 10
 
 Scalar = int | float | str | bool
 ENV_AXIS = "env"
+
+
+def value_text(value: Any) -> str:
+    """How a label writes a parameter value (``np=4 mode=fast``): as it is, except a string
+    that would read as another value — a number (``'0'``, ``'1e3'``), ``'True'``,
+    ``'False'``, ``'None'`` — or as none (empty, or holding whitespace), which is quoted,
+    so that ``x=0`` and ``x='0'`` tell an integer and a string apart."""
+    if isinstance(value, str) and _reads_as_another(value):
+        return repr(value)
+    return str(value)
+
+
+def _reads_as_another(text: str) -> bool:
+    if not text or any(c.isspace() for c in text) or text in ("True", "False", "None"):
+        return True
+    try:
+        float(text)  # '0', '-1.5', '1e3', '1_000', 'nan', 'inf'
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
