@@ -106,6 +106,15 @@ def test_missing_file_and_non_mapping(tmp_path, write_study):
         load_study(write_study("- just\n- a list\n"))
 
 
+def test_bytes_that_are_not_utf8_are_refused_naming_their_line_and_column(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(b"name: s\nworkload: {name: command}\nparameters:\n  x: [1, \x83]\n")
+    with pytest.raises(StudyError) as err:
+        load_study(path)
+    assert str(err.value) == (f"{path}:4: not UTF-8 text (byte 0x83 at column 10, "
+                              "offset 55)")
+
+
 def test_durations():
     assert parse_duration(90) == 90
     assert parse_duration("1h30m") == 5400

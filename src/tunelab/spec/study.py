@@ -132,7 +132,10 @@ def _read_study_text(path: Path) -> str:
     try:
         return blob.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise StudyError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        line = blob.count(b"\n", 0, exc.start) + 1
+        column = exc.start - blob.rfind(b"\n", 0, exc.start)
+        raise StudyError(f"{path}:{line}: not UTF-8 text (byte 0x{blob[exc.start]:02x} at "
+                         f"column {column}, offset {exc.start})") from None
 
 
 # --- building the spec ----------------------------------------------------------------
