@@ -115,6 +115,10 @@ def test_study_dir_problems_are_found_before_the_lock(tmp_path):
     (tmp_path / "d" / ".tunelab.lock").symlink_to("/etc/passwd")
     with pytest.raises(StoreError, match="is not a regular file"):
         check_study_dir(tmp_path / "d")
+    with pytest.raises(StoreError) as err:  # nothing ran: nothing is said to be stored
+        check_study_dir(tmp_path / "f" / "x")
+    assert str(err.value) == (f"cannot make the study directory {tmp_path / 'f' / 'x'}: "
+                              "Not a directory; use another --dir")
 
 
 def test_interrupts_wait_until_the_kill_is_done():

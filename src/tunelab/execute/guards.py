@@ -54,8 +54,11 @@ def check_study_dir(study_dir: Path) -> None:
         raise StoreError(f"{study_dir}: exists and is not a directory; use another --dir")
     try:
         study_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_fault(exc, study_dir) from None
+    except OSError as exc:  # nothing ran yet: there is nothing stored to resume
+        reason = "no space left on the device" if exc.errno == errno.ENOSPC else (
+            exc.strerror or str(exc))
+        raise StoreError(f"cannot make the study directory {study_dir}: {reason}; use "
+                         "another --dir") from None
     lock = study_dir / _LOCK_NAME
     if lock.is_symlink() or (lock.exists() and not lock.is_file()):
         raise StoreError(f"{lock}: is not a regular file (tunelab's lock file); remove it")
