@@ -113,3 +113,19 @@ def test_an_int_and_a_string_of_the_same_digits_print_apart_in_compare_and_best(
     labels = {line.split(": ", 1)[1].split(" —")[0] for line in best["stdout"].splitlines()
               if line.startswith(("Best point: ", "Runner-up: "))}
     assert labels == {"x=0", "x='0'"}, best["stdout"]
+
+
+# --- the file named as the user named it -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "fragment"), [
+    ("bogus: 1", "s.yaml:2: workload 'command' option 'bogus'"),
+    ("foms: {v: '(\\S+)'}", "s.yaml:6: constraint 'y > 1'"),
+])
+def test_errors_found_after_reading_name_the_file_as_given(cli, options, fragment):
+    """Errors found while the file was read and those found later (a workload's options, a
+    constraint's names) name the file alike: as the command line gave it, not resolved."""
+    text = command_study(ECHO, options=options, extra="constraints: ['y > 1']\n")
+    answer = cli.run({"s.yaml": text}, ["space", "s.yaml"])
+    assert_clean(answer, 2, fragment)
+    assert answer["stderr"].startswith(f"tunelab: error: {fragment}")

@@ -70,10 +70,13 @@ class StudySpec(BaseModel):
     """The ``search`` section's other fields (sampler, racing and budget settings)."""
     noise_threshold: float
     lines: dict[tuple[Any, ...], int] = {}
+    source: str | None = None
+    """The file as the user named it (relative where they gave it so): errors name it so,
+    whether found while the file was read or later."""
 
     def where(self, *path: Any) -> str:
         """``file:line`` of the deepest known part of ``path`` (for error messages)."""
-        source = str(self.path) if self.path is not None else "<study>"
+        source = self.source or (str(self.path) if self.path is not None else "<study>")
         for depth in range(len(path), -1, -1):
             line = self.lines.get(tuple(path[:depth]))
             if line is not None:
@@ -260,6 +263,7 @@ def _build(data: Any, lines: StudyLines, path: Path | None) -> StudySpec:
         search_options=search_options,
         noise_threshold=raw.noise_threshold,
         lines=dict(lines.lines),
+        source=lines.source,
     )
 
 
