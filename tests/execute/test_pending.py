@@ -54,7 +54,8 @@ workload:
 parameters: {x: [1, 2]}
 repeats: 1
 timeout: 60
-launcher: {type: slurm, site: virtual, max_queued: 1, poll_interval: 0.1s}
+launcher: {type: slurm, site: virtual, max_queued: 1, poll_interval: 0.1s,
+           blocked_wait: 0.3s}
 """)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "STATE": str(state)}
@@ -65,7 +66,8 @@ launcher: {type: slurm, site: virtual, max_queued: 1, poll_interval: 0.1s}
     reason = "ReqNodeNotAvail, UnavailableNodes:node2 (node2: drained, maintenance)"
     assert f"job 45 pending: {reason}" in lines
     assert lines[-1].startswith("tunelab: error: job 45 (tunelab-")
-    assert f"cannot start: {reason}; sbatch refused a job of 1 node(s)" in lines[-1]
+    assert f"cannot start: {reason} (for " in lines[-1]
+    assert "s); sbatch refused a job of 1 node(s)" in lines[-1]
     assert "Requested node configuration is not available" in lines[-1]
     assert "nothing was lost" in lines[-1]
     assert (state / "cancelled").exists()

@@ -120,6 +120,8 @@ class Executor:
         self.on_note = on_note
         self._pending: dict[str, str] = {}
         """The pending reason last said of each queued job (by token)."""
+        self._blocked_since: dict[str, float] = {}
+        """Since when (monotonic) each queued job has been blocked without a check."""
 
     # ------------------------------------------------------------------ public steps
 
@@ -207,27 +209,33 @@ class Executor:
         return recorded
 
     def _pending_reason(self, active: _Active, status: JobStatus) -> None:
-        """Say why a queued job waits when the reason changes; when the scheduler says it
-        cannot start on the cluster as it is, submit-test it again and, refused, cancel this
-        study's jobs and stop with one line (their runs never started: a resume runs them)."""
+        """Say why a queued job waits when the reason changes. When the scheduler has said
+        for the launcher's ``blocked_wait`` that it cannot start on the cluster as it is
+        (nodes down or drained: a node may be back in a minute), submit-test it again and,
+        refused, cancel this study's jobs and stop with one line (their runs never started:
+        a resume runs them); accepted, wait as long again before the next test."""
+        token = active.job.token
         reason = status.reason if status.phase == "queued" else ""
-        if reason == self._pending.get(active.job.token, ""):
+        if reason != self._pending.get(token, ""):
+            self._pending[token] = reason
+            if reason and self.on_note is not None:
+                self.on_note(f"job {active.job_id} pending: {reason}")
+        if not (reason and status.blocked):
+            self._blocked_since.pop(token, None)
             return
-        self._pending[active.job.token] = reason
-        if not reason:
+        now = time.monotonic()
+        since = self._blocked_since.setdefault(token, now)
+        if now - since < self.launcher.config.blocked_wait_s:
             return
-        if self.on_note is not None:
-            self.on_note(f"job {active.job_id} pending: {reason}")
-        if not status.blocked:
-            return
+        self._blocked_since[token] = now
         try:
             self.launcher.check([active.job])
         except LaunchError as exc:
             self.cancel_all()
             raise LaunchError(
-                f"job {active.job_id} ({active.job.name}) cannot start: {reason}; {exc}. "
-                "Its runs did not start and nothing was lost: run the same command again "
-                "once the nodes are back") from None
+                f"job {active.job_id} ({active.job.name}) cannot start: {reason} "
+                f"(for {now - since:.0f} s); {exc}. Its runs did not start and nothing was "
+                "lost: run the same command again once the nodes are back") from None
 
     def wait_all(self) -> None:
         """Poll until no job is active."""

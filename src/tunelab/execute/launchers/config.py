@@ -20,6 +20,8 @@
       allocations: 1         # pack: how many allocations share the runs
       retries: 2             # a run the infrastructure lost is submitted again this many times
       poll_interval: 2s
+      blocked_wait: 5m       # a job its down or drained nodes keep from starting: checked again
+                             # (sbatch --test-only) after this long, and refused, the study stops
       site: pbspro           # the scheduler's dialect (launchers/sites.py): slurm, slurm-pmi2,
                              # slurm-none, pbspro, openpbs, gadi, torque, virtual
       isolation: exclusive   # exclusive (default): jobs get whole nodes | shared
@@ -68,6 +70,7 @@ class LauncherConfig(BaseModel):
     allocations: int = Field(default=1, ge=1, le=1000)
     retries: int = Field(default=2, ge=0, le=100)
     poll_interval: float | str = 2.0
+    blocked_wait: float | str = 300.0
     site: str | None = None
     isolation: Literal["exclusive", "shared"] = "exclusive"
     starter: Literal["srun", "mpirun"] | None = None
@@ -84,7 +87,7 @@ class LauncherConfig(BaseModel):
             site_for(kind, value)
         return value
 
-    @field_validator("walltime", "poll_interval")
+    @field_validator("walltime", "poll_interval", "blocked_wait")
     @classmethod
     def _duration(cls, value: float | str | None) -> float | str | None:
         if value is not None:
@@ -132,6 +135,12 @@ class LauncherConfig(BaseModel):
     def poll_s(self) -> float:
         """Seconds between two polls of the scheduler."""
         return parse_duration(self.poll_interval)
+
+    @property
+    def blocked_wait_s(self) -> float:
+        """Seconds a job may wait for nodes the scheduler holds out of service before it is
+        submit-tested again (and, refused, the study stops)."""
+        return parse_duration(self.blocked_wait)
 
     @property
     def walltime_s(self) -> float | None:
