@@ -13,10 +13,9 @@ their runs carry the cores only.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 
+from tunelab.execute.launchers.stepcheck import ask_slurm
 from tunelab.noise import cpu_list_text
 
 __all__ = ["other_jobs", "with_neighbours"]
@@ -27,17 +26,11 @@ _SQUEUE_TIMEOUT_S = 20.0
 def other_jobs(hosts: Sequence[str], job_id: str) -> set[str]:
     """Ids of the running jobs other than ``job_id`` that the scheduler has on ``hosts``
     (Slurm only; empty elsewhere, or when the scheduler cannot be asked)."""
-    if not hosts or not job_id or "SLURM_JOB_ID" not in os.environ or not shutil.which("squeue"):
+    if not hosts or not job_id or "SLURM_JOB_ID" not in os.environ:
         return set()
-    try:
-        out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-w", ",".join(hosts), "-o",
-                              "%i"], capture_output=True, text=True, timeout=_SQUEUE_TIMEOUT_S,
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return set()
-    if out.returncode != 0:
-        return set()
-    return {j for j in out.stdout.split() if j.split("_")[0] != job_id}
+    listed = ask_slurm(["squeue", "-h", "-t", "RUNNING", "-w", ",".join(hosts), "-o", "%i"],
+                       _SQUEUE_TIMEOUT_S)
+    return {j for j in (listed or "").split() if j.split("_")[0] != job_id}
 
 
 def with_neighbours(noise: Mapping[str, float | str | None] | None, hosts: Sequence[str],

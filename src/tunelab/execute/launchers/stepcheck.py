@@ -10,6 +10,7 @@
   while), waiting while the controller does not answer.
 
 Both are Slurm-only and never raise: a question Slurm cannot answer is answered "no".
+:func:`ask_slurm` asks (the job step's other questions too: :mod:`.neighbours`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["allocation_usable", "cancel_leftover_steps"]
+__all__ = ["allocation_usable", "ask_slurm", "cancel_leftover_steps"]
 
 #: Node states (``sinfo %t``) in which a running job's next step can start.
 USABLE_NODE_STATES = frozenset({"alloc", "mix", "idle", "comp", "drng", "resv", "plnd"})
@@ -28,12 +29,13 @@ _CALL_TIMEOUT_S = 30.0
 _RETRY_S = 2.0
 
 
-def _slurm(argv: list[str]) -> str | None:
-    """A Slurm command's stdout, or None when it failed or Slurm is not here."""
+def ask_slurm(argv: list[str], timeout_s: float = _CALL_TIMEOUT_S) -> str | None:
+    """A Slurm command's stdout, asked from a job's node; None when it failed, did not
+    answer within ``timeout_s`` or Slurm is not here (the job step never raises over it)."""
     if shutil.which(argv[0]) is None:
         return None
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=_CALL_TIMEOUT_S,
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -45,10 +47,10 @@ def cancel_leftover_steps(job_id: str) -> list[str]:
     job step's runs is in flight when it is called); the ids cancelled."""
     if not job_id.isdigit():
         return []
-    listed = _slurm(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"]) or ""
+    listed = ask_slurm(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"]) or ""
     stale = [s for s in listed.split() if re.fullmatch(rf"{job_id}\.\d+", s)]
     if stale:
-        _slurm(["scancel", *stale])
+        ask_slurm(["scancel", *stale])
         print(f"tunelab step: cancelled step(s) {', '.join(stale)} left by an earlier run "
               f"of job {job_id}", file=sys.stderr)
     return stale
@@ -57,13 +59,13 @@ def cancel_leftover_steps(job_id: str) -> list[str]:
 def _nodes_usable(job_id: str) -> bool | None:
     """True when job ``job_id`` runs and every node of it is in a usable state; False when
     not; None when the controller does not answer."""
-    state = _slurm(["squeue", "-h", "-j", job_id, "-o", "%T|%N"])
+    state = ask_slurm(["squeue", "-h", "-j", job_id, "-o", "%T|%N"])
     if state is None:
         return None
     word, _, nodelist = state.strip().partition("|")
     if word != "RUNNING" or not nodelist:
         return False
-    nodes = _slurm(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%t"])
+    nodes = ask_slurm(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%t"])
     if nodes is None:
         return None
     states = nodes.split()
