@@ -4,9 +4,12 @@ the checks every hostile input must pass (one line, exit 1 or 2, bounded CPU and
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +75,22 @@ def store_rows(db: Path) -> list[tuple[str, int, str, str | None]]:
             "JOIN points p ON p.id = r.point_id ORDER BY r.id")]
     finally:
         conn.close()
+
+
+def root_can(*argv: str) -> bool:
+    """Whether this process is root and ``argv`` (e.g. a mount) succeeds."""
+    return os.geteuid() == 0 and subprocess.run(argv, capture_output=True).returncode == 0
+
+
+@contextmanager
+def read_only_view(directory: Path) -> Iterator[Path]:
+    """``directory`` seen through a read-only bind mount (skips the test unless root)."""
+    view = directory.with_name(directory.name + "-ro")
+    view.mkdir()
+    if not root_can("mount", "--bind", str(directory), str(view)):
+        pytest.skip("needs root to bind-mount")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)

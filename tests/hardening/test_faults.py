@@ -17,13 +17,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.hardening.conftest import PY, assert_clean, store_rows
+from tests.hardening.conftest import PY, assert_clean, read_only_view, root_can, store_rows
 
 PROG = Path(__file__).with_name("leaver.py")
 
@@ -253,24 +251,6 @@ def test_a_timed_out_run_records_the_time_at_the_timeout(cli):
 # --- file systems -------------------------------------------------------------------------
 
 
-def _root_can(*argv: str) -> bool:
-    return os.geteuid() == 0 and subprocess.run(argv, capture_output=True).returncode == 0
-
-
-@contextmanager
-def read_only_view(directory: Path) -> Iterator[Path]:
-    """``directory`` seen through a read-only bind mount."""
-    view = directory.with_name(directory.name + "-ro")
-    view.mkdir()
-    if not _root_can("mount", "--bind", str(directory), str(view)):
-        pytest.skip("needs root to bind-mount")
-    try:
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
-        yield view
-    finally:
-        subprocess.run(["umount", str(view)], check=True)
-
-
 @pytest.mark.parametrize("killed", [False, True])
 def test_a_study_on_a_read_only_medium_is_readable_by_every_read_command(cli, tmp_path,
                                                                         killed):
@@ -304,7 +284,7 @@ def test_a_study_on_a_read_only_medium_is_readable_by_every_read_command(cli, tm
 
 @pytest.mark.parametrize("target", ["runs", "tunelab.db-shm", "tunelab.db-wal", "."])
 def test_a_study_directory_made_immutable_mid_run_stops_with_one_line(tmp_path, target):
-    if not _root_can("chattr", "-i", str(tmp_path)):
+    if not root_can("chattr", "-i", str(tmp_path)):
         pytest.skip("needs root and a file system with chattr")
     tag = f"tl{uuid.uuid4().hex[:10]}"
     study = tmp_path / "s.yaml"
@@ -331,7 +311,7 @@ def test_a_study_directory_made_immutable_mid_run_stops_with_one_line(tmp_path, 
 def test_a_full_disk_mid_run_stops_with_one_line_and_resumes(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
-    if not _root_can("mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)):
+    if not root_can("mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)):
         pytest.skip("needs root to mount a small tmpfs")
     try:
         tag = f"tl{uuid.uuid4().hex[:10]}"

@@ -17,7 +17,8 @@ study resumes once the cause is fixed.
 
 Import from here; the modules behind it, lowest first: :mod:`~tunelab.store.schema` (tables,
 versions, migrations), :mod:`~tunelab.store.values` (what each column must hold, checked on
-every open), :mod:`~tunelab.store.lock` (:class:`StudyLock`),
+every open), :mod:`~tunelab.store.lock` (:class:`StudyLock`), :mod:`~tunelab.store.recover`
+(a hot rollback journal, rolled back for the read-only commands),
 :mod:`~tunelab.store.frame` (the pandas runs table), :mod:`~tunelab.store.database`
 (:class:`Store`, :class:`RunRecord`, :class:`StoredJob`), :mod:`~tunelab.store.connect`
 (:func:`open_store`).

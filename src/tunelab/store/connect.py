@@ -11,7 +11,9 @@ what tunelab writes there: :func:`~tunelab.store.values.check_values`): a damage
 refused in one line by every command, never read in part or written to; so is a database
 truncated to 0 bytes beside the files of earlier runs, which SQLite would take for a new one,
 and a database of another program (:func:`~tunelab.store.schema.foreign_problem`), which
-``run`` would otherwise fill with tunelab's tables.
+``run`` would otherwise fill with tunelab's tables. A store that an interrupted writer left
+with a hot rollback journal is not damaged: a read-only open rolls the journal back first
+(:mod:`tunelab.store.recover`), or says in one line why it cannot and what recovers it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from urllib.parse import quote
 
 from tunelab.errors import StoreError
 from tunelab.store.database import Store
+from tunelab.store.recover import HotJournal, cannot_write, needs_rollback, roll_back_journal
 from tunelab.store.schema import DB_NAME, REQUIRED_TABLES, create_schema, foreign_problem
 from tunelab.store.values import check_values
 
@@ -93,6 +96,8 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
     except sqlite3.DatabaseError as exc:
         if _is_locked(exc):
             raise _locked(path) from None
+        if needs_rollback(exc):  # a hot journal that this connection may not roll back
+            raise cannot_write(path, f"{path.name} is opened read-only") from None
         problem = str(exc)
     if problem is not None:
         if problem.startswith(("CHECK constraint failed", "NULL value in")):
@@ -125,8 +130,22 @@ def _check_tunelab(conn: sqlite3.Connection, path: Path, *, writing: bool) -> No
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection (:func:`_open_readonly`); a hot journal that an interrupted
+    writer left is rolled back first (:func:`~tunelab.store.recover.roll_back_journal`)."""
+    try:
+        return _open_readonly(path)
+    except HotJournal:
+        try:
+            roll_back_journal(path, timeout=BUSY_TIMEOUT_S)
+        except sqlite3.Error:  # roll_back_journal lets only a foreign lock through
+            raise _locked(path) from None
+    return _open_readonly(path)
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
     """A read-only connection: ``mode=ro``, or ``immutable=1`` when the directory or the
-    medium cannot be written at all (then SQLite takes no locks and reads the file as is)."""
+    medium cannot be written at all (then SQLite takes no locks and reads the file as is;
+    never beside a hot journal, whose transaction it would read in part)."""
     uri = "file:" + quote(str(path.resolve()))
     problem: sqlite3.Error | None = None
     for options in ("mode=ro", "mode=ro&immutable=1"):
@@ -156,6 +175,8 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
             conn.close()
             if _is_locked(exc):
                 raise _locked(path) from None
+            if needs_rollback(exc):  # a journal left since quick_check: never immutable=1
+                raise cannot_write(path, f"{path.name} is opened read-only") from None
             problem = exc
             if "not a database" in str(exc) or "malformed" in str(exc):
                 break

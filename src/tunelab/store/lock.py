@@ -27,24 +27,37 @@ class StudyLock:
     def acquire(self) -> None:
         """Take the lock or raise :class:`StoreError` naming the holder."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            holder = self.try_acquire()
         except OSError as exc:
             raise StoreError(f"cannot open the lock file {self.path}: "
                              f"{exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+        if holder is not None:
             raise StoreError(
                 f"{self.path.parent}: another tunelab run (pid {holder}) is working in this "
                 "study directory; wait for it or use another --dir"
-            ) from None
+            )
+
+    def try_acquire(self) -> str | None:
+        """Take the lock if it is free and return None; else return the holder's pid as
+        its lock file says (``unknown`` where it says none), without waiting. Raises
+        :class:`OSError` when the lock file cannot be opened (e.g. a read-only directory)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+        except OSError:
+            os.close(fd)
+            raise
         with suppress(OSError):  # a lock file that cannot hold the pid still locks
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
+        return None
 
     def release(self) -> None:
         """Release the lock."""
