@@ -46,10 +46,16 @@ def _start(tmp_path: Path, study: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _processes() -> list[str]:
+    """``PID ARGS`` of every process, whole lines (``ps`` cuts them at 80 characters when
+    its output is not a terminal, and the markers sit at their ends)."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
+    return out.stdout.splitlines()
+
+
 def _left_behind(marker: str, job_ids: list[str]) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines()
-            if marker in line and "ps -eo" not in line
+    return [line for line in _processes()
+            if marker in line
             or any(f"slurmstepd: [{j}." in line for j in job_ids)]
 
 
