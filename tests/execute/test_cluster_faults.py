@@ -1,12 +1,15 @@
 """Faults on the virtual Slurm cluster, as a user meets them: a node's ``slurmd`` killed in
-the middle of a pack, jobs cancelled from outside (``scancel``) in pack and per-run mode, and
-a run whose retries ran out, resumed once. Every study runs from a relative directory (the
+the middle of a pack, jobs cancelled from outside (``scancel``) in pack and per-run mode, the
+``srun`` of a run in flight killed (``kill -9``) in pack and per-run mode, and a run whose
+retries ran out, resumed once. Every study runs from a relative directory (the
 default ``runs/<name>``) and ends with every run ``ok`` exactly once and no process of its
 jobs left behind (no rank, no ``slurmstepd``)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import uuid
@@ -116,6 +119,41 @@ def test_per_run_jobs_cancelled_from_outside_lose_no_run(slurm_env, tmp_path):
     assert proc.returncode == 0, err
     assert rows(d, "SELECT state FROM attempts")  # the cancelled ones were lost, then rerun
     _assert_every_run_ok_once_and_nothing_left(d, marker, 6)
+
+
+def _kill_srun(marker: str) -> bool:
+    """SIGKILL the ``srun`` of the run in flight (the one whose command carries ``marker``);
+    True once one was killed."""
+    for line in _processes():
+        pid, _, args = line.strip().partition(" ")
+        if args.startswith("srun ") and marker in args:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                continue  # it ended meanwhile: the next run's srun is killed instead
+            return True
+    return False
+
+
+@pytest.mark.parametrize("mode", ["pack", "per-run"])
+def test_a_killed_srun_loses_its_run_not_the_program(slurm_env, tmp_path, mode):
+    """``kill -9`` of the ``srun`` of the run in flight: the attempt is lost (the launcher's
+    death, not the program's), run again, and its orphaned step is cancelled before the
+    pack's next run, which does not wait for it."""
+    study, marker = _study(tmp_path, "srunkill", f"{{type: slurm, mode: {mode}, site: virtual, "
+                                                 "poll_interval: 0.5s}", xs=4, sleep=3)
+    d = tmp_path / "runs" / "srunkill"
+    proc = _start(tmp_path, study)
+    wait_for(lambda: _kill_srun(marker), what="the srun of a run in flight")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    (lost,) = rows(d, "SELECT state, reason FROM attempts")
+    assert lost["state"] == "ABORTED"
+    assert lost["reason"].startswith("the run's launcher srun was killed by signal 9"), lost
+    waited = [p for p in d.glob("runs/*/r*/stderr.txt")
+              if "step creation temporarily disabled" in p.read_text()]
+    assert waited == []  # no run waited for the killed srun's step
+    _assert_every_run_ok_once_and_nothing_left(d, marker, 4)
 
 
 def test_a_run_whose_retries_ran_out_is_lost_and_one_resume_runs_it(slurm_env, tmp_path):

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tunelab.execute.jobends import judge_run_end
-from tunelab.execute.launchers.aborts import allocation_ends, scheduler_abort, step_never_started
+from tunelab.execute.launchers.aborts import (
+    allocation_ends,
+    launcher_killed,
+    scheduler_abort,
+    step_never_started,
+)
 
 
 @pytest.mark.parametrize("word", ["NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "CANCELLED", "TIMEOUT",
@@ -94,3 +99,24 @@ def test_a_step_still_pending_at_the_timeout_never_started():
     assert step_never_started(waiting) is not None
     assert step_never_started(f"{waiting}\nsrun: Step created for job 3\nvalue=1\n") is None
     assert step_never_started("value=1\n") is None
+
+
+@pytest.mark.parametrize("launcher", ["srun", "/usr/bin/srun", "mpirun", "mpiexec"])
+def test_a_launcher_killed_by_a_signal_is_an_abort_on_a_step_that_goes_on(launcher):
+    reason = launcher_killed([launcher, "-n", "2", "pw.x"], -9)
+    name = launcher.rsplit("/", 1)[-1]
+    assert reason is not None and reason.startswith(
+        f"the run's launcher {name} was killed by signal 9 (Killed), not its program")
+    assert not allocation_ends(reason)
+
+
+@pytest.mark.parametrize(("argv", "rc"), [
+    (["srun", "pw.x"], 137),  # a task killed by SIGKILL: srun exits 128 + 9 — the program's
+    (["srun", "pw.x"], 1),
+    (["pw.x"], -9),  # the program itself killed (the OOM killer), no launcher around it
+    (["sh", "-c", "srun pw.x"], -11),
+    (["srun", "pw.x"], None),
+    ([], -9),
+])
+def test_a_programs_death_on_a_signal_is_not_a_killed_launcher(argv, rc):
+    assert launcher_killed(argv, rc) is None

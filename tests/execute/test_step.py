@@ -5,12 +5,13 @@ monkeypatching the step's questions to Slurm)."""
 from __future__ import annotations
 
 import json
+import stat
 import sys
 from pathlib import Path
 
 import pytest
 
-from tunelab.execute.launchers import step
+from tunelab.execute.launchers import step, stepcheck
 from tunelab.execute.launchers.base import RunRequest, write_json_atomic
 
 UNREACHABLE = ("srun: error: Unable to confirm allocation for job 15: Unable to contact slurm "
@@ -103,3 +104,69 @@ def test_a_program_that_runs_too_long_is_a_timeout(tmp_path, no_waiting):
     first = _run(tmp_path, "a", "import time; time.sleep(60)", timeout_s=0.5)
     assert step.main([_job(tmp_path, first)]) == 0
     assert _exit(first)["status"] == "timeout"
+
+
+def _command(tmp_path: Path, name: str, *shell: str) -> RunRequest:
+    """A run whose command is an executable called ``name`` running the ``shell`` lines."""
+    exe = tmp_path / "bin" / name
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text("#!/bin/sh\n" + "\n".join(shell) + "\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return RunRequest(name, 0, tmp_path / name, (str(exe), "-n", "2", "prog"), {}, tmp_path, 60)
+
+
+def test_a_run_whose_srun_is_killed_by_a_signal_is_lost_and_the_job_goes_on(
+        tmp_path, monkeypatch, no_waiting):
+    monkeypatch.setattr(step, "allocation_usable", lambda job_id, wait_s: True)
+    killed = _command(tmp_path, "srun", "echo 'srun: Step created for job 5' >&2", "kill -9 $$")
+    second = _run(tmp_path, "b", "print('value=1')")
+    assert step.main([_job(tmp_path, killed, second)]) == 0
+    lost = _exit(killed)
+    assert lost["status"] == "lost" and lost["rc"] == -9
+    assert lost["reason"].startswith("the run's launcher srun was killed by signal 9")
+    assert _exit(second)["status"] == "ok" and no_waiting == []
+
+
+@pytest.mark.parametrize(("name", "shell", "rc"), [
+    ("srun", ["echo 'srun: error: node1: task 0: Killed' >&2", "exit 137"], 137),  # a task's
+    ("program", ["kill -SEGV $$"], -11),  # the program itself, no launcher around it
+])
+def test_a_program_killed_by_a_signal_failed(tmp_path, monkeypatch, no_waiting, name, shell,
+                                              rc):
+    monkeypatch.setattr(step, "allocation_usable", lambda job_id, wait_s: True)
+    run = _command(tmp_path, name, *shell)
+    assert step.main([_job(tmp_path, run)]) == 0
+    failed = _exit(run)
+    assert (failed["status"], failed["rc"], failed["reason"]) == ("failed", rc, None)
+
+
+def _fake_squeue(monkeypatch: pytest.MonkeyPatch, listings: list[str]) -> list[list[str]]:
+    """Slurm faked: each ``squeue`` answers the next of ``listings`` (the last one for
+    good); the calls are returned."""
+    calls: list[list[str]] = []
+
+    def ask(argv: list[str], timeout_s: float = 30.0) -> str | None:
+        calls.append(argv)
+        if argv[0] != "squeue":
+            return ""
+        return listings.pop(0) if len(listings) > 1 else listings[0]
+
+    monkeypatch.setattr(stepcheck, "ask_slurm", ask)
+    monkeypatch.setattr(stepcheck, "_GONE_POLL_S", 0.0)
+    return calls
+
+
+def test_the_next_run_starts_once_the_cancelled_leftover_step_is_gone(monkeypatch, capsys):
+    calls = _fake_squeue(monkeypatch, ["7.batch 7.1\n", "7.batch 7.1\n", "7.batch 7.1\n",
+                                       "7.batch\n"])
+    assert stepcheck.cancel_leftover_steps("7") == ["7.1"]
+    assert calls.count(["scancel", "7.1"]) == 1
+    assert len([c for c in calls if c[0] == "squeue"]) == 4  # listed until it was gone
+    assert "cancelled step(s) 7.1 left by an earlier run of job 7" in capsys.readouterr().err
+
+
+def test_a_cancelled_step_that_stays_listed_is_waited_for_a_bounded_time(monkeypatch, capsys):
+    _fake_squeue(monkeypatch, ["7.batch 7.1 7.2\n"])
+    assert stepcheck.cancel_leftover_steps("7", wait_s=0.0) == ["7.1", "7.2"]
+    assert "step(s) 7.1, 7.2 still listed 0 s after they were cancelled" in \
+        capsys.readouterr().err

@@ -18,13 +18,25 @@ never a program's timeout.
 
 Only the launchers' and the runtime's own words match, never a program's exit message
 (``srun: error: node1: task 0: Exited with exit code 1`` is the program's).
+
+A launcher that was itself killed by a signal (``kill -9`` of the run's ``srun``, an
+operator's or a cleanup's doing) is an abort too (:func:`launcher_killed`): ``srun`` and
+Open MPI's ``mpirun`` report a task that died on signal N as their own exit status 128 + N
+(``srun: error: node1: task 0: Killed``, status 137), and never die of their tasks'
+signals, so a launcher that ended on a signal (a negative status, as :mod:`subprocess`
+reports it) says nothing about the program — whose job step, orphaned, may still run. A
+program run without a launcher that dies on a signal (a segfault, the OOM killer) failed.
 """
 
 from __future__ import annotations
 
 import re
+import signal
+from collections.abc import Sequence
+from pathlib import PurePath
 
-__all__ = ["NEVER_STARTED", "allocation_ends", "scheduler_abort", "step_never_started"]
+__all__ = ["NEVER_STARTED", "allocation_ends", "launcher_killed", "scheduler_abort",
+           "step_never_started"]
 
 _TAIL_BYTES = 16_384
 
@@ -80,6 +92,28 @@ def scheduler_abort(stderr: bytes | str) -> str | None:
         if _ABORTS.search(line):
             return f"the scheduler ended the run: {line.strip()[:300]}"
     return None
+
+
+#: Launchers that report their tasks' signals as an exit status and never die of them.
+_LAUNCHERS = frozenset({"srun", "mpirun", "mpiexec", "orterun", "prterun"})
+
+
+def launcher_killed(argv: Sequence[str], rc: int | None) -> str | None:
+    """When the run's command is a launcher (``srun``, ``mpirun``…) that was itself killed
+    by a signal (``rc`` negative), the reason ("the run's launcher srun was killed by signal
+    9 (Killed), not its program"); else None (a program's own death on a signal included)."""
+    if rc is None or rc >= 0 or not argv:
+        return None
+    name = PurePath(argv[0]).name
+    if name not in _LAUNCHERS:
+        return None
+    try:
+        label = signal.strsignal(-rc)
+    except ValueError:  # not a signal number of this system
+        label = None
+    what = f" ({label})" if label else ""
+    return (f"the run's launcher {name} was killed by signal {-rc}{what}, not its program "
+            f"(a task that dies on a signal makes {name} exit with 128 + the signal)")
 
 
 def allocation_ends(reason: str) -> bool:

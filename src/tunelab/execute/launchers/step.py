@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -28,6 +29,7 @@ from tunelab.errors import LaunchError
 from tunelab.execute.launchers.aborts import (
     NEVER_STARTED,
     allocation_ends,
+    launcher_killed,
     scheduler_abort,
     step_never_started,
 )
@@ -95,7 +97,8 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
     if watched is not None:
         outcome = watched.finish(outcome)
     if hosts is not None:
-        outcome = _infrastructure_loss(outcome, _read_tail(run.run_dir / "stderr.txt"))
+        outcome = _infrastructure_loss(outcome, run.argv,
+                                       _read_tail(run.run_dir / "stderr.txt"))
     reason = outcome.reason
     noise = outcome.noise
     if hosts is not None:
@@ -111,12 +114,13 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
     return result
 
 
-def _infrastructure_loss(outcome: Outcome, stderr: bytes) -> Outcome:
-    """``outcome`` as ``lost`` when the run's standard error says the infrastructure ended
-    it: a failure whose exit code is the launcher's (the scheduler aborted the step, the
-    controller could not be reached), or a timeout of a step that never started."""
+def _infrastructure_loss(outcome: Outcome, argv: Sequence[str], stderr: bytes) -> Outcome:
+    """``outcome`` as ``lost`` when the infrastructure ended the run: its launcher
+    (``argv[0]``) was killed by a signal, or its standard error says so — a failure whose
+    exit code is the launcher's (the scheduler aborted the step, the controller could not
+    be reached), or a timeout of a step that never started."""
     if outcome.status == "failed" and outcome.rc is not None:
-        reason = scheduler_abort(stderr)
+        reason = launcher_killed(argv, outcome.rc) or scheduler_abort(stderr)
     elif outcome.status == "timeout":
         reason = step_never_started(stderr)
     else:

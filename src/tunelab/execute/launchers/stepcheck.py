@@ -4,7 +4,8 @@
   killed, or the controller missed the step's end while it was down) holds the job's CPUs,
   and the next run's ``srun`` would wait for them until its timeout. The job step runs its
   runs one at a time, so between runs every numbered step of the job is such a leftover:
-  it is cancelled.
+  it is cancelled, and the next run starts once Slurm no longer lists it (a step ends a
+  second or so after ``scancel``; a run started before would count that wait in its time).
 * :func:`allocation_usable`: after a run was lost, whether the job still runs on nodes that
   are up (a cancelled step on healthy nodes, a controller that was out of reach for a
   while), waiting while the controller does not answer.
@@ -27,6 +28,10 @@ __all__ = ["allocation_usable", "ask_slurm", "cancel_leftover_steps"]
 USABLE_NODE_STATES = frozenset({"alloc", "mix", "idle", "comp", "drng", "resv", "plnd"})
 _CALL_TIMEOUT_S = 30.0
 _RETRY_S = 2.0
+_GONE_WAIT_S = 60.0
+"""How long the next run waits for cancelled steps to end (Slurm's own ``UnkillableStepTimeout``
+default)."""
+_GONE_POLL_S = 0.5
 
 
 def ask_slurm(argv: list[str], timeout_s: float = _CALL_TIMEOUT_S) -> str | None:
@@ -42,18 +47,38 @@ def ask_slurm(argv: list[str], timeout_s: float = _CALL_TIMEOUT_S) -> str | None
     return out.stdout if out.returncode == 0 else None
 
 
-def cancel_leftover_steps(job_id: str) -> list[str]:
+def cancel_leftover_steps(job_id: str, wait_s: float = _GONE_WAIT_S) -> list[str]:
     """``scancel`` every numbered step of Slurm job ``job_id`` still listed (none of this
-    job step's runs is in flight when it is called); the ids cancelled."""
+    job step's runs is in flight when it is called) and wait, up to ``wait_s``, until Slurm
+    lists none of them; the ids cancelled."""
     if not job_id.isdigit():
         return []
-    listed = ask_slurm(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"]) or ""
-    stale = [s for s in listed.split() if re.fullmatch(rf"{job_id}\.\d+", s)]
-    if stale:
-        ask_slurm(["scancel", *stale])
-        print(f"tunelab step: cancelled step(s) {', '.join(stale)} left by an earlier run "
-              f"of job {job_id}", file=sys.stderr)
-    return stale
+    stale = _numbered_steps(job_id) or []
+    if not stale:
+        return []
+    ask_slurm(["scancel", *stale])
+    print(f"tunelab step: cancelled step(s) {', '.join(stale)} left by an earlier run "
+          f"of job {job_id}", file=sys.stderr)
+    deadline = time.monotonic() + wait_s
+    while True:
+        listed = _numbered_steps(job_id)
+        if listed is None or not set(stale) & set(listed):
+            return stale
+        if time.monotonic() >= deadline:
+            print(f"tunelab step: step(s) {', '.join(sorted(set(stale) & set(listed)))} still "
+                  f"listed {wait_s:.0f} s after they were cancelled; the next run of job "
+                  f"{job_id} starts anyway", file=sys.stderr)
+            return stale
+        time.sleep(_GONE_POLL_S)
+
+
+def _numbered_steps(job_id: str) -> list[str] | None:
+    """The numbered steps (``JOB.N``) Slurm lists for job ``job_id``; None when it does not
+    answer."""
+    listed = ask_slurm(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"])
+    if listed is None:
+        return None
+    return [s for s in listed.split() if re.fullmatch(rf"{job_id}\.\d+", s)]
 
 
 def _nodes_usable(job_id: str) -> bool | None:
