@@ -305,19 +305,31 @@ KIND_ROWS = ("grid x5 (reference)", "plain Optuna TPE", "auto, worst", "auto, me
 """Rows of the small-space kind's table (``--kind``) unless ``--only`` names others."""
 
 
+KIND_TITLES = {
+    "kind": "the small-space kind: {n} landscapes drawn apart (6-12 points, CV 5-8 %)",
+    "ikind": "the interaction kind: {n} landscapes drawn apart (48-200 points; 2 or 3 "
+             "parameters 20-35 % faster only together, every single change worse; CV 5-8 %)",
+    "nkind": "the needle kind: {n} landscapes drawn apart (48-160 points, a shallow bowl and one "
+             "point drawn at random 12-20 % faster; CV 5-8 %)"}
+"""Each kind's table title (``--kind-of``: the prefix of its members' names)."""
+
+
 def kind_table(count: int, rows: list[Entry], seeds: int, fractions: tuple[float, ...],
-               pool: Any) -> None:
-    """P of ``rows`` on ``count`` small landscapes of one kind drawn apart
-    (``search_landscapes.small_kind``): one line per landscape, then the mean of each column
-    — a rule judged on the kind, not fitted to one example."""
-    names = [f"kind{k}" for k in range(count)]
+               pool: Any, prefix: str = "kind") -> None:
+    """P of ``rows`` on ``count`` landscapes of one kind drawn apart
+    (``search_landscapes.KINDS[prefix]``): one line per landscape, then the mean of each
+    column — a rule judged on the kind, not fitted to one example. The small-space kind
+    also gets the oracle's column."""
+    names = [f"{prefix}{k}" for k in range(count)]
+    oracle = prefix == "kind"
     cols = [(e, f) for e in rows for f in ((None,) if not e.budgeted else fractions)]
     heads = " | ".join(e.name if f is None else f"{e.name} {f:.0%}" for e, f in cols)
-    print(f"\n### the small-space kind: {count} landscapes drawn apart (6-12 points, CV "
-          f"5-8 %, baseline per row), {seeds} seeds per cell, P; the oracle is told the 3 "
-          f"truly best points and spends 40 % of grid x 5 on them alone (no strategy can know "
-          f"them: an upper bound at that budget)\n\n| landscape | points | within 5 % | "
-          f"{heads} | oracle 40% |\n|---|---:|---:|{'---:|' * (len(cols) + 1)}", flush=True)
+    title = KIND_TITLES[prefix].format(n=count)
+    told = ("; the oracle is told the 3 truly best points and spends 40 % of grid x 5 on them "
+            "alone (no strategy can know them: an upper bound at that budget)") if oracle else ""
+    print(f"\n### {title}, baseline per row, {seeds} seeds per cell, P{told}\n\n"
+          f"| landscape | points | within 5 % | {heads} |{' oracle 40% |' if oracle else ''}\n"
+          f"|---|---:|---:|{'---:|' * (len(cols) + oracle)}", flush=True)
     table = []
     for name in names:
         landscape = _landscape(name)
@@ -325,7 +337,9 @@ def kind_table(count: int, rows: list[Entry], seeds: int, fractions: tuple[float
         near = sum(landscape.within(p, TOLERANCE) for p in landscape.runs)
         ps = [evaluate(name, e, seeds, 5 * n if f is None else budget_of(f, n), pool).p_within
               for e, f in cols]
-        ps.append(next(p for label, _, p in ceiling(landscape) if label.startswith("told the 3")))
+        if oracle:
+            ps.append(next(p for label, _, p in ceiling(landscape)
+                           if label.startswith("told the 3")))
         table.append(ps)
         print(f"| {name} | {n} | {near} | {' | '.join(f'{p:.2f}' for p in ps)} |", flush=True)
     means = np.mean(np.array(table), axis=0)
@@ -340,7 +354,8 @@ def main(argv: list[str] | None = None) -> None:
                         "constrained spaces: it keeps proposing invalid points; default: --seeds)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--landscape", action="append", metavar="NAME",
-                        help=f"{', '.join(LANDSCAPES)}, or kindK (member K of --kind's spaces)")
+                        help=f"{', '.join(LANDSCAPES)}, or kindK, ikindK, nkindK (member K of "
+                        "--kind's spaces)")
     parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS),
                         help="budgets as fractions of grid x 5 runs")
     parser.add_argument("--only", action="append", help="rows to run, by name "
@@ -350,10 +365,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kind", type=int, metavar="N",
                         help="instead: the rows on N small landscapes of one kind drawn apart "
                         "(one line each, then the means)")
+    parser.add_argument("--kind-of", choices=("small", "interaction", "needle"),
+                        default="small", help="--kind's landscapes: small spaces (kindK, the "
+                        "default), interactions (ikindK) or needles (nkindK)")
     args = parser.parse_args(argv)
     for name in args.landscape or []:
         if name not in LANDSCAPES and not is_kind(name):
-            parser.error(f"unknown landscape {name!r}; valid: {', '.join(LANDSCAPES)}, kindK")
+            parser.error(f"unknown landscape {name!r}; valid: {', '.join(LANDSCAPES)}, "
+                         "kindK, ikindK, nkindK")
     fractions = tuple(args.fractions)
     default = [e for e in entries() if e.name in KIND_ROWS] if args.kind \
         else entries()[:DEFAULT_ROWS]
@@ -364,7 +383,8 @@ def main(argv: list[str] | None = None) -> None:
           f"recommended point's true mean is within {TOLERANCE:.0%} of the best", flush=True)
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
         if args.kind:
-            kind_table(args.kind, rows, args.seeds, fractions, pool)
+            prefix = {"small": "kind", "interaction": "ikind", "needle": "nkind"}[args.kind_of]
+            kind_table(args.kind, rows, args.seeds, fractions, pool, prefix)
         for name in args.landscape or ([] if args.kind else LANDSCAPES):
             landscape = _landscape(name)
             n = len(landscape.space.points())

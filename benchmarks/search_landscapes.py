@@ -33,7 +33,8 @@ from tunelab.replay import Landscape
 from tunelab.space import Point, Space
 from tunelab.spec import ConstraintSpec
 
-__all__ = ["GENERATED", "RECORDED", "generated", "is_kind", "small_kind"]
+__all__ = ["GENERATED", "KINDS", "RECORDED", "generated", "interaction_kind", "is_kind",
+           "needle_kind", "small_kind"]
 
 RECORDED = 40
 """Runs recorded per point."""
@@ -194,18 +195,118 @@ def small_kind(k: int) -> Landscape:
     return _small(f"kind{k}", space, tuple(behind), cv, 7000 + k)
 
 
+def _axis(rng: random.Random, name: str) -> tuple[str, tuple[Any, ...]]:
+    """An axis of a drawn landscape: ordered numbers (3-8 values, powers of two or a range),
+    or 3-4 labels (categorical) one time in four."""
+    if rng.random() < 0.25:
+        return name, tuple(f"{name}{i}" for i in range(rng.choice((3, 4))))
+    size = rng.choice((3, 4, 4, 5, 6, 8))
+    if rng.random() < 0.5:
+        return name, tuple(2 ** i for i in range(size))
+    return name, tuple(range(1, size + 1))
+
+
+def _drawn_axes(rng: random.Random, low: int, high: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """3-5 axes (:func:`_axis`) whose product has between ``low`` and ``high`` points."""
+    while True:
+        axes = [_axis(rng, name) for name in "abcde"[:rng.choice((3, 3, 4, 4, 5))]]
+        if low <= math.prod(len(v) for _, v in axes) <= high:
+            return axes
+
+
+def _bowl(rng: random.Random, axes: list[tuple[str, tuple[Any, ...]]],
+          steep: tuple[float, float]) -> tuple[dict[str, Any], Callable[[Point], float]]:
+    """A smooth bowl over ``axes``: each axis has a preferred value drawn at random and costs
+    a factor drawn per axis from ``steep`` per step away from it (an ordered axis: steps in
+    order; a categorical one: one to three such steps, drawn per label); the preferred values
+    and the bowl's factor (1 at its minimum)."""
+    prefer: dict[str, Any] = {}
+    cost: dict[str, dict[Any, float]] = {}
+    for name, values in axes:
+        centre = rng.randrange(len(values))
+        prefer[name] = values[centre]
+        step = rng.uniform(*steep)
+        if isinstance(values[0], str):
+            cost[name] = {v: 1.0 if i == centre else (1 + step) ** rng.uniform(1, 3)
+                          for i, v in enumerate(values)}
+        else:
+            cost[name] = {v: (1 + step) ** abs(i - centre) for i, v in enumerate(values)}
+    return prefer, lambda p: math.prod(cost[n][p[n]] for n, _ in axes)
+
+
+def interaction_kind(k: int) -> Landscape:
+    """Member ``k`` of the interaction kind, drawn at random (seeded by ``k``): 3-5 axes of
+    48-200 points (ordered or categorical), a smooth bowl (2-6 % per step away from a value
+    drawn per axis) whose minimum is a local optimum, and 2 or 3 axes that help only
+    together: values drawn at random away from the bowl's are 20-35 % faster than the bowl's
+    minimum when all of them are set (the other axes cost as usual), while every single
+    change, and every pair of the three, is worse; CV 5-8 %; the baseline the bowl's
+    minimum."""
+    rng = random.Random(8000 + k)
+    axes = _drawn_axes(rng, 48, 200)
+    prefer, bowl = _bowl(rng, axes, (0.02, 0.06))
+    joined = rng.sample(axes, rng.choice((2, 2, 3)))
+    good = {n: rng.choice([v for v in values if v != prefer[n]]) for n, values in joined}
+    gain = rng.uniform(0.20, 0.35)
+
+    def truth(p: Point) -> float:
+        if all(p[n] == v for n, v in good.items()):
+            return 10.0 * (1 - gain) * bowl(Point({**dict(p), **{n: prefer[n] for n in good}}))
+        return 10.0 * bowl(p)
+
+    return _record(f"ikind{k}", Space(axes), truth, rng.uniform(0.05, 0.08), Point(prefer),
+                   8000 + k)
+
+
+def needle_kind(k: int) -> Landscape:
+    """Member ``k`` of the needle kind, drawn at random (seeded by ``k``): 3-5 axes of 48-160
+    points, a shallow bowl (1-3 % per step), and one point drawn at random 12-20 % faster
+    than the best other point; one time in three its one-step neighbours sit 6-8 % behind it
+    (a plateau just outside the 5 %); CV 5-8 %; the baseline the bowl's minimum."""
+    rng = random.Random(9000 + k)
+    axes = _drawn_axes(rng, 48, 160)
+    prefer, bowl = _bowl(rng, axes, (0.01, 0.03))
+    space = Space(axes)
+    points = space.points()
+    lone = rng.choice(points)
+    needle = 10.0 * min(bowl(p) for p in points if p != lone) * (1 - rng.uniform(0.12, 0.20))
+    plateau = rng.uniform(0.06, 0.08) if rng.random() < 1 / 3 else None
+    order = {n: {v: i for i, v in enumerate(values)} for n, values in axes}
+
+    def steps(p: Point) -> int:
+        return sum(int(p[n] != lone[n]) if isinstance(lone[n], str)
+                   else abs(order[n][p[n]] - order[n][lone[n]]) for n, _ in axes)
+
+    def truth(p: Point) -> float:
+        if p == lone:
+            return needle
+        if plateau is not None and steps(p) == 1:
+            return needle * (1 + plateau)
+        return 10.0 * bowl(p)
+
+    return _record(f"nkind{k}", space, truth, rng.uniform(0.05, 0.08), Point(prefer), 9000 + k)
+
+
 GENERATED: dict[str, Callable[[], Landscape]] = {
     "synthetic": synthetic, "interaction": interaction, "needle": needle, "inert": inert,
     "small": small, "small8": small8, "small9": small9, "small10": small10}
 
 
+KINDS: dict[str, Callable[[int], Landscape]] = {
+    "kind": small_kind, "ikind": interaction_kind, "nkind": needle_kind}
+"""The kinds drawn at random, by the prefix of their members' names (``kind3``, ``ikind0``)."""
+
+
 def is_kind(name: str) -> bool:
-    """Whether ``name`` is ``kindK``: member K of :func:`small_kind`."""
-    return name.startswith("kind") and name[4:].isdigit()
+    """Whether ``name`` is a member of a kind: ``kindK`` (:func:`small_kind`), ``ikindK``
+    (:func:`interaction_kind`) or ``nkindK`` (:func:`needle_kind`)."""
+    prefix = name.rstrip("0123456789")
+    return prefix in KINDS and name != prefix
 
 
 def generated(name: str) -> Landscape:
-    """The generated landscape called ``name`` (``kindK``: member K of :func:`small_kind`)."""
+    """The generated landscape called ``name`` (a member of a kind: :func:`is_kind`)."""
     if is_kind(name):
-        return small_kind(int(name[4:]))
+        prefix = name.rstrip("0123456789")
+        return KINDS[prefix](int(name[len(prefix):]))
     return GENERATED[name]()
