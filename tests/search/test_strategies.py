@@ -110,6 +110,30 @@ def test_optunas_random_start_measures_corners_as_often_as_inner_points() -> Non
     assert abs(sum(corner) / len(corner) - sum(inner) / len(inner)) < 0.04
 
 
+def test_a_proposal_measured_already_goes_to_a_neighbour_then_anywhere_not_outward() -> None:
+    """A model proposing a point it has measured got the closest free point, so its search
+    walked outward from its favourite one ring at a time and measured the points it liked
+    least last: a point good only where every single change is bad was never reached. Now a
+    free neighbour one step away, drawn at random, and once those are measured a free point
+    drawn anywhere."""
+    from tunelab.search._encoding import SpaceEncoding
+
+    space = Space([("a", tuple(range(8))), ("b", tuple(range(8)))])
+    encoding = SpaceEncoding(space, seed=3)
+    centre = {"a": 3, "b": 3}
+    assert encoding.nearest(centre) == Point(centre)
+    ring = [encoding.nearest(centre) for _ in range(4)]
+    assert sorted((int(p["a"]), int(p["b"])) for p in ring) == [(2, 3), (3, 2), (3, 4), (4, 3)]
+    far = []
+    for seed in range(200):  # the ring taken: anywhere, not the next ring around the centre
+        encoding = SpaceEncoding(space, seed=seed)
+        for p in [Point(centre), *ring]:
+            encoding.taken[encoding.index(p)] = True
+        point = encoding.nearest(centre)
+        far.append(abs(int(point["a"]) - 3) + abs(int(point["b"]) - 3) > 2)
+    assert sum(far) / len(far) > 0.6  # 51 of the 59 free points lie more than two steps out
+
+
 def test_optuna_sees_env_sets_by_their_variables(ucx_like: Landscape) -> None:
     from tunelab.search._encoding import SpaceEncoding
 

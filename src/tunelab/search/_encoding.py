@@ -11,10 +11,12 @@ Each axis becomes one or more *dimensions*:
   ``{UCX_TLS: tcp}``, ``{UCX_RNDV_SCHEME: am}`` and their union sit at the corners of a
   cube rather than at unrelated labels.
 
-:meth:`SpaceEncoding.nearest` maps any proposal to the closest valid point not yet taken
-(normalised distance: |Δposition| / (k-1) per numeric dimension, 0/1 per categorical one;
-ties broken by a seeded generator). Proposals therefore always land on a valid, new point:
-nothing is rejected, and the space is exhausted only after every valid point was proposed.
+:meth:`SpaceEncoding.nearest` maps any proposal to a valid point not yet taken: itself when it
+is one; when it was taken already, a free neighbour one step away, else a free point, drawn
+at random; when it is an invalid combination, the closest free point (normalised distance:
+|Δposition| / (k-1) per numeric dimension, 0/1 per categorical one; ties broken by a seeded
+generator). Proposals therefore always land on a valid, new point: nothing is rejected, and
+the space is exhausted only after every valid point was proposed.
 """
 
 from __future__ import annotations
@@ -111,12 +113,24 @@ class SpaceEncoding:
 
     def nearest(self, params: dict[str, Any], *, spill_at_random: bool = False
                 ) -> Point | None:
-        """The closest candidate not yet taken (None when all are taken); marks it taken.
-        ``spill_at_random``: when the proposal itself is taken, a free candidate drawn at
-        random instead of the nearest — for a sampler's random phase, where the nearest
-        would favour points with many neighbours (an edge or a corner has fewer: in 1000
-        seeds, 5 random proposals over 2 x 5 points measured a corner 0.44-0.46 of the
-        time, an inner point 0.53-0.55)."""
+        """A valid point not yet taken for the proposal ``params`` (None when all are
+        taken), marked taken: the proposal itself when it is one; when it is a point taken
+        already, one of its free neighbours (one parameter one step away) drawn at random,
+        else a free point drawn at random; when it is no valid point (an invalid
+        combination), the closest free one. ``spill_at_random``: any proposal that is not a
+        free point gets a free point drawn at random — for a sampler's random phase.
+
+        Why not the closest free point after a proposal taken already: a model that proposes
+        a point it has measured wants that region again, and the closest free point walks
+        outward from its favourite one ring a proposal, so the points it thinks worst are
+        measured last, and a point that is good only where every single change is bad
+        (parameters that help only together) is not reached before the budget ends. On
+        twelve interaction landscapes drawn apart, with a budget of one run per point, that
+        walk measured ~80 % of the points and ended within 5 % of the best in 0.84 of the
+        seeds; neighbours, then points at random, 0.91 (``docs/search.md``). In the random
+        phase the closest also favoured points with many neighbours (in 1000 seeds, 5
+        random proposals over 2 x 5 points measured a corner 0.44-0.46 of the time, an
+        inner point 0.53-0.55)."""
         free = np.flatnonzero(~self.taken)
         if free.size == 0:
             return None
@@ -127,12 +141,26 @@ class SpaceEncoding:
                 target[j] = float(value) if value is not None else np.nan
             else:
                 target[j] = d.choices.index(value) if value in d.choices else -1
-        diff = self.codes[free] - target
-        diff = np.where(self._numeric, np.abs(diff), diff != 0) * self._scale
-        distance = np.nan_to_num(diff, nan=1.0).sum(axis=1)
-        if spill_at_random and distance.min() > 0:
+        distance = self._distance(self.codes[free], target)
+        if distance.min() > 0 and spill_at_random:
             distance = np.zeros_like(distance)
+        elif distance.min() > 0 and self._taken_at(target):
+            steps = np.abs(self.codes[free] - target)
+            ring = np.where(self._numeric, steps, steps != 0).sum(axis=1) == 1
+            distance = np.where(ring, 0.0, 1.0) if ring.any() else np.zeros_like(distance)
         closest = free[np.flatnonzero(distance == distance.min())]
         chosen = int(closest[0]) if closest.size == 1 else self._rng.choice(closest.tolist())
         self.taken[chosen] = True
         return self.points[chosen]
+
+    def _distance(self, codes: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """Normalised distance of each row of ``codes`` to ``target`` (a value the proposal
+        lacks counts 1)."""
+        diff = codes - target
+        diff = np.where(self._numeric, np.abs(diff), diff != 0) * self._scale
+        return np.asarray(np.nan_to_num(diff, nan=1.0).sum(axis=1))
+
+    def _taken_at(self, target: np.ndarray) -> bool:
+        """Whether ``target`` is exactly a candidate already taken."""
+        taken = np.flatnonzero(self.taken)
+        return taken.size > 0 and bool(self._distance(self.codes[taken], target).min() == 0)

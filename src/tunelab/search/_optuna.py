@@ -2,7 +2,10 @@
 
 The sampler sees the space through :class:`~tunelab.search._encoding.SpaceEncoding`
 (ordered positions for numeric axes, one dimension per environment variable). Its joint
-proposal for a trial is moved to the nearest valid point not proposed before, and that point
+proposal for a trial is moved to a valid point not proposed before — when it proposes a
+point proposed already, a free neighbour one step away or else a free point, drawn at
+random; when it proposes an invalid combination, the nearest free one
+(:meth:`~tunelab.search._encoding.SpaceEncoding.nearest`) — and that point
 is what the trial records — so every ask yields a new valid point (no rejection loop, no
 "exhausted" before every valid point was proposed) and the model learns from the points that
 really ran. A point told without having been proposed (the baseline raced by another
@@ -51,8 +54,9 @@ def _base_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 
 def _valid_sampler(base: optuna.samplers.BaseSampler, encoding: SpaceEncoding) -> Any:
-    """``base``'s joint proposal, moved to the nearest valid point not yet proposed (in the
-    base's random start, a proposal already taken goes to a free point drawn at random)."""
+    """``base``'s joint proposal, moved to a valid point not yet proposed
+    (:meth:`SpaceEncoding.nearest`; in the base's random start, any proposal that is not a
+    free point goes to a free point drawn at random)."""
     import optuna
     from optuna.distributions import BaseDistribution
     from optuna.study import Study
