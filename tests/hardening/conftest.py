@@ -64,6 +64,20 @@ def assert_clean(answer: dict[str, Any], rc: int, *fragments: str) -> None:
     assert answer["maxrss_mb"] < RSS_LIMIT_MB, answer["maxrss_mb"]
 
 
+def finished_two_run_study(cli: CliWorker) -> Path:
+    """The directory of a finished study of two runs (figure of merit ``v`` = 1.5), run
+    through ``cli``, its WAL checkpointed into ``tunelab.db`` (a store as it rests)."""
+    text = command_study(printing("v=1.5\n"), params="x: [1, 2]",
+                         options="foms: {v: 'v=(?P<value>\\S+)'}",
+                         extra="objective: {fom: v}\nbaseline: {x: 1}\n")
+    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
+    assert_clean(answer, 0)
+    conn = sqlite3.connect(Path(answer["dir"], "runs/s/tunelab.db"))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return Path(answer["dir"])
+
+
 def store_rows(db: Path) -> list[tuple[str, int, str, str | None]]:
     """(point key, repeat, status, reason) of every stored run, after checking the database's
     integrity."""

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.hardening.conftest import PY, assert_clean, command_study, printing, store_rows
+from tests.hardening.conftest import (
+    PY,
+    assert_clean,
+    command_study,
+    finished_two_run_study,
+    printing,
+    store_rows,
+)
 from tunelab.limits import LIMITS
 from tunelab.store.schema import SCHEMA
 
@@ -260,15 +267,7 @@ def test_another_program_s_database_is_refused_by_every_command_before_any_write
 @pytest.fixture(scope="module")
 def tiny(cli) -> str:
     """A finished study of two runs, whose store the tests below damage (copies of it)."""
-    text = command_study(printing("v=1.5\n"), params="x: [1, 2]",
-                         options="foms: {v: 'v=(?P<value>\\S+)'}",
-                         extra="objective: {fom: v}\nbaseline: {x: 1}\n")
-    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
-    assert_clean(answer, 0)
-    conn = sqlite3.connect(Path(answer["dir"], "runs/s/tunelab.db"))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return str(answer["dir"])
+    return str(finished_two_run_study(cli))
 
 
 def _damaged(tiny: str, tmp_path: Path, *sql: str) -> Path:

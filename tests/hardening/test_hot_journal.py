@@ -17,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.hardening.conftest import PY, assert_clean, command_study, printing, read_only_view
+from tests.hardening.conftest import (
+    PY,
+    assert_clean,
+    finished_two_run_study,
+    read_only_view,
+)
 from tunelab.store import StudyLock
 
 WRITER = Path(__file__).with_name("killed_writer.py")
@@ -28,16 +33,7 @@ READERS = [["status"], ["status", "--format", "json"], ["compare"], ["best"],
 @pytest.fixture(scope="module")
 def finished(cli) -> Path:
     """A finished study of two runs (figure of merit ``v`` = 1.5), its WAL checkpointed."""
-    text = command_study(printing("v=1.5\n"), params="x: [1, 2]",
-                         options="foms: {v: 'v=(?P<value>\\S+)'}",
-                         extra="objective: {fom: v}\nbaseline: {x: 1}\n")
-    answer = cli.run({"s.yaml": text}, ["run", "s.yaml", "-q"])
-    assert_clean(answer, 0)
-    study = Path(answer["dir"], "runs/s")
-    conn = sqlite3.connect(study / "tunelab.db")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return study
+    return finished_two_run_study(cli) / "runs/s"
 
 
 def left_by(finished: Path, tmp_path: Path, mode: str, *options: str) -> Path:
