@@ -99,6 +99,15 @@ def test_auto_searches_with_tpe_when_the_space_is_larger_than_the_budget(
     assert hits >= 6
 
 
+def test_under_a_run_per_point_the_contest_keeps_less(interaction: Landscape) -> None:
+    """A fifth of the runs is kept for the contest from a run per point up; under that, the
+    fifth times the runs per point: there, new points find more than contest runs."""
+    half, full = (run(interaction, "auto", 0, max_runs=n)[0]
+                  for n in (27, 54))  # 54 points: half a run and one run per point
+    assert half.endgame.reserve == 3  # type: ignore[attr-defined]  # ceil(0.2 * 0.5 * 27)
+    assert full.endgame.reserve == 11  # type: ignore[attr-defined]  # ceil(0.2 * 54)
+
+
 def test_auto_stops_early_only_when_the_winner_is_certain() -> None:
     space = Space([("x", tuple(range(6)))])
     clear = make_landscape(space, lambda p: 10.0 if p["x"] == 3 else 15.0, noise=0.03,
