@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tunelab import noise
-from tunelab.noise import DISTURB_SHARE, NoiseWatch, cpu_list_text, judge
+from tunelab.noise import DISTURB_SHARE, NoiseWatch, cpu_list_text, judge, parse_cpu_list
 from tunelab.report.results import results_from_frame
 from tunelab.store import RunRecord, open_store
 from tunelab.workload import Objective
@@ -37,6 +37,7 @@ class FakeMachine:
         monkeypatch.setattr(noise, "_pressure", lambda path: self.waited)
         monkeypatch.setattr(noise, "_load", lambda: 1.5)
         monkeypatch.setattr(noise, "_mhz", lambda: 2400.0)
+        monkeypatch.setattr(noise, "_llc_cpus", lambda cpus: cpus)  # no cache neighbours
 
     def advance(self, seconds: float, others: float, own: float = 0.0,
                 steal: float = 0.0) -> None:
@@ -115,6 +116,82 @@ def test_wait_quiet_waits_for_quiet_cores_or_gives_up(monkeypatch: pytest.Monkey
     assert watch.wait_quiet(level=0.05, max_wait_s=30) == pytest.approx(30, abs=1.01)
     m.others_while_sleeping = 0.01
     assert watch.wait_quiet(level=0.05, max_wait_s=30) == pytest.approx(1.0)
+
+
+def test_cpu_lists_are_read_as_linux_writes_them() -> None:
+    assert parse_cpu_list("0-3,6\n") == {0, 1, 2, 3, 6} and parse_cpu_list("5") == {5}
+    for bad in ("", "x", "3-1", "-1", "0-99999999"):
+        assert parse_cpu_list(bad) == set()
+
+
+def _cache(root: Path, cpu: int, index: int, level: int, kind: str, shared: str) -> None:
+    d = root / f"cpu{cpu}" / "cache" / f"index{index}"
+    d.mkdir(parents=True)
+    (d / "level").write_text(f"{level}\n")
+    (d / "type").write_text(f"{kind}\n")
+    (d / "shared_cpu_list").write_text(f"{shared}\n")
+
+
+def test_the_cores_sharing_the_last_level_cache_come_from_sysfs(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Per core, the data or unified cache of the highest level: cores 0-3 share an L3,
+    4-7 another; the instruction cache's sharing never counts."""
+    for cpu in range(8):
+        _cache(tmp_path, cpu, 0, 1, "Data", str(cpu))
+        _cache(tmp_path, cpu, 1, 1, "Instruction", "0-7")
+        _cache(tmp_path, cpu, 2, 2, "Unified", str(cpu))
+        _cache(tmp_path, cpu, 3, 3, "Unified", "0-3" if cpu < 4 else "4-7")
+    monkeypatch.setattr(noise, "_SYS_CPU", tmp_path)
+    assert noise._llc_cpus((1,)) == (0, 1, 2, 3)
+    assert noise._llc_cpus((3, 4)) == tuple(range(8))
+    assert noise._llc_cpus((9,)) == (9,)  # sysfs does not say: the run's own
+    watch = NoiseWatch([0, 1, 2, 3])
+    assert watch.llc_cpus == () and watch.llc_cpu_list == ""  # it covers its cache
+    assert NoiseWatch([2]).llc_cpu_list == "0-3"
+
+
+def test_judge_flags_others_on_the_cores_sharing_the_last_level_cache() -> None:
+    assert judge(0.0, 0.0, "1", llc_others_share=0.5, llc_cpu_list="0-1") == (
+        True, "others took 50% of cores 0-1, which share the last-level cache of cores 1")
+    assert judge(0.3, 0.0, "1", llc_others_share=0.5, llc_cpu_list="0-1") == (
+        True, "others took 30% of cores 1")  # its own cores first
+    assert judge(0.0, 0.0, "1", llc_others_share=DISTURB_SHARE, llc_cpu_list="0-1") == (
+        False, None)
+
+
+def test_a_run_pinned_beside_a_busy_core_that_shares_its_cache_is_flagged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured here: a memory-bound run pinned to core 1 of 2, beside one process streaming
+    memory on core 0, ran 1.7-2x slower with core 1 to itself. Others took ~0 % of its own
+    core; they took ~50 % of cores 0-1, which share its last-level cache: flagged."""
+    m = FakeMachine(monkeypatch)
+    counters = {(1,): [0.0], (0, 1): [0.0]}  # busy seconds of core 1 and of cores 0-1
+
+    def neighbour_busy(seconds: float) -> None:  # core 0 busy, core 1 idle
+        m.now += seconds
+        counters[(0, 1)][0] += seconds
+
+    monkeypatch.setattr(noise, "_cpu_seconds", lambda cpus: (counters[cpus][0], 0.0))
+    monkeypatch.setattr(noise, "_llc_cpus", lambda cpus: (0, 1))
+    watch = NoiseWatch([1], clock=lambda: m.now, sleep=neighbour_busy)
+    assert watch.llc_cpu_list == "0-1"
+    assert watch.busy_now() == (
+        "the machine is busy: other processes take 50% of cores 0-1, which share the "
+        "last-level cache of cores 1 now; runs taken like this are flagged disturbed "
+        "(--wait-quiet waits for quiet cores)")
+    assert watch.others_now() == pytest.approx(0.5)  # what --wait-quiet waits on
+    before = watch.start(Path("/cg"))
+    m.now += 10
+    m.own += 9.8  # the run: 98 % of core 1
+    counters[(1,)][0] += 9.9  # core 1: the run and 1 % of others
+    counters[(0, 1)][0] += 9.9 + 9.7  # core 0: a process busy 97 % of the time
+    sample = watch.stop(before)
+    assert sample.others_share == pytest.approx(0.01)
+    assert sample.llc_others_share == pytest.approx(0.49)
+    assert sample.disturbed and sample.evidence == (
+        "others took 49% of cores 0-1, which share the last-level cache of cores 1")
+    row = sample.as_dict()
+    assert row["llc_cpu_list"] == "0-1" and row["llc_others_share"] == pytest.approx(0.49)
 
 
 def test_a_real_sample_is_consistent() -> None:

@@ -13,14 +13,21 @@ start would then look normal):
   ``getrusage`` of the finished children; tunelab's own CPU time is subtracted too;
 * **CPU pressure** (PSI): the share of the run's wall time in which its tasks waited for a
   CPU (``some`` of the cgroup's ``cpu.pressure``, else the machine's ``/proc/pressure/cpu``),
-  recorded as ``psi_some`` beside the rest.
+  recorded as ``psi_some`` beside the rest;
+* **the cores that share its last-level cache** (``llc_cpu_list``: the run's cores and every
+  core sharing a last-level cache with one of them, from sysfs ``cache/index*``), recorded
+  only when they are more than the run's own: a run pinned to some cores shares the cache,
+  and the memory bandwidth behind it, with the others.
 
 ``others_share`` = (busy − own − tunelab) / (wall × cpus): the share of the run's cores that
-other processes took; ``own_share`` = own / (wall × cpus). A run is **disturbed** when others
-took more than :data:`DISTURB_SHARE` of its cores, or the hypervisor stole more than
-:data:`STEAL_SHARE` (:func:`judge`); ``evidence`` says why in one phrase ("others took 64 %
-of cores 0-1"). PSI is evidence, not the rule: a run with more ranks than cores waits for a
-CPU with no one else on the machine.
+other processes took; ``own_share`` = own / (wall × cpus); ``llc_others_share`` the same as
+``others_share`` over the cores sharing its last-level cache. A run is **disturbed** when
+others took more than :data:`DISTURB_SHARE` of its cores, or of the cores sharing its
+last-level cache (a memory-bound run pinned to one core of two, beside one process streaming
+memory on the other, ran 1.7 to 2 times slower with its own core to itself), or the
+hypervisor stole more than :data:`STEAL_SHARE` (:func:`judge`); ``evidence`` says why in
+one phrase ("others took 64 % of cores 0-1"). PSI is evidence, not the rule: a run with more
+ranks than cores waits for a CPU with no one else on the machine.
 
 Everything is read from Linux's ``/proc`` and ``/sys``; where they are missing each figure is
 None and no run is flagged.
@@ -45,6 +52,7 @@ __all__ = [
     "NoiseWatch",
     "cpu_list_text",
     "judge",
+    "parse_cpu_list",
 ]
 
 DISTURB_SHARE = 0.20
@@ -79,13 +87,66 @@ def cpu_list_text(cpus: Iterable[int]) -> str:
     return ",".join(out)
 
 
-def judge(others_share: float | None, steal_share: float | None,
-          cpu_list: str) -> tuple[bool, str | None]:
-    """Whether a run is disturbed, and the phrase why (None when not)."""
+def parse_cpu_list(text: str) -> set[int]:
+    """CPUs from a list as Linux writes it (``0-3,6``); empty for text that is not one."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            return set()
+        if first < 0 or last < first or last - first > 65536:
+            return set()
+        cpus.update(range(first, last + 1))
+    return cpus
+
+
+def _llc_cpus(cpus: tuple[int, ...]) -> tuple[int, ...]:
+    """``cpus`` and every CPU that shares a last-level cache with one of them: per CPU the
+    data or unified cache of the highest level in sysfs (``cache/index*``); just ``cpus``
+    where sysfs does not say."""
+    domain = set(cpus)
+    for cpu in cpus:
+        level, shared = -1, ""
+        for index in (_SYS_CPU / f"cpu{cpu}" / "cache").glob("index[0-9]*"):
+            try:
+                if (index / "type").read_text().strip() == "Instruction":
+                    continue
+                this = int((index / "level").read_text())
+                if this > level:
+                    level, shared = this, (index / "shared_cpu_list").read_text()
+            except (OSError, ValueError):
+                continue
+        domain |= parse_cpu_list(shared)
+    return tuple(sorted(domain))
+
+
+def _taken(others_share: float | None, cpu_list: str, llc_others_share: float | None,
+           llc_cpu_list: str) -> tuple[float, str] | None:
+    """The share others took beyond :data:`DISTURB_SHARE`, and of which cores: the run's own
+    first, then those sharing its last-level cache; None when neither."""
     where = f"cores {cpu_list}" if cpu_list else "its cores"
     if others_share is not None and others_share > DISTURB_SHARE:
-        return True, f"others took {others_share:.0%} of {where}"
+        return others_share, where
+    if llc_others_share is not None and llc_others_share > DISTURB_SHARE:
+        return llc_others_share, (f"cores {llc_cpu_list}, which share the last-level cache "
+                                  f"of {where}")
+    return None
+
+
+def judge(others_share: float | None, steal_share: float | None,
+          cpu_list: str, *, llc_others_share: float | None = None,
+          llc_cpu_list: str = "") -> tuple[bool, str | None]:
+    """Whether a run is disturbed, and the phrase why (None when not): others took more than
+    :data:`DISTURB_SHARE` of its cores (``others_share``) or of the cores sharing its
+    last-level cache (``llc_others_share``, of ``llc_cpu_list``), or the hypervisor stole
+    more than :data:`STEAL_SHARE`."""
+    taken = _taken(others_share, cpu_list, llc_others_share, llc_cpu_list)
+    if taken is not None:
+        return True, f"others took {taken[0]:.0%} of {taken[1]}"
     if steal_share is not None and steal_share > STEAL_SHARE:
+        where = f"cores {cpu_list}" if cpu_list else "its cores"
         return True, f"the hypervisor stole {steal_share:.0%} of {where}"
     return False, None
 
@@ -146,6 +207,11 @@ def _pressure(path: Path) -> float | None:
     return None
 
 
+def _share(seconds: float, span: float) -> float:
+    """``seconds`` as a share of ``span`` seconds, within [0, 1]."""
+    return min(max(seconds / span, 0.0), 1.0)
+
+
 def _rusage(who: int) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
@@ -180,7 +246,8 @@ def _mhz() -> float | None:
 class Snapshot:
     """The counters just before a run (or a window): wall clock, busy and steal seconds of
     the cores, the run's cgroup (and its CPU seconds), the finished children's and
-    tunelab's own CPU seconds, pressure, load and frequency."""
+    tunelab's own CPU seconds, pressure, load and frequency; busy and steal seconds of the
+    cores sharing the run's last-level cache."""
 
     wall: float
     cpus: tuple[int, ...]
@@ -192,6 +259,9 @@ class Snapshot:
     pressure: float | None
     load: float | None
     mhz: float | None
+    llc_cpu: tuple[float, float] | None = None
+    """Busy and steal seconds of the cores sharing the run's last-level cache (None when
+    they are the run's own)."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +280,10 @@ class NoiseSample:
     mhz_after: float | None
     disturbed: bool
     evidence: str | None
+    llc_cpu_list: str = ""
+    """The run's cores and those sharing its last-level cache ("" when none but its own)."""
+    llc_others_share: float | None = None
+    """Share of the cores of ``llc_cpu_list`` that others took (None without them)."""
 
     def as_dict(self) -> dict[str, float | str | None]:
         """Column name -> value, as the store's ``noise`` table keeps them (``disturbed``
@@ -219,6 +293,7 @@ class NoiseSample:
                 "own_share": self.own_share, "steal": self.steal, "psi_some": self.psi_some,
                 "load_before": self.load_before, "load_after": self.load_after,
                 "mhz_before": self.mhz_before, "mhz_after": self.mhz_after,
+                "llc_cpu_list": self.llc_cpu_list, "llc_others_share": self.llc_others_share,
                 "evidence": self.evidence, "disturbed": 1.0 if self.disturbed else 0.0}
 
 
@@ -232,6 +307,9 @@ class NoiseWatch:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.cpus = tuple(sorted(cpus)) if cpus is not None else _own_cpus()
         self.cpu_list = cpu_list_text(self.cpus)
+        domain = _llc_cpus(self.cpus)
+        self.llc_cpus = domain if len(domain) > len(self.cpus) else ()
+        self.llc_cpu_list = cpu_list_text(self.llc_cpus)
         self._clock, self._sleep = clock, sleep
 
     def start(self, cgroup: Path | None = None) -> Snapshot:
@@ -244,45 +322,59 @@ class NoiseWatch:
                              else _PROC / "pressure" / "cpu")
         return Snapshot(self._clock(), self.cpus, _cpu_seconds(self.cpus), cgroup, usage,
                         _rusage(resource.RUSAGE_CHILDREN), _rusage(resource.RUSAGE_SELF),
-                        pressure, _load(), _mhz())
+                        pressure, _load(), _mhz(),
+                        _cpu_seconds(self.llc_cpus) if self.llc_cpus else None)
 
     def stop(self, before: Snapshot) -> NoiseSample:
         """Sample just after the run started at ``before``; judge it."""
         after = self.start(before.cgroup)
         wall = after.wall - before.wall
         span = wall * len(self.cpus)
-        others = own = steal = psi = None
+        others = own = steal = psi = llc = None
+        if before.cgroup_cpu is not None and after.cgroup_cpu is not None:
+            run = after.cgroup_cpu - before.cgroup_cpu
+        else:
+            run = after.children - before.children
+        ours = after.self_cpu - before.self_cpu
         if span > 0 and before.cpu is not None and after.cpu is not None:
             busy = after.cpu[0] - before.cpu[0]
-            if before.cgroup_cpu is not None and after.cgroup_cpu is not None:
-                run = after.cgroup_cpu - before.cgroup_cpu
-            else:
-                run = after.children - before.children
-            ours = after.self_cpu - before.self_cpu
-            others = min(max((busy - run - ours) / span, 0.0), 1.0)
-            own = min(max(run / span, 0.0), 1.0)
-            steal = min(max((after.cpu[1] - before.cpu[1]) / span, 0.0), 1.0)
+            others = _share(busy - run - ours, span)
+            own = _share(run, span)
+            steal = _share(after.cpu[1] - before.cpu[1], span)
+        if span > 0 and before.llc_cpu is not None and after.llc_cpu is not None:
+            # the run and tunelab run on the run's cores, which are among these
+            llc = _share(after.llc_cpu[0] - before.llc_cpu[0] - run - ours,
+                         wall * len(self.llc_cpus))
         if wall > 0 and before.pressure is not None and after.pressure is not None:
-            psi = min(max((after.pressure - before.pressure) / wall, 0.0), 1.0)
-        disturbed, evidence = judge(others, steal, self.cpu_list)
+            psi = _share(after.pressure - before.pressure, wall)
+        disturbed, evidence = judge(others, steal, self.cpu_list, llc_others_share=llc,
+                                    llc_cpu_list=self.llc_cpu_list)
         return NoiseSample(float(len(self.cpus)), self.cpu_list, others, own, steal, psi,
                            before.load, after.load, before.mhz, after.mhz, disturbed,
-                           evidence)
+                           evidence, self.llc_cpu_list, llc)
 
     def others_now(self, window_s: float = 1.0) -> float | None:
-        """Share of the watched cores other processes take over the next ``window_s``."""
+        """Share of the watched cores other processes take over the next ``window_s`` (or
+        of the cores sharing their last-level cache, when that share is larger)."""
         before = self.start()
         self._sleep(window_s)
-        return self.stop(before).others_share
+        sample = self.stop(before)
+        shares = [x for x in (sample.others_share, sample.llc_others_share) if x is not None]
+        return max(shares) if shares else None
 
     def busy_now(self, window_s: float = 1.0) -> str | None:
-        """A warning when others take more than :data:`DISTURB_SHARE` of the cores now
-        (None when quiet, or nothing is readable)."""
-        share = self.others_now(window_s)
-        if share is None or share <= DISTURB_SHARE:
+        """A warning when others take more than :data:`DISTURB_SHARE` of the cores (or of
+        those sharing their last-level cache) now; None when quiet, or nothing is
+        readable."""
+        before = self.start()
+        self._sleep(window_s)
+        sample = self.stop(before)
+        taken = _taken(sample.others_share, self.cpu_list, sample.llc_others_share,
+                       self.llc_cpu_list)
+        if taken is None:
             return None
-        return (f"the machine is busy: other processes take {share:.0%} of cores "
-                f"{self.cpu_list} now; runs taken like this are flagged disturbed "
+        return (f"the machine is busy: other processes take {taken[0]:.0%} of {taken[1]} "
+                "now; runs taken like this are flagged disturbed "
                 "(--wait-quiet waits for quiet cores)")
 
     def wait_quiet(self, level: float = QUIET_SHARE, max_wait_s: float = MAX_QUIET_WAIT_S,

@@ -27,7 +27,9 @@ cancelled from outside, a vanished job; it is re-submitted, and stored as ``lost
 its retries ran out), the ``attempts`` table (every lost attempt), and ``noise`` columns for
 evidence measured on the run's own cores (see :data:`NOISE_COLUMNS`); opening a version-2
 database for writing adds the table and the missing columns, and the first ``lost`` run
-rebuilds ``runs`` as ``pruned`` does.
+rebuilds ``runs`` as ``pruned`` does. Later ``noise`` columns (``llc_cpu_list``,
+``llc_others_share``) are added the same way to any database opened for writing, without a
+new version: older runs read NaN (or empty) there, and an older tunelab ignores them.
 
 A change to the schema goes here: the table in :data:`SCHEMA` (and in the list above), a new
 :data:`SCHEMA_VERSION` with its line in the history above, and, for databases written by an
@@ -64,6 +66,9 @@ NOISE_COLUMNS: dict[str, str] = {
     # schema 3: evidence on the run's own cores (tunelab.noise), where the run ran
     "cpus": "REAL", "others_share": "REAL", "own_share": "REAL", "psi_some": "REAL",
     "cpu_list": "TEXT", "shared_with": "TEXT", "evidence": "TEXT",
+    # added to version-3 databases as they are opened for writing: the cores sharing the
+    # run's last-level cache and what others took of them
+    "llc_cpu_list": "TEXT", "llc_others_share": "REAL",
     "disturbed": "INTEGER NOT NULL DEFAULT 0",
 }
 """The ``noise`` table's columns (name -> SQL type), ``disturbed`` last. ``REAL`` columns are
