@@ -194,6 +194,35 @@ def test_a_run_pinned_beside_a_busy_core_that_shares_its_cache_is_flagged(
     assert row["llc_cpu_list"] == "0-1" and row["llc_others_share"] == pytest.approx(0.49)
 
 
+def test_a_run_that_waited_while_others_took_a_tenth_of_its_core_is_flagged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured here: a process busy 15 % of every 10 ms on the one core of a CPU-bound run
+    took 14 % of it, the run's tasks waited for a CPU 14 % of its time, and it ran 18 %
+    slower — under the 20 % share. That it waited (its own cgroup's CPU pressure) says it
+    wanted the core: flagged. Without its own cgroup (the machine's pressure counts others'
+    waiting too), or when it did not wait, the 20 % share stays the rule."""
+    for cgroup, waits, flagged in ((True, True, True), (False, True, False),
+                                   (True, False, False)):
+        m = FakeMachine(monkeypatch, cgroup=cgroup)
+        watch = m.watch()
+        before = watch.start(Path("/cg"))
+        m.advance(10, others=0.14, own=0.86)  # the fake's run waits as long as others run
+        if not waits:  # others took only what the run left idle
+            m.waited = before.pressure or 0.0
+        sample = watch.stop(before)
+        assert sample.disturbed == flagged and sample.others_share == pytest.approx(0.14)
+        if flagged:
+            assert sample.evidence == ("others took 14% of cores 0-1 while its tasks waited "
+                                       "for a CPU 14% of the time")
+
+
+def test_judge_needs_both_others_and_the_runs_own_waiting() -> None:
+    assert judge(0.15, 0.0, "1", waited=0.15)[0]
+    assert not judge(0.05, 0.0, "1", waited=0.9)[0]  # more ranks than cores: its own waiting
+    assert not judge(0.15, 0.0, "1", waited=0.05)[0]
+    assert not judge(0.15, 0.0, "1", waited=None)[0]
+
+
 def test_a_real_sample_is_consistent() -> None:
     """Whatever this machine is doing: shares within [0, 1], flagged exactly when others
     took more than the set share, the evidence saying so."""
@@ -202,8 +231,9 @@ def test_a_real_sample_is_consistent() -> None:
     assert sample.cpu_list and sample.cpus == len(os.sched_getaffinity(0))
     if sample.others_share is not None:
         assert 0.0 <= sample.others_share <= 1.0
-        assert sample.disturbed == (sample.others_share > DISTURB_SHARE
-                                    or (sample.steal or 0.0) > noise.STEAL_SHARE)
+        assert (sample.disturbed, sample.evidence) == judge(
+            sample.others_share, sample.steal, sample.cpu_list,
+            llc_others_share=sample.llc_others_share, llc_cpu_list=sample.llc_cpu_list)
         assert (sample.evidence is not None) == sample.disturbed
 
 

@@ -25,9 +25,11 @@ other processes took; ``own_share`` = own / (wall × cpus); ``llc_others_share``
 others took more than :data:`DISTURB_SHARE` of its cores, or of the cores sharing its
 last-level cache (a memory-bound run pinned to one core of two, beside one process streaming
 memory on the other, ran 1.7 to 2 times slower with its own core to itself), or the
-hypervisor stole more than :data:`STEAL_SHARE` (:func:`judge`); ``evidence`` says why in
-one phrase ("others took 64 % of cores 0-1"). PSI is evidence, not the rule: a run with more
-ranks than cores waits for a CPU with no one else on the machine.
+hypervisor stole more than :data:`STEAL_SHARE`, or others took more than
+:data:`CONTENDED_SHARE` of its cores while its own tasks waited for a CPU more than that
+share of its time (:func:`judge`); ``evidence`` says why in one phrase ("others took 64 % of
+cores 0-1"). PSI alone is not the rule: a run with more ranks than cores waits for a CPU with
+no one else on the machine; and only the run's own cgroup's says that the run waited.
 
 Everything is read from Linux's ``/proc`` and ``/sys``; where they are missing each figure is
 None and no run is flagged.
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "CONTENDED_SHARE",
     "DISTURB_SHARE",
     "MAX_QUIET_WAIT_S",
     "QUIET_SHARE",
@@ -58,6 +61,12 @@ __all__ = [
 DISTURB_SHARE = 0.20
 """A run is disturbed when other processes took more than this share of its cores (of its
 wall time × its cores): e.g. one busy process on one of two cores the run may use."""
+
+CONTENDED_SHARE = 0.10
+"""… or when others took more than this share of its cores while its own tasks waited for a
+CPU more than this share of its wall time (its cgroup's CPU pressure): a run that wants its
+cores loses about what others take of them (a process busy 15 % of the time on the one core
+of a run slowed it 18 %), and its waiting shows that it wanted them."""
 
 STEAL_SHARE = 0.10
 """… or when the hypervisor stole more than this share of its cores."""
@@ -137,16 +146,22 @@ def _taken(others_share: float | None, cpu_list: str, llc_others_share: float | 
 
 def judge(others_share: float | None, steal_share: float | None,
           cpu_list: str, *, llc_others_share: float | None = None,
-          llc_cpu_list: str = "") -> tuple[bool, str | None]:
+          llc_cpu_list: str = "", waited: float | None = None) -> tuple[bool, str | None]:
     """Whether a run is disturbed, and the phrase why (None when not): others took more than
     :data:`DISTURB_SHARE` of its cores (``others_share``) or of the cores sharing its
-    last-level cache (``llc_others_share``, of ``llc_cpu_list``), or the hypervisor stole
-    more than :data:`STEAL_SHARE`."""
+    last-level cache (``llc_others_share``, of ``llc_cpu_list``); or more than
+    :data:`CONTENDED_SHARE` of its cores while its own tasks waited for a CPU more than that
+    share of its time (``waited``: its own cgroup's CPU pressure, None where only the
+    machine's is known); or the hypervisor stole more than :data:`STEAL_SHARE`."""
+    where = f"cores {cpu_list}" if cpu_list else "its cores"
     taken = _taken(others_share, cpu_list, llc_others_share, llc_cpu_list)
     if taken is not None:
         return True, f"others took {taken[0]:.0%} of {taken[1]}"
+    if (others_share is not None and others_share > CONTENDED_SHARE
+            and waited is not None and waited > CONTENDED_SHARE):
+        return True, (f"others took {others_share:.0%} of {where} while its tasks waited for "
+                      f"a CPU {waited:.0%} of the time")
     if steal_share is not None and steal_share > STEAL_SHARE:
-        where = f"cores {cpu_list}" if cpu_list else "its cores"
         return True, f"the hypervisor stole {steal_share:.0%} of {where}"
     return False, None
 
@@ -348,7 +363,8 @@ class NoiseWatch:
         if wall > 0 and before.pressure is not None and after.pressure is not None:
             psi = _share(after.pressure - before.pressure, wall)
         disturbed, evidence = judge(others, steal, self.cpu_list, llc_others_share=llc,
-                                    llc_cpu_list=self.llc_cpu_list)
+                                    llc_cpu_list=self.llc_cpu_list,
+                                    waited=psi if before.cgroup is not None else None)
         return NoiseSample(float(len(self.cpus)), self.cpu_list, others, own, steal, psi,
                            before.load, after.load, before.mhz, after.mhz, disturbed,
                            evidence, self.llc_cpu_list, llc)
