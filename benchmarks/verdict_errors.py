@@ -12,8 +12,10 @@ noise watch tells disturbed runs from quiet ones: seeded simulations through the
    studies calling that point faster, the median minimum detectable change the study
    reported for it, and (auto) the mean rounds per point it ran.
 3. A busy machine: a bounded load started by the benchmark on the cores the runs may use
-   (busy processes pinned to each core, killed at the end), a small real study run through
-   the real runner and noise watch — the share of runs flagged disturbed; then runs on a
+   (busy processes pinned to each core, killed at the end), or, with the runs pinned to one
+   core, one process streaming memory on the cores sharing its last-level cache; a small
+   real study run through the real runner and noise watch — the share of runs flagged
+   disturbed; then runs on a
    quiet machine (each started after ``--wait-quiet``'s wait for quiet cores, if the machine
    gets quiet within the budget) — the share flagged.
 
@@ -221,18 +223,37 @@ def _spin(cpu: int | None, duty: float) -> None:
             time.sleep(0.01 * (1 - duty))
 
 
+def _stream(cpu: int | None, duty: float) -> None:
+    """Copy 256 MiB arrays to and fro: memory bandwidth, far beyond any last-level cache."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    a = np.ones(32 * 1024 * 1024)
+    b = np.empty_like(a)
+    while True:
+        np.copyto(b, a)
+        np.copyto(a, b)
+
+
 @contextlib.contextmanager
-def load(cpus: list[int | None], duty: float = 1.0) -> Iterator[None]:
+def load(cpus: list[int | None], duty: float = 1.0, *, stream: bool = False,
+         run_on: int | None = None) -> Iterator[None]:
     """A bounded load: one busy process per entry of ``cpus`` (pinned to that core, or free
-    to move for None), busy ``duty`` of the time; killed on the way out."""
+    to move for None), busy ``duty`` of the time, or streaming memory (``stream``); this
+    process, whose runs inherit its cores, pinned to core ``run_on`` meanwhile (None: left
+    as it is); killed and restored on the way out."""
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_spin, args=(cpu, duty), daemon=True) for cpu in cpus]
+    procs = [ctx.Process(target=_stream if stream else _spin, args=(cpu, duty), daemon=True)
+             for cpu in cpus]
+    own = os.sched_getaffinity(0)
     for p in procs:
         p.start()
     try:
+        if run_on is not None:
+            os.sched_setaffinity(0, {run_on})
         time.sleep(0.5)
         yield
     finally:
+        os.sched_setaffinity(0, own)
         for p in procs:
             p.kill()
         for p in procs:
@@ -257,7 +278,7 @@ def study_runs(tmp: Path, name: str, runs: int, *, wait_quiet: bool = False) -> 
 
 
 def section_busy(runs: int, quiet_runs: int, quiet_budget: float) -> None:
-    from tunelab.noise import DISTURB_SHARE, QUIET_SHARE, NoiseWatch
+    from tunelab.noise import DISTURB_SHARE, QUIET_SHARE, NoiseWatch, cpu_list_text
 
     watch = NoiseWatch()
     cores = watch.cpu_list
@@ -267,20 +288,27 @@ def section_busy(runs: int, quiet_runs: int, quiet_budget: float) -> None:
     print(f"   before the benchmark's load, others took "
           f"{'?' if before is None else f'{before:.0%}'} of cores {cores} (2 s)")
     own = sorted(os.sched_getaffinity(0))
-    loads: list[tuple[str, list[int | None], float]] = [
-        ("2 busy processes pinned to each core", [c for c in own for _ in range(2)], 1.0),
-        ("1 busy process pinned to each core", list(own), 1.0),
-        ("1 busy process, free to move", [None], 1.0),
-        ("1 process per core busy half the time", list(own), 0.5)]
+    loads: list[tuple[str, list[int | None], float, bool, int | None]] = [
+        ("2 busy processes pinned to each core", [c for c in own for _ in range(2)], 1.0,
+         False, None),
+        ("1 busy process pinned to each core", list(own), 1.0, False, None),
+        ("1 busy process, free to move", [None], 1.0, False, None),
+        ("1 process per core busy half the time", list(own), 0.5, False, None)]
+    beside = sorted(set(NoiseWatch([own[-1]]).llc_cpus) - {own[-1]}) if own else []
+    if beside:  # the runs pinned to one core, memory streamed on the others of its cache
+        loads.append((f"runs on core {own[-1]}, memory streamed on {cpu_list_text(beside)}",
+                      list(beside), 1.0, True, own[-1]))
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (label, cpus, duty) in enumerate(loads):
-            with load(cpus, duty):
+        for i, (label, cpus, duty, stream, run_on) in enumerate(loads):
+            with load(cpus, duty, stream=stream, run_on=run_on):
                 frame = study_runs(Path(tmp), f"busy{i}", runs)
             flags = frame["noise.disturbed"].to_numpy(dtype=float)
-            shares = frame["noise.others_share"].to_numpy(dtype=float)
+            column = "noise.llc_others_share" if stream else "noise.others_share"
+            shares = frame[column].to_numpy(dtype=float)
             print(f"   {label:40s} flagged {int(flags.sum()):3d} of {len(flags):3d} "
                   f"({flags.mean():.0%}; target >= 95 %), others took a median "
-                  f"{np.nanmedian(shares):.0%} of the cores", flush=True)
+                  f"{np.nanmedian(shares):.0%} of the cores"
+                  f"{' sharing its last-level cache' if stream else ''}", flush=True)
         flagged = total = 0
         waited = time.monotonic()
         shares_q: list[float] = []
