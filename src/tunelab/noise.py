@@ -20,16 +20,18 @@ start would then look normal):
   and the memory bandwidth behind it, with the others.
 
 ``others_share`` = (busy − own − tunelab) / (wall × cpus): the share of the run's cores that
-other processes took; ``own_share`` = own / (wall × cpus); ``llc_others_share`` the same as
-``others_share`` over the cores sharing its last-level cache. A run is **disturbed** when
-others took more than :data:`DISTURB_SHARE` of its cores, or of the cores sharing its
-last-level cache (a memory-bound run pinned to one core of two, beside one process streaming
-memory on the other, ran 1.7 to 2 times slower with its own core to itself), or the
-hypervisor stole more than :data:`STEAL_SHARE`, or others took more than
+other processes took; ``own_share`` = own / (wall × cpus); ``llc_others_share`` = the busy
+time of the cores sharing its last-level cache beside its own / (wall × all of those cores).
+A run is **disturbed** when others took more than :data:`DISTURB_SHARE` of its cores, or of
+the cores sharing its last-level cache (a memory-bound run pinned to one core of two, beside
+one process streaming memory on the other, ran 1.7 to 2 times slower with its own core to
+itself), or the hypervisor stole more than :data:`STEAL_SHARE`, or others took more than
 :data:`CONTENDED_SHARE` of its cores while its own tasks waited for a CPU more than that
 share of its time (:func:`judge`); ``evidence`` says why in one phrase ("others took 64 % of
 cores 0-1"). PSI alone is not the rule: a run with more ranks than cores waits for a CPU with
-no one else on the machine; and only the run's own cgroup's says that the run waited.
+no one else on the machine; and only the run's own cgroup's says that the run waited. But on
+a run's one CPU, others run only while the run leaves it idle, never beside it: there the
+run's own waiting is the whole cost, and others' share counts only with it.
 
 Everything is read from Linux's ``/proc`` and ``/sys``; where they are missing each figure is
 None and no run is flagged.
@@ -149,12 +151,18 @@ def judge(others_share: float | None, steal_share: float | None,
           llc_cpu_list: str = "", waited: float | None = None) -> tuple[bool, str | None]:
     """Whether a run is disturbed, and the phrase why (None when not): others took more than
     :data:`DISTURB_SHARE` of its cores (``others_share``) or of the cores sharing its
-    last-level cache (``llc_others_share``, of ``llc_cpu_list``); or more than
-    :data:`CONTENDED_SHARE` of its cores while its own tasks waited for a CPU more than that
-    share of its time (``waited``: its own cgroup's CPU pressure, None where only the
-    machine's is known); or the hypervisor stole more than :data:`STEAL_SHARE`."""
+    last-level cache (``llc_others_share``: what they took beside its own cores, of all of
+    ``llc_cpu_list``); or more than :data:`CONTENDED_SHARE` of its cores while its own
+    tasks waited for a CPU more than that share of its time (``waited``: its own cgroup's
+    CPU pressure, None where only the machine's is known); or the hypervisor stole more than
+    :data:`STEAL_SHARE`. A run on one CPU that waited at most :data:`CONTENDED_SHARE` of its
+    time is not disturbed by what others took of that CPU: they ran only while it left the
+    CPU idle, never beside it."""
     where = f"cores {cpu_list}" if cpu_list else "its cores"
-    taken = _taken(others_share, cpu_list, llc_others_share, llc_cpu_list)
+    own_cores = others_share
+    if waited is not None and waited <= CONTENDED_SHARE and len(parse_cpu_list(cpu_list)) == 1:
+        own_cores = None  # on its one CPU others ran only while the run left it idle
+    taken = _taken(own_cores, cpu_list, llc_others_share, llc_cpu_list)
     if taken is not None:
         return True, f"others took {taken[0]:.0%} of {taken[1]}"
     if (others_share is not None and others_share > CONTENDED_SHARE
@@ -298,7 +306,8 @@ class NoiseSample:
     llc_cpu_list: str = ""
     """The run's cores and those sharing its last-level cache ("" when none but its own)."""
     llc_others_share: float | None = None
-    """Share of the cores of ``llc_cpu_list`` that others took (None without them)."""
+    """Share of the cores of ``llc_cpu_list`` that others took beside the run's own (None
+    without them)."""
 
     def as_dict(self) -> dict[str, float | str | None]:
         """Column name -> value, as the store's ``noise`` table keeps them (``disturbed``
@@ -356,10 +365,13 @@ class NoiseWatch:
             others = _share(busy - run - ours, span)
             own = _share(run, span)
             steal = _share(after.cpu[1] - before.cpu[1], span)
-        if span > 0 and before.llc_cpu is not None and after.llc_cpu is not None:
-            # the run and tunelab run on the run's cores, which are among these
-            llc = _share(after.llc_cpu[0] - before.llc_cpu[0] - run - ours,
-                         wall * len(self.llc_cpus))
+        if (span > 0 and before.cpu is not None and after.cpu is not None
+                and before.llc_cpu is not None and after.llc_cpu is not None):
+            # busy beside the run's own cores, less what the run and tunelab used beyond
+            # their own cores' busy time (a run that widened its affinity)
+            busy_own = after.cpu[0] - before.cpu[0]
+            beside = after.llc_cpu[0] - before.llc_cpu[0] - busy_own
+            llc = _share(beside - max(run + ours - busy_own, 0.0), wall * len(self.llc_cpus))
         if wall > 0 and before.pressure is not None and after.pressure is not None:
             psi = _share(after.pressure - before.pressure, wall)
         disturbed, evidence = judge(others, steal, self.cpu_list, llc_others_share=llc,
