@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -438,3 +439,31 @@ def test_runs_on_cores_another_load_takes_are_flagged_and_said(tmp_path: Path) -
     assert all(s.n == 0 and s.left_out == 2 for s in left.summaries)
     assert "No run left to judge: the 4 ok runs were disturbed" in left.notes[-1]
     assert any("(2 disturbed, left out)" in n for n in left.notes)  # the baseline's
+
+
+@pytest.mark.slow
+def test_busy_cores_beside_a_pinned_watch_are_seen_through_the_shared_cache() -> None:
+    """A watch pinned to one core of this machine, busy processes on the other cores that
+    share its last-level cache (and that this process may use): over 1 s, others took more
+    than the share of the cache's cores, whatever else the machine does."""
+    own = sorted(os.sched_getaffinity(0))
+    watch = NoiseWatch([own[-1]])
+    beside = sorted(set(watch.llc_cpus) & set(own) - {own[-1]})
+    if len(beside) <= 2 * DISTURB_SHARE * len(watch.llc_cpus):
+        pytest.skip("too few cores of this process share a last-level cache")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_spin, args=(cpu,), daemon=True) for cpu in beside]
+    for p in procs:
+        p.start()
+    try:
+        before = watch.start()
+        time.sleep(1.0)
+        sample = watch.stop(before)
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.join(5)
+    assert sample.llc_others_share is not None and sample.llc_others_share > DISTURB_SHARE
+    assert sample.disturbed
+
