@@ -24,6 +24,7 @@ from tests.hardening.conftest import (
     read_only_view,
 )
 from tunelab.store import StudyLock
+from tunelab.store.recover import wal_without_index
 
 WRITER = Path(__file__).with_name("killed_writer.py")
 READERS = [["status"], ["status", "--format", "json"], ["compare"], ["best"],
@@ -171,3 +172,41 @@ def test_another_program_s_hot_journal_is_never_rolled_back(cli, tmp_path):
     assert_clean(answer, 2, "was interrupted before it committed",
                  "does not look like tunelab's", "sqlite3 ")
     assert _unchanged(study) == before
+
+
+@pytest.mark.parametrize("index", [True, False])
+def test_a_wal_holding_commits_on_a_read_only_medium_is_read_or_said_in_one_line(
+        cli, finished, tmp_path, index):
+    """A WAL beside its index is read as it stands. Without its index (``-shm``, e.g. not
+    copied) SQLite cannot read the WAL on a read-only medium: the commands called the store
+    damaged; reading the file alone would lose the commits that only the WAL holds."""
+    study = left_by(finished, tmp_path, "wal", "commit")
+    if not index:
+        Path(f"{study}/tunelab.db-shm").unlink()
+    with read_only_view(study) as view:
+        for command in READERS:
+            answer = cli.run({}, [command[0], str(view), *command[1:]], cwd=str(tmp_path))
+            if index:
+                assert_clean(answer, 0)
+                if command[1:] == ["-f", "csv", "-o", "-"]:
+                    assert foms(answer) == [2.5, 2.5]
+                continue
+            assert_clean(answer, 2, "tunelab.db-wal", "tunelab.db-shm", "nothing", "is lost",
+                         "read-only file system", f"cp -r {view} COPY")
+            assert "damaged" not in answer["stderr"]
+
+
+def test_a_wal_without_its_index_is_named_only_where_it_holds_frames(tmp_path):
+    """Off a read-only medium the advice is to run once as a user who can write."""
+    db = tmp_path / "tunelab.db"
+    db.write_bytes(b"")
+    assert wal_without_index(db) is None  # no log
+    Path(f"{db}-wal").write_bytes(b"")
+    assert wal_without_index(db) is None  # an empty log holds nothing
+    Path(f"{db}-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
+    problem = wal_without_index(db)
+    assert problem is not None
+    assert "tunelab.db-shm is missing" in str(problem)
+    assert f"tunelab status {tmp_path}" in str(problem)
+    Path(f"{db}-shm").write_bytes(b"")
+    assert wal_without_index(db) is None  # the index is there

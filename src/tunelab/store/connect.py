@@ -4,7 +4,8 @@ Only ``tunelab run`` (and ``status`` collecting batch jobs) opens a store for wr
 (``open_store(dir, create=True)`` or ``write=True``): WAL mode, the schema created or brought
 up to date (:func:`~tunelab.store.schema.create_schema`). Every other command opens it
 read-only (SQLite's ``mode=ro``, or ``immutable=1`` where even that cannot work, e.g. a WAL
-database on a read-only file system), so a study on a read-only medium can still be read.
+database on a read-only file system), so a study on a read-only medium can still be read
+(not one whose write-ahead log lies there without its index: that is said in one line).
 
 Every open checks the database first (SQLite's ``quick_check``, then every value against
 what tunelab writes there: :func:`~tunelab.store.values.check_values`): a damaged file is
@@ -20,11 +21,17 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from urllib.parse import quote
 
 from tunelab.errors import StoreError
 from tunelab.store.database import Store
-from tunelab.store.recover import HotJournal, cannot_write, needs_rollback, roll_back_journal
+from tunelab.store.recover import (
+    HotJournal,
+    cannot_write,
+    file_uri,
+    needs_rollback,
+    roll_back_journal,
+    wal_without_index,
+)
 from tunelab.store.schema import DB_NAME, REQUIRED_TABLES, create_schema, foreign_problem
 from tunelab.store.values import check_values
 
@@ -98,6 +105,9 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
             raise _locked(path) from None
         if needs_rollback(exc):  # a hot journal that this connection may not roll back
             raise cannot_write(path, f"{path.name} is opened read-only") from None
+        unindexed = wal_without_index(path)
+        if unindexed is not None and _error_code(exc) == sqlite3.SQLITE_CANTOPEN:
+            raise unindexed from None  # immutable=1 would read the file without the log
         problem = str(exc)
     if problem is not None:
         if problem.startswith(("CHECK constraint failed", "NULL value in")):
@@ -109,9 +119,15 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
                          f"SQLite can still read with: sqlite3 {path} .recover")
 
 
+def _error_code(exc: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``exc`` (None where it gives none)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
 def _is_locked(exc: sqlite3.Error) -> bool:
     """Whether SQLite gave up waiting for another connection's lock (not a damaged file)."""
-    return getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return _error_code(exc) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _locked(path: Path) -> StoreError:
@@ -146,11 +162,10 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     """A read-only connection: ``mode=ro``, or ``immutable=1`` when the directory or the
     medium cannot be written at all (then SQLite takes no locks and reads the file as is;
     never beside a hot journal, whose transaction it would read in part)."""
-    uri = "file:" + quote(str(path.resolve()))
     problem: sqlite3.Error | None = None
     for options in ("mode=ro", "mode=ro&immutable=1"):
         try:
-            conn = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=BUSY_TIMEOUT_S)
+            conn = sqlite3.connect(file_uri(path, options), uri=True, timeout=BUSY_TIMEOUT_S)
         except sqlite3.Error as exc:
             problem = exc
             continue

@@ -16,11 +16,17 @@ that wrote the store in rollback mode, or from garbage put there.)
 process holds the study's lock (:class:`~tunelab.store.StudyLock`), and only to a file that,
 read as it stands, is tunelab's (:func:`~tunelab.store.schema.foreign_problem`, checked
 before the rollback writes anything; the command checks it again afterwards).
+
+A WAL store copied without its index (``tunelab.db-shm``) to a medium that cannot be written
+cannot be read either: SQLite rebuilds the index before it reads the write-ahead log, and
+the file alone would lack the commits that only the log holds. :func:`wal_without_index`
+says so in one line, and what recovers it.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
@@ -29,7 +35,7 @@ from tunelab.errors import StoreError
 from tunelab.store.lock import StudyLock
 from tunelab.store.schema import foreign_problem
 
-__all__ = ["HotJournal", "needs_rollback", "roll_back_journal"]
+__all__ = ["HotJournal", "file_uri", "needs_rollback", "roll_back_journal", "wal_without_index"]
 
 JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 """The first 8 bytes of a valid rollback journal (SQLite's file format)."""
@@ -50,6 +56,34 @@ class HotJournal(StoreError):
                     "header is not a rollback journal's) but must be deleted before SQLite "
                     "reads the database; nothing is lost")
         super().__init__(f"{what}, but {reason}. {advice}")
+
+
+def file_uri(path: Path, options: str) -> str:
+    """SQLite's ``file:`` URI of the database ``path`` with the query ``options``."""
+    return f"file:{quote(str(path.resolve()))}?{options}"
+
+
+def wal_without_index(path: Path) -> StoreError | None:
+    """The error of a read-only open of ``path`` that SQLite could not open because its
+    write-ahead log lies there without the log's index and the directory cannot be written
+    (None when that is not why): nothing is lost, and what recovers it."""
+    wal, index = (path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))
+    try:
+        if wal.stat().st_size == 0 or index.exists():
+            return None
+        read_only = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return None
+    what = (f"{path}: its write-ahead log {wal.name} may hold results committed after the "
+            f"database file was last written, but the log's index {index.name} is missing "
+            "(it was not copied, or was deleted) and")
+    if read_only:
+        return StoreError(f"{what} {path.parent} is on a read-only file system, where SQLite "
+                          "cannot rebuild the index to read the log; nothing is lost. Copy the "
+                          "study directory somewhere writable and read the copy: "
+                          f"cp -r {path.parent} COPY")
+    return StoreError(f"{what} this process cannot write {path.parent} to rebuild it; nothing "
+                      f"is lost. Run once, as a user who can: tunelab status {path.parent}")
 
 
 def journal_path(path: Path) -> Path:
@@ -95,8 +129,7 @@ def roll_back_journal(path: Path, *, timeout: float) -> None:
         raise HotJournal(path, f"another tunelab process (pid {holder}) holds the study "
                          "directory's lock", "Run this command again once it has finished.")
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=rw", uri=True,
-                               timeout=timeout)
+        conn = sqlite3.connect(file_uri(path, "mode=rw"), uri=True, timeout=timeout)
         try:  # the first read of a connection that may write rolls the journal back
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         finally:
@@ -115,8 +148,7 @@ def _foreign_as_it_stands(path: Path) -> str | None:
     """:func:`foreign_problem` of the file as it stands, its journal not applied (SQLite's
     ``immutable`` view: no lock, no journal): checked before the rollback writes to it."""
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1",
-                               uri=True)
+        conn = sqlite3.connect(file_uri(path, "mode=ro&immutable=1"), uri=True)
     except sqlite3.Error as exc:
         return f"it cannot be read: {exc}"
     try:
