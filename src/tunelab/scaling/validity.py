@@ -13,7 +13,8 @@ prediction interval of a forecast, and an explicit refusal where it cannot predi
   largest error. Beyond the measured sizes it *refuses* ("cannot predict …", naming why)
   when no extrapolation check could be made, or when the check missed the held-out size by
   more than :data:`TOLERANCE`; past :data:`MAX_FACTOR` × the largest measured size it says
-  that no check reached that far. It never returns NaN.
+  that no check reached that far. A layout on several nodes is refused when every fitted
+  point was on one node (the link between nodes was never measured). It never returns NaN.
 """
 
 from __future__ import annotations
@@ -193,6 +194,11 @@ def forecast(obs: Sequence[Observation], workers: int, nodes: int = 1, *,
     except StatsError as exc:
         return Forecast(workers, nodes, factor, None, None, None, f"cannot predict: {exc}")
     where = f"{workers} workers on {nodes} node(s)"
+    if nodes > 1 and not any(k > 1 for _, k in model.fitted_on):
+        return Forecast(workers, nodes, factor, None, None, None,
+                        f"cannot predict {where}: every measured point is on one node, so "
+                        "the link between nodes was never measured (the model would count "
+                        "it free); measure a layout on 2 or more nodes")
     floor = 0.0
     if factor > 1:
         validation = validation or validate(obs, shared_cores=shared_cores)
