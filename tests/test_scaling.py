@@ -255,3 +255,29 @@ def test_layouts_on_more_nodes_are_refused_when_no_point_crossed_nodes() -> None
     assert forecast(obs, 4, 1).throughput is not None
     crossed = observations(make_runs(TRUE, [(1, 1), (2, 1), (2, 2), (4, 1)], noise=0.01))
     assert forecast(crossed, 4, 2).throughput is not None
+
+
+def test_a_fit_with_no_spare_degree_of_freedom_gives_no_interval_beyond_it() -> None:
+    """Three sizes on one node leave the fit no degree of freedom: the held-out check's one
+    error is no spread, so no interval is claimed (the field test's 767 [734, 801] images/s
+    stood for a measured 1,033); the note says the point is extrapolated, and how far."""
+    obs = observations(make_runs(TRUE, [(1, 1), (2, 1), (4, 1)], noise=0.01, seed=3))
+    assert fit_step_model(obs).residual_df == 0
+    f = forecast(obs, 8, 1)
+    assert f.throughput is not None and f.low is None and f.high is None
+    assert "no interval: the fit has no degree of freedom to spare" in f.note
+    assert "extrapolated 2.0x beyond the largest measured size (4 workers, 1 node(s))" in f.note
+    assert "fitted without the 4-worker points it missed them by up to" in f.note
+
+
+def test_a_worker_count_below_the_measured_ones_is_extrapolation_too() -> None:
+    one = observations(make_runs(TRUE, [(4, 1), (4, 2), (4, 4)], noise=0.01))
+    f = forecast(one, 1, 1)
+    assert f.throughput is None
+    assert "only 4 workers measured, so the model has no other worker count" in f.cannot
+    assert forecast(one, 4, 2).throughput is not None
+    two = observations(make_runs(TRUE, [(4, 1), (4, 2), (8, 1), (8, 2), (8, 4)], noise=0.01))
+    below = forecast(two, 2, 1)
+    assert below.throughput is not None
+    assert "extrapolated below the smallest measured size (4 workers)" in below.note
+    assert "extrapolated" not in forecast(two, 8, 2).note

@@ -10,11 +10,15 @@ prediction interval of a forecast, and an explicit refusal where it cannot predi
   the fit's relative residual sd times ``sqrt(1 + leverage)`` (the weighted least-squares
   leverage of the target among the fitted points) on the fit's spare degrees of freedom;
   beyond the measured sizes the interval is at least as wide as the extrapolation check's
-  largest error. Beyond the measured sizes it *refuses* ("cannot predict …", naming why)
-  when no extrapolation check could be made, or when the check missed the held-out size by
-  more than :data:`TOLERANCE`; past :data:`MAX_FACTOR` × the largest measured size it says
-  that no check reached that far. A layout on several nodes is refused when every fitted
-  point was on one node (the link between nodes was never measured). It never returns NaN.
+  largest error; a fit with no degree of freedom to spare gives no interval (one held-out
+  error is no estimate of the spread). The note says how far a point is extrapolated,
+  beyond the largest measured size or below the smallest. Beyond the measured sizes it
+  *refuses* ("cannot predict …", naming why) when no extrapolation check could be made, or
+  when the check missed the held-out size by more than :data:`TOLERANCE`; past
+  :data:`MAX_FACTOR` × the largest measured size it says that no check reached that far.
+  It refuses a layout on several nodes when every fitted point was on one node (the link
+  between nodes was never measured), and any other worker count when only one was
+  measured. It never returns NaN.
 """
 
 from __future__ import annotations
@@ -147,10 +151,12 @@ def validate(obs: Sequence[Observation], *, shared_cores: float | None = None) -
 class Forecast:
     """The model's throughput at (workers, nodes) with its prediction interval, or why it
     cannot say. ``factor`` is how far beyond the measured sizes the point lies (the larger
-    of workers and nodes over the largest measured; <= 1 inside). ``throughput`` and the
-    interval are None exactly when ``cannot`` gives the reason; ``low``/``high`` may also
-    be None with a note when the fit has no degree of freedom to spare. ``note`` carries a
-    warning (beyond :data:`MAX_FACTOR`, a wide interval)."""
+    of workers and nodes over the largest measured; <= 1 inside, or below the smallest).
+    ``throughput`` and the interval are None exactly when ``cannot`` gives the reason;
+    ``low``/``high`` are also None, with a note, when the fit has no degree of freedom to
+    spare. ``note`` says when the point is extrapolated (how far beyond or below the
+    measured sizes, and the held-out check's error), and warns (beyond :data:`MAX_FACTOR`,
+    a wide interval)."""
 
     workers: int
     nodes: int
@@ -199,7 +205,13 @@ def forecast(obs: Sequence[Observation], workers: int, nodes: int = 1, *,
                         f"cannot predict {where}: every measured point is on one node, so "
                         "the link between nodes was never measured (the model would count "
                         "it free); measure a layout on 2 or more nodes")
+    counts = sorted({o.workers for o in obs})
+    if workers not in counts and len(counts) < 2:
+        return Forecast(workers, nodes, factor, None, None, None,
+                        f"cannot predict {where}: only {counts[0]} workers measured, so the "
+                        "model has no other worker count to scale from")
     floor = 0.0
+    notes = []
     if factor > 1:
         validation = validation or validate(obs, shared_cores=shared_cores)
         check = validation.extrapolation
@@ -214,20 +226,23 @@ def forecast(obs: Sequence[Observation], workers: int, nodes: int = 1, *,
                             f"them by up to {check.max_error:.0%} (more than "
                             f"{TOLERANCE:.0%}), so it does not extrapolate on these runs")
         floor = math.log1p(check.max_error)
+        notes.append(f"extrapolated {factor:.1f}x beyond the largest measured size "
+                     f"({most_workers} workers, {most_nodes} node(s)); fitted without the "
+                     f"{max(check.held)}-worker points it missed them by up to "
+                     f"{check.max_error:.0%}")
+        if factor > MAX_FACTOR:
+            notes.append(f"no check reached further than {MAX_FACTOR:g}x")
+    elif workers < counts[0]:
+        notes.append(f"extrapolated below the smallest measured size ({counts[0]} workers): "
+                     "no check held it out")
     value = model.throughput(workers, nodes)
-    notes = []
-    if factor > MAX_FACTOR:
-        notes.append(f"{factor:.1f}x beyond the largest measured size: no check reached "
-                     f"further than {MAX_FACTOR:g}x")
     if model.residual_df <= 0 or not math.isfinite(model.residual_sd):
-        if floor == 0.0:
-            return Forecast(workers, nodes, factor, value, None, None, note="; ".join(
-                [*notes, "no interval: the fit has no degree of freedom to spare"]))
-        half = floor
-    else:
-        crit = float(special.stdtrit(model.residual_df, 0.5 + confidence / 2))
-        h = _leverage(model, obs, workers, nodes)
-        half = max(crit * model.residual_sd * math.sqrt(1 + max(h, 0.0)), floor)
+        # a held-out check's one error is no estimate of the spread: no interval at all
+        return Forecast(workers, nodes, factor, value, None, None, note="; ".join(
+            [*notes, "no interval: the fit has no degree of freedom to spare"]))
+    crit = float(special.stdtrit(model.residual_df, 0.5 + confidence / 2))
+    h = _leverage(model, obs, workers, nodes)
+    half = max(crit * model.residual_sd * math.sqrt(1 + max(h, 0.0)), floor)
     if math.expm1(half) > TOLERANCE:
         notes.append(f"uncertain: the {confidence:.0%} interval reaches ±{math.expm1(half):.0%}")
     return Forecast(workers, nodes, factor, value, value * math.exp(-half),
