@@ -281,3 +281,20 @@ def test_a_worker_count_below_the_measured_ones_is_extrapolation_too() -> None:
     assert below.throughput is not None
     assert "extrapolated below the smallest measured size (4 workers)" in below.note
     assert "extrapolated" not in forecast(two, 8, 2).note
+
+
+def test_report_notes_say_where_the_model_curve_is_extrapolated() -> None:
+    """The HTML report drew the model's curve to 32 workers from 1–4 measured, with no word
+    that 8–32 were extrapolated nor any interval: its notes now say so, point by point."""
+    from tunelab.report.scaling import scaling_notes, scaling_plot_data
+
+    runs = make_runs(TRUE, [(1, 1), (2, 1), (4, 1), (6, 1), (8, 1)], noise=0.02, seed=5)
+    data = scaling_plot_data(runs, predict_to=32)
+    assert [f.workers for _, f in data.forecasts] == [1, 2, 4, 8, 16, 32]
+    assert all(f.low is not None for _, f in data.forecasts)  # the band drawn around the curve
+    lines = scaling_notes(runs)
+    assert lines[0].startswith("Scaling model (the dashed curves): fitted on 5 measured")
+    said = next(line for line in lines if line.startswith("Scaling model, 1 node(s), not measured"))
+    assert "16 workers" in said and "extrapolated 2.0x beyond the largest measured size" in said
+    assert "32 workers" in said and "no check reached further than 2x" in said
+    assert said.count(" workers ") == 2  # 16 and 32; the measured 1-8: no note

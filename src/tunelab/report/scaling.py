@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tunelab.report.figures import by_layout, layout_label, plain_numbers, pyplot, worker_axis
 from tunelab.scaling import (
+    Forecast,
     LayoutGap,
     ScalingPoint,
     StepModel,
@@ -32,7 +33,7 @@ from tunelab.stats import StatsError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ScalingPlotData", "scaling_plot_data", "scaling_plots"]
+__all__ = ["ScalingPlotData", "scaling_notes", "scaling_plot_data", "scaling_plots"]
 
 
 class ScalingPlotData(NamedTuple):
@@ -40,8 +41,9 @@ class ScalingPlotData(NamedTuple):
     series without ``step_s``/``compute_s``/``grad_bytes``, or too few points);
     ``predicted`` then is empty, else it holds (series, nodes, workers, throughput) for the
     measured worker counts and, where the model's checks allow it
-    (:func:`tunelab.scaling.forecast`), up to ``predict_to``; ``note`` says why the curve
-    stops (or why there is none)."""
+    (:func:`tunelab.scaling.forecast`), up to ``predict_to``; ``forecasts`` the same points'
+    :class:`~tunelab.scaling.Forecast` (interval, extrapolation note); ``note`` says why the
+    curve stops (or why there is none)."""
 
     fom: str
     points: tuple[ScalingPoint, ...]
@@ -49,6 +51,7 @@ class ScalingPlotData(NamedTuple):
     model: StepModel | None
     predicted: tuple[tuple[str, int, int, float], ...]
     note: str = ""
+    forecasts: tuple[tuple[str, Forecast], ...] = ()
 
 
 def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
@@ -59,6 +62,7 @@ def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
     gaps = tuple(layout_gaps(runs, fom, "maximize"))
     model: StepModel | None = None
     predicted: list[tuple[str, int, int, float]] = []
+    forecasts: list[tuple[str, Forecast]] = []
     note = ""
     series = sorted({p.series for p in points})
     if len(series) == 1 and fom == "throughput":
@@ -82,7 +86,40 @@ def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
                     note = note or f.cannot
                     break
                 predicted.append((series[0], k, n, f.throughput))
-    return ScalingPlotData(fom, points, gaps, model, tuple(predicted), note)
+                forecasts.append((series[0], f))
+    return ScalingPlotData(fom, points, gaps, model, tuple(predicted), note, tuple(forecasts))
+
+
+def scaling_notes(runs: pd.DataFrame, fom: str = "throughput") -> list[str]:
+    """What the model's curve in the throughput plot rests on, for the HTML report: per
+    layout, the predictions outside the measured sizes with their intervals and notes
+    (how far extrapolated, a missing interval), and why the curve stops; none without a
+    worker-count axis."""
+    try:
+        data = scaling_plot_data(runs, fom)
+    except StatsError:
+        return []
+    lines = []
+    if data.model is not None:
+        m = data.model
+        lines.append(f"Scaling model (the dashed curves): fitted on {len(m.fitted_on)} "
+                     f"measured layouts, mean residual {m.residual_pct:.1f}%.")
+    measured = {(p.workers, p.nodes) for p in data.points}
+    for k in sorted({f.nodes for _, f in data.forecasts}):
+        outside = [f for _, f in data.forecasts if f.nodes == k
+                   and (f.workers, f.nodes) not in measured and f.note]
+        if outside:
+            said = "; ".join(f"{f.workers} workers {_value(f)} ({f.note})" for f in outside)
+            lines.append(f"Scaling model, {k} node(s), not measured: {said}.")
+    if data.note:
+        lines.append(f"Scaling model curve stops: {data.note}.")
+    return lines
+
+
+def _value(f: Forecast) -> str:
+    if f.low is None or f.high is None:
+        return f"{f.throughput:.4g}/s"
+    return f"{f.throughput:.4g}/s [{f.low:.4g}, {f.high:.4g}]"
 
 
 def scaling_plots(runs: pd.DataFrame, out_dir: str | Path, *, fom: str = "throughput",
@@ -122,6 +159,11 @@ def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
             if model:
                 ax.plot([n for n, _ in model], [v for _, v in model], "--", color=c, alpha=0.7,
                         label=f"{layout_label(series, k)} model")
+            band = [(f.workers, f.low, f.high) for s, f in data.forecasts
+                    if s == series and f.nodes == k and f.low is not None and f.high is not None]
+            if band:
+                ax.fill_between([n for n, _, _ in band], [lo for _, lo, _ in band],
+                                [hi for _, _, hi in band], color=c, alpha=0.12, linewidth=0)
         ideal_pts = [p for p in data.points if p.workers == min(q.workers for q in data.points)]
         if ideal_pts:
             b = ideal_pts[0]
@@ -136,7 +178,7 @@ def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
         ax.set_ylabel(f"{data.fom} (samples/s), mean and 95% t interval")
         title = "Throughput vs workers"
         if data.model is not None:
-            title += " (dashed: fitted all-reduce model)"
+            title += " (dashed: fitted model, band: its 95% prediction interval)"
         ax.set_title(title)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small", loc="upper left")

@@ -69,6 +69,7 @@ def write_report(results: StudyResults, path: str | Path, *,
             f"{fom} of every run, one row per point in the table's order: each dot is a run, "
             "the box spans the middle half of a point's runs and its line is the median.")))
     images.extend(_workload_plots(results, path, best_result))
+    notes += _workload_notes(results)
     from tunelab.report.headroom import headroom_report
 
     lines, figure = headroom_report(results, best_result, path)  # every point beside its limit
@@ -117,3 +118,24 @@ def _workload_plots(
         best=best_result.best.point if best_result is not None else None,
         baseline=results.baseline,
     )
+
+
+def _workload_notes(results: StudyResults) -> list[str]:
+    """What the workload's figures rest on, in words: the scaling model's predictions
+    outside the measured sizes (how far extrapolated, with their intervals) and why its
+    curve stops."""
+    from tunelab.errors import WorkloadError
+    from tunelab.report.scaling import scaling_notes
+    from tunelab.workload import get_workload
+
+    workload = results.spec.get("workload", {})
+    name = workload.get("name") if isinstance(workload, dict) else None
+    if not name or not any(s.n for s in results.summaries):
+        return []
+    try:
+        cls = get_workload(str(name))
+    except WorkloadError:
+        return []
+    if "scaling" not in cls.report_figures:
+        return []
+    return scaling_notes(results.runs, results.objective.fom)
