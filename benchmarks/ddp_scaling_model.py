@@ -29,6 +29,7 @@ import os
 import sys
 from pathlib import Path
 
+from tunelab.errors import TunelabError
 from tunelab.scaling import (
     Observation,
     StepModel,
@@ -40,6 +41,7 @@ from tunelab.scaling import (
     scaling_table,
     validate,
 )
+from tunelab.stats import StatsError
 from tunelab.store import open_store
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scaling-resnet50.yaml"
@@ -107,7 +109,8 @@ def main() -> int:
     ap.add_argument("--dir", type=Path, default=Path("runs/scaling-resnet50"))
     ap.add_argument("--study", type=Path, default=EXAMPLE)
     ap.add_argument("--no-run", action="store_true", help="analyse the directory only")
-    ap.add_argument("--hold-out", type=int, default=8, help="worker count left out of the fit")
+    ap.add_argument("--hold-out", type=int, default=8,
+                    help="worker count left out of the fit (one the runs measured)")
     ap.add_argument("--other-link", type=Path, default=None, metavar="DIR",
                     help="a study of the same workers on another link limit: compare its "
                          "scale-out/scale-up ratios with the model's, given only that limit")
@@ -117,6 +120,14 @@ def main() -> int:
                     help="cores of the machine the virtual nodes share (default: from the "
                          "runs' host_cores, else this machine's)")
     args = ap.parse_args()
+    try:
+        return _main(args)
+    except (StatsError, TunelabError) as exc:
+        print(f"ddp_scaling_model: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.recorded:
         obs = recorded_observations()
         _held_out(obs, args.hold_out, args.cores or 2.0)

@@ -298,3 +298,9 @@ def test_report_notes_say_where_the_model_curve_is_extrapolated() -> None:
     assert "16 workers" in said and "extrapolated 2.0x beyond the largest measured size" in said
     assert "32 workers" in said and "no check reached further than 2x" in said
     assert said.count(" workers ") == 2  # 16 and 32; the measured 1-8: no note
+
+
+def test_holding_out_a_size_not_measured_names_the_measured_ones() -> None:
+    obs = observations(make_runs(TRUE, [(1, 1), (2, 1), (4, 1)], noise=0.01))
+    with pytest.raises(StatsError, match=r"cannot hold out 8 worker\(s\).*measured: 1, 2, 4"):
+        holdout(obs, [8])

@@ -98,8 +98,10 @@ def holdout(obs: Sequence[Observation], held: Iterable[int], *,
     held = tuple(sorted(set(held)))
     fitted = [o for o in obs if o.workers not in held]
     if not held or not fitted or len(fitted) == len(obs):
-        raise StatsError("a held-out check needs measured worker counts to hold out and "
-                         "others to fit")
+        counts = ", ".join(str(n) for n in sorted({o.workers for o in obs})) or "none"
+        raise StatsError(f"cannot hold out {', '.join(map(str, held)) or 'nothing'} "
+                         f"worker(s): a held-out check needs measured worker counts to hold "
+                         f"out and others to fit (measured: {counts})")
     model = fit_step_model(obs, exclude=[(o.workers, o.nodes) for o in obs
                                          if o.workers in held], shared_cores=shared_cores)
     points = tuple(Prediction(o.workers, o.nodes, model.throughput(o.workers, o.nodes),
