@@ -18,7 +18,8 @@ from typing import Any
 
 import psutil
 
-__all__ = ["cpu_model", "fingerprint", "machine_identity", "mem_available", "snapshot"]
+__all__ = ["cpu_isa", "cpu_model", "fingerprint", "isa_summary", "machine_identity",
+           "mem_available", "snapshot"]
 
 KEY_PACKAGES = ("tunelab", "numpy", "scipy", "pandas", "torch", "mpi4py", "dask",
                 "distributed", "ucxx", "optuna")
@@ -40,6 +41,46 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+_ISA = re.compile(r"(sse4_2|avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sve\w*|asimd\w*)")
+
+
+def cpu_isa(cpuinfo: str | None = None) -> list[str]:
+    """The vector instruction sets the CPU offers (``avx2``, ``fma``, ``avx512f``,
+    ``avx512_bf16``, ``amx_tile``, …), sorted, from the flags of /proc/cpuinfo (or the text
+    given); empty where none are listed. Machines sold under one model name differ here
+    (one with AVX-512 BF16, another with AVX2 only), and so do their limits."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return []
+    for line in cpuinfo.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags = line.split(":", 1)[1].split()
+            return sorted({f for f in flags if _ISA.fullmatch(f)})
+    return []
+
+
+def isa_summary(flags: Sequence[str]) -> str:
+    """The widest vector instructions among ``flags`` in words: ``AVX-512 BF16``,
+    ``AVX2``, … (empty when none is known)."""
+    have = set(flags)
+    if any(f.startswith("avx512") for f in have):
+        text = "AVX-512" + (" BF16" if "avx512_bf16" in have else "")
+    elif "avx2" in have:
+        text = "AVX2"
+    elif "avx" in have:
+        text = "AVX"
+    elif any(f.startswith("sve") for f in have):
+        text = "SVE"
+    elif any(f.startswith("asimd") for f in have):
+        text = "ASIMD"
+    else:
+        return ""
+    return text + (" AMX" if any(f.startswith("amx") for f in have) else "")
 
 
 def mem_available() -> int:
@@ -85,6 +126,7 @@ def snapshot(extra_tools: Mapping[str, Sequence[str]] | None = None) -> dict[str
     return {
         "host": socket.gethostname(),
         "cpu_model": cpu_model(),
+        "cpu_isa": cpu_isa(),
         "logical_cores": os.cpu_count(),
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
@@ -97,15 +139,20 @@ def snapshot(extra_tools: Mapping[str, Sequence[str]] | None = None) -> dict[str
 
 
 def machine_identity(snap: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a :func:`snapshot` that name the machine itself (host, CPU model, cores,
-    memory, GPU), without what changes from run to run (load, versions)."""
+    """The fields of a :func:`snapshot` that name the machine itself (host, CPU model and
+    its vector instruction sets, cores, memory, GPU), without what changes from run to run
+    (load, versions). A snapshot taken before the instruction sets were recorded keeps the
+    identity (and fingerprint) it had."""
     gpu = str((snap.get("tools") or {}).get("nvidia-smi") or "").split(",")[0].strip()
     memory = snap.get("memory_gib")
-    return {"host": snap.get("host"), "cpu_model": snap.get("cpu_model"),
-            "logical_cores": snap.get("logical_cores"),
-            "physical_cores": snap.get("physical_cores"),
-            "memory_gib": round(float(memory)) if isinstance(memory, int | float) else None,
-            "gpu": gpu or None}
+    identity = {"host": snap.get("host"), "cpu_model": snap.get("cpu_model"),
+                "logical_cores": snap.get("logical_cores"),
+                "physical_cores": snap.get("physical_cores"),
+                "memory_gib": round(float(memory)) if isinstance(memory, int | float) else None,
+                "gpu": gpu or None}
+    if "cpu_isa" in snap:
+        identity["cpu_isa"] = sorted(str(f) for f in snap.get("cpu_isa") or [])
+    return identity
 
 
 def fingerprint(snap: Mapping[str, Any]) -> str:

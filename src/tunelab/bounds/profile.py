@@ -2,7 +2,8 @@
 
 A profile is one JSON file per machine in :func:`profile_dir` (``$TUNELAB_BOUNDS_DIR``, else
 ``~/.cache/tunelab/bounds``), named by the machine's fingerprint
-(:func:`tunelab.sysinfo.fingerprint`: host, CPU model, cores, memory, GPU), so a study finds
+(:func:`tunelab.sysinfo.fingerprint`: host, CPU model and vector instruction sets, cores,
+memory, GPU), so a study finds
 the bounds of the machine its snapshot names. Measuring again replaces the bounds of the same
 identity (kind and variant) and keeps the others.
 """

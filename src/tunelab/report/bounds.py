@@ -22,7 +22,11 @@ def rate_text(value: float, unit: str) -> str:
 
 
 def _machine_text(machine: Any) -> str:
-    parts = [str(machine.get("cpu_model") or "unknown CPU"),
+    from tunelab.sysinfo import isa_summary
+
+    cpu = str(machine.get("cpu_model") or "unknown CPU")
+    isa = isa_summary(machine.get("cpu_isa") or [])
+    parts = [f"{cpu} {isa}" if isa else cpu,
              f"{machine.get('logical_cores')} cores", f"{machine.get('memory_gib')} GiB"]
     if machine.get("gpu"):
         parts.append(str(machine["gpu"]))
