@@ -120,3 +120,32 @@ def test_measure_fills_a_profile_with_notes_for_what_could_not_run(
     assert any("mpirun is not installed" in n for n in p.notes)
     assert p.machine["cpu_model"] and len(p.fingerprint) == 12 and len(p.loadavg) == 2
     assert said and said[0].startswith("memory triad")
+
+
+def test_a_storage_directory_that_cannot_be_read_keeps_the_other_bounds(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A directory smaller than the bytes asked for, where no scratch file can be written
+    (a read-only mount), ended the whole run: the triad measured before it was lost and
+    nothing was kept. It is now a note, as a link stack that cannot run is."""
+    from tunelab.errors import TunelabError
+
+    good, bad = tmp_path / "good", tmp_path / "ro"
+    good.mkdir()
+    bad.mkdir()
+    plan = make_plan(quick=True, kinds=["memory", "storage"], threads=[1],
+                     storage=[bad, good], storage_bytes=1 << 20)
+    plan = type(plan)(**{**plan.__dict__, "triad_elements": 1 << 16})
+    import tunelab.bounds.disk as disk
+
+    real = disk.read_rates
+
+    def read_rates(directory: Path, **kw: object):  # type: ignore[no-untyped-def]
+        if Path(directory) == bad:
+            raise TunelabError(f"cannot write a scratch file in {bad}: Read-only file system")
+        return real(directory, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(disk, "read_rates", read_rates)
+    p = measure(plan)
+    assert [b.kind for b in p.bounds] == ["memory", "storage", "storage"]
+    assert any(n.startswith(f"storage {bad}: not measured (cannot write a scratch file")
+               for n in p.notes)
