@@ -134,12 +134,21 @@ def _threads(n: Any) -> str:
     return f"{n} thread{'' if str(n) == '1' else 's'}"
 
 
-def headroom_word(fraction: float) -> str:
+ABOVE = 1.1
+"""A fraction of bound above this is beyond what measurement noise explains: the bound does
+not hold for that work (:func:`headroom_word` says why it may not)."""
+
+
+def headroom_word(fraction: float, kind: str = "") -> str:
     """What a fraction of bound leaves: ``little room left`` (0.8 to 1.1), ``some room``
-    (>= 0.5), ``room to gain`` below; above 1.1 the bound itself is in doubt."""
-    if fraction > 1.1:
-        return ("above the measured limit: the bound was measured at a busier moment or in "
-                "another way; measure it again with `tunelab bounds --refresh`")
+    (>= 0.5), ``room to gain`` below; above 1.1 the bound itself is in doubt, and for
+    ``memory`` work the likelier reason is data that fit in a cache."""
+    if fraction > ABOVE:
+        cache = ("the data may fit in a cache (the bound is main memory's: judge only work "
+                 "on arrays far larger than the last-level cache against it), or "
+                 if kind == "memory" else "")
+        return (f"above the measured limit: {cache}the bound was measured at a busier moment "
+                "or in another way; measure it again with `tunelab bounds --refresh`")
     if fraction >= 0.8:
         return "little room left"
     if fraction >= 0.5:

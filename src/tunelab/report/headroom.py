@@ -137,7 +137,23 @@ def _bound_notes(data: Headroom) -> list[str]:
             if i.approx:
                 text += f"; nearest measured: {', '.join(i.approx)}"
             seen.setdefault(i.label + i.what, text)
-    return list(seen.values()) + list(missing)
+    return list(seen.values()) + list(missing) + _above_notes(data)
+
+
+def _above_notes(data: Headroom) -> list[str]:
+    """One line per kind of work some points did faster than its bound allows (a fraction
+    above :data:`~tunelab.bounds.match.ABOVE`): which points, and why the bound may not
+    hold for them."""
+    from tunelab.bounds.match import ABOVE, headroom_word
+
+    above: dict[str, list[str]] = {}
+    for p in data.points.values():
+        for i in p.items:
+            if i.bound is not None and math.isfinite(i.fraction) and i.fraction > ABOVE:
+                above.setdefault(i.kind, []).append(
+                    f"{point_label(dict(p.params))} {i.fraction:.2f}")
+    return [f"above the {kind} bound: {', '.join(points)}: {headroom_word(ABOVE + 1, kind)}"
+            for kind, points in above.items()]
 
 
 def with_headroom(view: View, results: StudyResults) -> View:
@@ -197,7 +213,7 @@ def headroom_lines(data: Headroom | None, line: str, best: BestResult | None) ->
                  f"{_rate(top.oneway_bound.value, top.oneway_bound.unit)}")
     from tunelab.bounds.match import headroom_word
 
-    return [f"{text}): {headroom_word(top.fraction)}.", line]
+    return [f"{text}): {headroom_word(top.fraction, top.kind)}.", line]
 
 
 def _limit_words(item: HeadroomItem) -> str:
