@@ -184,3 +184,11 @@ def test_points_above_their_bound_are_named_and_explained_in_compare(tmp_path: P
     assert "n=20000000 0.90" not in text
     best = with_best_headroom(best_view(r, r.best_result()), r, r.best_result())
     assert "the data may fit in a cache" in render(best, "text")
+
+
+def test_a_link_exchange_far_from_the_measured_sizes_is_not_judged(stored: Path):
+    runs = merge_runs()
+    spec = {"workload": {"name": "merge", "options": {"chunk_size": 10_000}}}
+    text = render(with_headroom(compare_view(results(runs, spec)), results(runs, spec)), "text")
+    assert "exchange bandwidth per worker: no measured bound fits link (message_bytes 39 KiB," \
+           in text

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tunelab.bounds.match import Match, bound_label, find_bound
+from tunelab.bounds.match import Match, bound_label, find_bound, value_text
 from tunelab.bounds.profile import Bound, Profile
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class HeadroomItem:
         if self.bound is not None:
             return bound_label(self.bound)
         v = dict(self.variant or {})
-        shown = ", ".join(f"{k} {v[k]}" for k in sorted(v) if k != "message_bytes")
+        shown = ", ".join(f"{k} {value_text(k, v[k])}" for k in sorted(v))
         return f"{self.kind} ({shown})" if shown else self.kind
 
 

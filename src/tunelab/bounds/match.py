@@ -3,7 +3,8 @@
 :func:`find_bound` picks, among a profile's bounds of the work's kind, the one whose variant
 fits: the same precision (gemm), stack and pattern (link), directory or file system
 (storage) are required; thread counts, rank counts and message sizes are matched exactly
-when measured, else to the nearest measured one, and the :class:`Match` says so.
+when measured, else to the nearest measured one, and the :class:`Match` says so — but a
+message size more than :data:`SIZE_RATIO` times from every measured one has no bound.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from tunelab.bounds.profile import Bound, Profile
 from tunelab.workload import Work
 
-__all__ = ["Match", "bound_label", "find_bound", "headroom_word"]
+__all__ = ["SIZE_RATIO", "Match", "bound_label", "find_bound", "headroom_word", "value_text"]
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,28 @@ def _nearest(candidates: list[Bound], key: str, want: Any, log: bool = False,
     chosen = [b for b in have if distance(b) == best]
     got = chosen[0].variant[key]
     note = (None if float(got) == target
-            else f"{key} {_show(key, got)} (measured) for {_show(key, want)}")
+            else f"{key} {value_text(key, got)} (measured) for {value_text(key, want)}")
     return chosen, note
 
 
-def _show(key: str, value: Any) -> str:
+SIZE_RATIO = 4.0
+"""A link bound stands for messages at most this factor smaller or larger than its own:
+further off, latency (small) or another protocol decides the rate, not that bound."""
+
+
+def _too_far(bound: Bound, want: Any) -> bool:
+    """Whether ``bound``'s message size is more than :data:`SIZE_RATIO` from ``want``."""
+    if want is None or "message_bytes" not in bound.variant:
+        return False
+    try:
+        got, target = float(bound.variant["message_bytes"]), float(want)
+    except (TypeError, ValueError):
+        return False
+    return got > 0 and target > 0 and max(got / target, target / got) > SIZE_RATIO
+
+
+def value_text(key: str, value: Any) -> str:
+    """A variant value in words: message sizes in KiB or MiB, the rest as they are."""
     if key == "message_bytes":
         v = float(value)
         return f"{v / 2**20:.2f} MiB" if v >= 2**20 else f"{v / 1024:.0f} KiB"
@@ -106,7 +124,7 @@ def find_bound(profile: Profile, work: Work) -> Match | None:
         cands, note = _nearest(cands, key, v.get(key), log)
         if note:
             notes.append(note)
-    if not cands:
+    if not cands or _too_far(cands[0], v.get("message_bytes")):
         return None
     bound = cands[-1]  # the latest measured of equals
     return Match(bound, work.rate / bound.value, tuple(notes))
@@ -126,7 +144,7 @@ def bound_label(bound: Bound) -> str:
                    "oneway": "one way"}.get(str(v.get("pattern")), str(v.get("pattern")))
         nodes = f", {v['nodes']} nodes" if int(v.get("nodes", 1) or 1) > 1 else ""
         return (f"link {v.get('stack')} {pattern}, {v.get('ranks')} ranks{nodes}, "
-                f"{_show('message_bytes', v.get('message_bytes', 0))}")
+                f"{value_text('message_bytes', v.get('message_bytes', 0))}")
     return f"storage {v.get('cache')} read of {v.get('directory')}"
 
 

@@ -129,7 +129,10 @@ def _bound_notes(data: Headroom) -> list[str]:
     for p in data.points.values():
         for i in p.items:
             if i.bound is None:
-                missing.setdefault(f"{i.what}: no measured bound fits {i.label}", None)
+                size = (i.variant or {}).get("message_bytes") if i.kind == "link" else None
+                hint = (f" (`tunelab bounds --only link --stacks {(i.variant or {}).get('stack')}"
+                        f" --sizes {int(float(size))}` measures it)" if size else "")
+                missing.setdefault(f"{i.what}: no measured bound fits {i.label}{hint}", None)
                 continue
             text = f"of bound: {i.what} / {i.label} = {_rate(i.bound.value, i.bound.unit)}"
             if i.oneway_bound is not None:
