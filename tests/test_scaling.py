@@ -304,3 +304,26 @@ def test_holding_out_a_size_not_measured_names_the_measured_ones() -> None:
     obs = observations(make_runs(TRUE, [(1, 1), (2, 1), (4, 1)], noise=0.01))
     with pytest.raises(StatsError, match=r"cannot hold out 8 worker\(s\).*measured: 1, 2, 4"):
         holdout(obs, [8])
+
+
+def test_the_benchmarks_seed_comparison_follows_the_forecasts_refusals(capsys) -> None:  # type: ignore[no-untyped-def]
+    """ddp_scaling_model.py printed '32 workers on 4 nodes: efficiency 2%' from the fitted
+    model right after forecast had refused 32 workers: it now says n/a, and why."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ddp_scaling_model.py"
+    spec = importlib.util.spec_from_file_location("ddp_scaling_model", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    runs = make_runs(TRUE, [*LAYOUTS, (16, 2), (16, 4)], noise=0.01, seed=7)
+    knee = runs["workers"] == 16  # as in the knee test: 32 workers refused
+    runs.loc[knee, "fom.step_s"] *= 1.6
+    runs.loc[knee, "fom.throughput"] /= 1.6
+    obs = observations(runs)
+    script._versus_seed("this machine (fitted)", fit_step_model(obs), obs)
+    out = capsys.readouterr().out
+    assert "32 workers on 4 nodes: efficiency n/a" in out
+    assert "n/a: cannot predict 32 workers on 4 node(s)" in out
+    assert "8 -> 16 workers n/a" not in out  # 16 workers were measured
