@@ -117,3 +117,25 @@ def test_parse_reads_the_input_pipeline_figures(tmp_path: Path) -> None:
     assert (foms["au"], foms["read_MBps"], foms["input_bound"], foms["corrupt_samples"]) == (
         0.93, 120.5, 1.0, 2.0)
     assert "device_share" not in foms and "cache" not in foms
+
+
+def test_training_flops_are_judged_per_gpu_and_per_host() -> None:
+    """The GEMM bound is one GPU's (or one host's cores); the run's throughput is every
+    worker's together: 8 GPUs at 0.5 of their peak each read as 4.0 of the bound. The work
+    is now per GPU, per host on CPUs, with the threads the workers used on that host."""
+    gpu = {"throughput": 8000.0, "flops_per_sample": 1e10, "gpu": 1.0, "amp": 1.0,
+           "workers": 8.0, "hosts": 2.0}
+    (w,) = DDPWorkload.work({}, {}, gpu)
+    assert w.rate == pytest.approx(1e13) and w.variant == {"precision": "fp16",
+                                                           "device": "cuda"}
+    assert w.what == "training FLOP/s per GPU"
+    cpu = {"throughput": 100.0, "flops_per_sample": 1e9, "gpu": 0.0, "workers": 4.0,
+           "hosts": 2.0, "threads": 2.0, "host_cores": 4.0}
+    (c,) = DDPWorkload.work({}, {}, cpu)
+    assert c.rate == pytest.approx(5e10) and c.variant["threads"] == 4
+    assert c.what == "training FLOP/s per host"
+    # 8 workers of virtual nodes, one thread each, on one host of 2 cores: all its cores
+    vnodes = {**cpu, "workers": 8.0, "hosts": 1.0, "threads": 1.0, "host_cores": 2.0}
+    (v,) = DDPWorkload.work({}, {}, vnodes)
+    assert v.rate == pytest.approx(1e11) and v.variant["threads"] == 2
+    assert DDPWorkload.work({}, {}, {**cpu, "compute_emulated": 1.0}) == []

@@ -46,7 +46,7 @@ FOMS = (
     "shutdown_s", "prep_s", "read_bytes", "read_Bps", "read_MBps", "read_MiBps",
     "read_MBps_per_worker", "proc_rchar_Bps", "proc_device_Bps", "io_check", "device_share",
     "corrupt_samples", "epochs", "loader_workers", "prefetch", "dataset_samples",
-    "mean_sample_bytes", "read_limit_Bps", "compute_step_s", "flops_per_sample",
+    "mean_sample_bytes", "read_limit_Bps", "compute_step_s", "flops_per_sample", "threads",
     # GPU energy over the timed steps (NVML; absent without it)
     "energy_J", "energy_J_per_sample", "power_W",
 )
@@ -227,18 +227,15 @@ class DDPWorkload(Workload):
              foms: Mapping[str, float]) -> list[Work]:
         """Real training arithmetic — samples/s x the model's training FLOPs per sample
         (counted from its shapes by the run), in the precision it computed in (fp16 autocast
-        with ``amp`` on a GPU, else fp32; TF32 on a GPU) — and, with a file dataset, the
+        with ``amp`` on a GPU, else fp32; TF32 on a GPU), per device the bound stands for
+        (:func:`_training_work`) — and, with a file dataset, the
         read rate against the storage bound of its directory. Emulated compute does no
         arithmetic, so only its reads are judged."""
         s = {**options, **{k: v for k, v in values.items() if k in options}}
         works: list[Work] = []
         rate, per = foms.get("throughput"), foms.get("flops_per_sample")
         if rate and per and not foms.get("compute_emulated"):
-            gpu = bool(foms.get("gpu"))
-            precision = "fp16" if gpu and foms.get("amp") else ("tf32" if gpu else "fp32")
-            works.append(Work("gemm", rate * per, {"precision": precision,
-                                                   "device": "cuda" if gpu else "cpu"},
-                              None, "training FLOP/s"))
+            works.append(_training_work(rate * per, foms))
         data, read = str(s.get("data") or ""), foms.get("read_Bps")
         if data.startswith("files:") and read:
             works.append(Work("storage", read, {"directory": data.removeprefix("files:"),
@@ -261,3 +258,24 @@ class DDPWorkload(Workload):
         errors = [ln for ln in stderr.splitlines() if ln.startswith("ddp:")]
         hint = f" ({errors[-1]})" if errors else ""
         raise ParseError(f"no ddp result line in the output{hint}")
+
+
+def _training_work(flops_per_s: float, foms: Mapping[str, float]) -> Work:
+    """The run's training FLOP/s as a share of what one GEMM bound stands for: one GPU
+    (``tunelab bounds --device cuda`` measures one; every worker has its own), or one host's
+    cores with the threads the run's workers used there (all workers of virtual nodes share
+    one host)."""
+    gpu = bool(foms.get("gpu"))
+    precision = "fp16" if gpu and foms.get("amp") else ("tf32" if gpu else "fp32")
+    workers = max(1, round(foms.get("workers") or 1))
+    if gpu:
+        return Work("gemm", flops_per_s / workers, {"precision": precision, "device": "cuda"},
+                    None, "training FLOP/s per GPU")
+    hosts = max(1, round(foms.get("hosts") or 1))
+    variant: dict[str, Any] = {"precision": precision, "device": "cpu"}
+    if foms.get("threads"):
+        threads = round(foms["threads"] * workers / hosts)
+        cores = round(foms.get("host_cores") or 0)
+        variant["threads"] = min(threads, cores) if cores > 0 else threads
+    return Work("gemm", flops_per_s / hosts, variant, None,
+                "training FLOP/s per host" if hosts > 1 else "training FLOP/s")
