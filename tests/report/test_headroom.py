@@ -192,3 +192,15 @@ def test_a_link_exchange_far_from_the_measured_sizes_is_not_judged(stored: Path)
     text = render(with_headroom(compare_view(results(runs, spec)), results(runs, spec)), "text")
     assert "exchange bandwidth per worker: no measured bound fits link (message_bytes 39 KiB," \
            in text
+
+
+def test_a_bound_measured_while_the_machine_was_busy_is_named_so(tmp_path: Path,
+                                                                 monkeypatch):
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    link = {"ranks": 2, "nodes": 1, "message_bytes": 4 * MiB}
+    save_profile(Profile(fingerprint(SNAP), {}, "now", (
+        Bound("link", {"stack": "mpi-ob1", "pattern": "alltoall", **link}, 1.0e9,
+              disturbed="others took 64% of cores 0-1"),)), tmp_path)
+    r = results(merge_runs(), MERGE)
+    text = render(with_headroom(compare_view(r), r), "text")
+    assert "= 1.00 GB/s (measured while others took 64% of cores 0-1: it may be low)" in text

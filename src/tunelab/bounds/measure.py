@@ -15,10 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.bounds.profile import BOUND_KINDS, Bound, Profile, median_of
 from tunelab.errors import TunelabError
+
+if TYPE_CHECKING:
+    from tunelab.noise import NoiseWatch
 
 __all__ = ["Plan", "make_plan", "measure"]
 
@@ -213,9 +216,17 @@ def _size_text(n: int) -> str:
     return f"{n} B"
 
 
-def measure(plan: Plan, say: Progress = lambda _: None) -> Profile:
-    """Run ``plan`` on this machine; the profile (not yet stored)."""
+def measure(plan: Plan, say: Progress = lambda _: None,
+            watch: NoiseWatch | None = None) -> Profile:
+    """Run ``plan`` on this machine; the profile (not yet stored). ``watch`` (the noise
+    watch of this process's cores by default) marks the bounds of a step during which
+    other processes took enough of the cores to lower them, and says so in a note."""
+    from dataclasses import replace
+
+    from tunelab.noise import NoiseWatch
     from tunelab.sysinfo import fingerprint, machine_identity, snapshot
+
+    watch = watch or NoiseWatch()
 
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
@@ -226,10 +237,20 @@ def measure(plan: Plan, say: Progress = lambda _: None) -> Profile:
         "gemm": lambda: _gemm(plan, say, notes), "memory": lambda: _memory(plan, say),
         "link": lambda: _link(plan, say, notes), "storage": lambda: _storage(plan, say, notes)}
     for kind in plan.kinds:
+        before = watch.start()
         try:
-            bounds += steps[kind]()
+            found = steps[kind]()
         except (ImportError, RuntimeError) as exc:
             notes.append(f"{kind}: not measured ({exc})")
+            continue
+        sample = watch.stop(before)
+        if sample.disturbed and found:
+            evidence = sample.evidence or "other processes took the cores"
+            found = [replace(b, disturbed=evidence) for b in found]
+            notes.append(f"{kind}: measured while {evidence}: these bounds may be low, and "
+                         f"fractions of them high; measure again when the machine is quiet "
+                         f"(`tunelab bounds --only {kind}`)")
+        bounds += found
     return Profile(
         fingerprint=fingerprint(snap), machine=machine_identity(snap),
         taken_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), bounds=tuple(bounds),

@@ -48,7 +48,9 @@ class Bound:
     ``value`` is the median of ``samples``, each sample a timed block of its own: on a
     shared machine the best block is luck (both ranks of a link happened to have a core),
     and a study's means are judged against what the machine gives, not against its luckiest
-    moment; ``best`` keeps the largest sample. ``method`` says how it was measured.
+    moment; ``best`` keeps the largest sample. ``method`` says how it was measured;
+    ``disturbed`` what other processes took meanwhile when that was enough to lower it
+    (the noise watch's evidence, e.g. ``others took 64% of cores 0-1``; "" when quiet).
     """
 
     kind: BoundKind
@@ -56,6 +58,7 @@ class Bound:
     value: float
     samples: tuple[float, ...] = ()
     method: str = ""
+    disturbed: str = ""
 
     @property
     def unit(self) -> str:
@@ -76,7 +79,7 @@ class Bound:
         """The JSON form."""
         return {"kind": self.kind, "variant": dict(self.variant), "value": self.value,
                 "unit": self.unit, "best": self.best, "samples": list(self.samples),
-                "method": self.method}
+                "method": self.method, "disturbed": self.disturbed or None}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Bound:
@@ -90,7 +93,8 @@ class Bound:
             raise TunelabError(f"a stored bound is malformed ({exc!r})") from None
         if kind not in BOUND_KINDS or not math.isfinite(value) or value <= 0:
             raise TunelabError(f"a stored bound is malformed (kind {kind!r}, value {value!r})")
-        return cls(kind, variant, value, samples, str(doc.get("method") or ""))
+        return cls(kind, variant, value, samples, str(doc.get("method") or ""),
+                   str(doc.get("disturbed") or ""))
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ def bounds_view(profile: Profile, *, path: str = "", measured_now: bool = True) 
     for b in sorted(profile.bounds, key=lambda b: _ORDER.index(b.kind)):
         rows.append({"kind": b.kind, "what": bound_label(b), "value": rate_text(b.value, b.unit),
                      "best": rate_text(b.best, b.unit), "n": str(len(b.samples)),
-                     "method": b.method})
+                     "method": b.method + (f"; BUSY: measured while {b.disturbed}"
+                                           if b.disturbed else "")})
         records.append(_record(b))
     load = " -> ".join(f"{x:.2f}" for x in profile.loadavg)
     how = "quick" if profile.quick else "thorough"

@@ -135,6 +135,8 @@ def _bound_notes(data: Headroom) -> list[str]:
                 missing.setdefault(f"{i.what}: no measured bound fits {i.label}{hint}", None)
                 continue
             text = f"of bound: {i.what} / {i.label} = {_rate(i.bound.value, i.bound.unit)}"
+            if i.bound.disturbed:
+                text += f" (measured while {i.bound.disturbed}: it may be low)"
             if i.oneway_bound is not None:
                 text += f" (one way: {_rate(i.oneway_bound.value, i.oneway_bound.unit)})"
             if i.approx:
