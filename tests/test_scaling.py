@@ -327,3 +327,14 @@ def test_the_benchmarks_seed_comparison_follows_the_forecasts_refusals(capsys) -
     assert "32 workers on 4 nodes: efficiency n/a" in out
     assert "n/a: cannot predict 32 workers on 4 node(s)" in out
     assert "8 -> 16 workers n/a" not in out  # 16 workers were measured
+
+
+def test_a_layout_that_cannot_exist_is_refused_not_computed() -> None:
+    """forecast(0 workers) raised ZeroDivisionError; 0 nodes, or more nodes than workers,
+    gave a throughput."""
+    obs = observations(make_runs(TRUE, LAYOUTS, noise=0.01))
+    for workers, nodes in ((0, 1), (8, 0), (2, 4), (-1, 1)):
+        f = forecast(obs, workers, nodes)
+        assert f.throughput is None and "a layout needs at least 1 worker" in f.cannot
+    f = forecast(obs, 4, 2)
+    assert type(f.throughput) is float and type(f.low) is float

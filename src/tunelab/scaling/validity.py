@@ -193,6 +193,10 @@ def forecast(obs: Sequence[Observation], workers: int, nodes: int = 1, *,
     defaults to the fit on every observation, ``validation`` to :func:`validate`."""
     most_workers = max((o.workers for o in obs), default=0)
     most_nodes = max((o.nodes for o in obs), default=0)
+    if workers < 1 or nodes < 1 or nodes > workers:
+        return Forecast(workers, nodes, math.inf, None, None, None,
+                        f"cannot predict {workers} workers on {nodes} node(s): a layout needs "
+                        "at least 1 worker on each of at least 1 node")
     if not obs:
         return Forecast(workers, nodes, math.inf, None, None, None, "cannot predict: no "
                         "measured point")
@@ -237,7 +241,7 @@ def forecast(obs: Sequence[Observation], workers: int, nodes: int = 1, *,
     elif workers < counts[0]:
         notes.append(f"extrapolated below the smallest measured size ({counts[0]} workers): "
                      "no check held it out")
-    value = model.throughput(workers, nodes)
+    value = float(model.throughput(workers, nodes))
     if model.residual_df <= 0 or not math.isfinite(model.residual_sd):
         # a held-out check's one error is no estimate of the spread: no interval at all
         return Forecast(workers, nodes, factor, value, None, None, note="; ".join(
