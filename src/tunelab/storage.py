@@ -16,16 +16,19 @@ Definitions (target AU = 0.9 unless given, MLPerf Storage's threshold):
 
 * **Needed rate per accelerator** of a run = target x B / compute_s: a step may last at most
   compute / target for AU >= target, and B bytes must arrive within it (MLPerf Storage's
-  figure). ``ceiling`` = B / busy_s (busy = compute + all-reduce not overlapped): the most an
-  accelerator consumes with the all-reduce measured; below ``needed``, the all-reduce alone
-  keeps AU under the target whatever the storage. Both in bytes/s, per series with the mean
-  over its runs and a Student-t 95 % interval.
+  figure). ``ceiling`` = B / (busy_s - peer_s) (busy = compute + all-reduce not overlapped;
+  ``peer_s``, the part of that all-reduce spent waiting for workers that are behind — for
+  their data, most often — is not the all-reduce's own cost): the most an accelerator
+  consumes with the all-reduce measured; below ``needed``, the all-reduce alone keeps AU
+  under the target whatever the storage. Both in bytes/s, per series with the mean over its
+  runs and a Student-t 95 % interval.
 * **Sustained workers** of a series and layout: the largest measured worker count whose
   mean AU >= target (``confident`` when the interval's low end is too).
-* **Bottleneck** of a point: ``storage`` when waiting for data takes more of the step than
-  the all-reduce does (and more than ``minor``, 5 %), ``network`` when the all-reduce does,
-  ``none`` when neither does; the **shift** is the smallest worker count at which a series
-  and layout goes from storage to network (or back).
+* **Bottleneck** of a point: ``storage`` when waiting for data (a worker's own, and the
+  others' wait for it at the step's meeting, ``peer_s``) takes more of the step than the
+  all-reduce's own time does (and more than ``minor``, 5 %), ``network`` when the all-reduce
+  does, ``none`` when neither does; the **shift** is the smallest worker count at which a
+  series and layout goes from storage to network (or back).
 """
 
 from __future__ import annotations
@@ -141,12 +144,14 @@ def _frame(runs: pd.DataFrame, workers: str, nodes: str) -> pd.DataFrame:
     ok["_series"] = [series_key(p, (workers, nodes)) for p in ok["point"].astype(str)]
     for name in _NEEDED:
         ok[f"_{name}"] = ok[fom_column(name)].astype(float)
+    peer = fom_column("peer_s")  # runs recorded before it was measured apart: 0
+    ok["_peer"] = ok[peer].astype(float).fillna(0.0) if peer in ok.columns else 0.0
     per_step = ok["_read_bytes"] / (ok["_workers"] * ok["_steps"]).clip(lower=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         ok["_need"] = per_step / ok["_compute_s"]
-        ok["_ceil"] = per_step / ok["_busy_s"]
-        ok["_wait"] = ok["_data_s"] / ok["_step_s"]
-        ok["_comm"] = ok["_exposed_s"] / ok["_step_s"]
+        ok["_ceil"] = per_step / (ok["_busy_s"] - ok["_peer"])
+        ok["_wait"] = (ok["_data_s"] + ok["_peer"]) / ok["_step_s"]
+        ok["_comm"] = (ok["_exposed_s"] - ok["_peer"]) / ok["_step_s"]
     ok.loc[ok["_read_bytes"] <= 0, ["_need", "_ceil"]] = math.nan
     ib = fom_column("input_bound")
     ok["_ib"] = ok[ib].astype(float) if ib in ok.columns else (ok["_wait"] > 0.1).astype(float)

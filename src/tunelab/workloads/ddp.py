@@ -41,7 +41,7 @@ FOMS = (
     "batch_size", "local_batch", "link_gbit", "hosts", "host_cores", "steps", "warmup",
     # the input pipeline (--data memory / files:DIR)
     "volumes_per_s", "samples", "busy_s", "data_s", "drop_s", "overhead_s", "au", "au_min",
-    "comm_frac",
+    "comm_frac", "peer_s", "peer_frac",
     "wait_frac", "overhead_frac", "input_frac", "au_run", "au_run_min", "first_wait_s",
     "shutdown_s", "prep_s", "read_bytes", "read_Bps", "read_MBps", "read_MiBps",
     "read_MBps_per_worker", "proc_rchar_Bps", "proc_device_Bps", "io_check", "device_share",

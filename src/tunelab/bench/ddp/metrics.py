@@ -4,7 +4,10 @@ Per timed step and worker a :class:`StepRecord` holds the step's wall time and i
 ``compute_s`` (forward and backward until the last gradient bucket was ready, or the
 emulated wait), ``allreduce_s`` (first bucket handed to the network until the last one
 reduced: the communication window), ``exposed_s`` (the part of the step spent waiting for
-communication after compute ended) and ``other_s`` (optimizer and bookkeeping).
+communication after compute ended; ``peer_s`` is the part of it spent waiting at the step's
+meeting for workers that are behind — under ``--allreduce emulate`` the time beyond the
+modelled all-reduce, most often a peer still waiting for its data) and ``other_s``
+(optimizer and bookkeeping).
 
 A step runs from one request for a batch to the next, so its parts add up to it exactly:
 ``data_s`` (waiting for the batch: the loader's queue, the copy to the device), ``drop_s``
@@ -45,7 +48,8 @@ INPUT_BOUND = 0.10
 class StepRecord:
     """One worker's step, seconds; ``bytes`` all-reduced in it; the batch's samples and the
     bytes read for it (counted, and the kernel's ``rchar`` and device ``read_bytes`` for the
-    same reads; -1 where unknown)."""
+    same reads; -1 where unknown); ``peer_s``: the part of ``exposed_s`` spent waiting for
+    the other workers beyond the all-reduce's own time (0 where not known apart)."""
 
     step_s: float
     compute_s: float
@@ -60,6 +64,7 @@ class StepRecord:
     rchar: int = 0
     device_bytes: int = 0
     corrupt: int = 0
+    peer_s: float = 0.0
 
     @property
     def accel_s(self) -> float:
@@ -143,6 +148,8 @@ class Summary:
     run_device_bytes: int = -1
     device_share: float = math.nan  # of the timed steps' reads
     corrupt: int = 0
+    peer_s: float = 0.0
+    peer_frac: float = math.nan
 
 
 def ring_factor(workers: int) -> float:
@@ -222,6 +229,8 @@ def summarize(ranks: Sequence[RankRecord], samples_per_step: int) -> Summary:
         run_device_bytes=run_device,
         device_share=device / read if known and read else math.nan,
         corrupt=sum(a.corrupt for a in runs),
+        peer_s=mean_of("peer_s"),
+        peer_frac=statistics.fmean(sh.peer for sh in shares),
     )
 
 
@@ -231,17 +240,19 @@ class _Shares(NamedTuple):
     wait: float
     overhead: float
     input: float
+    peer: float
 
 
 def _shares(steps: Sequence[StepRecord]) -> _Shares:
     """AU (compute), the exposed all-reduce's, the input wait's and the overhead's shares of
-    the time not spent dropping the cache (they add up to 1), and the input wait's share of
-    the whole step time."""
+    the time not spent dropping the cache (they add up to 1), the input wait's share of the
+    whole step time, and the part of the exposed all-reduce's share spent waiting for peers."""
     total = sum(s.step_s for s in steps)
     span = total - sum(s.drop_s for s in steps)
     if span <= 0:
-        return _Shares(math.nan, math.nan, math.nan, math.nan, math.nan)
+        return _Shares(math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
     au = sum(s.accel_s for s in steps) / span
     comm = sum(s.exposed_s for s in steps) / span
     wait = sum(s.data_s for s in steps) / span
-    return _Shares(au, comm, wait, 1.0 - au - comm - wait, sum(s.data_s for s in steps) / total)
+    return _Shares(au, comm, wait, 1.0 - au - comm - wait, sum(s.data_s for s in steps) / total,
+                   sum(s.peer_s for s in steps) / span)

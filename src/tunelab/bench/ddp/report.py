@@ -136,7 +136,8 @@ def _input_rows(cfg: DDPConfig, result: dict[str, Any]) -> list[tuple[str, str]]
     bound = "INPUT-BOUND" if s["input_bound"] else "not input-bound"
     rows = [
         ("Step split", f"data wait {s['data_s'] * 1e3:.1f} ms, compute {s['compute_s'] * 1e3:.1f}"
-                       f" ms, all-reduce {s['exposed_s'] * 1e3:.1f} ms not overlapped, other "
+                       f" ms, all-reduce {s['exposed_s'] * 1e3:.1f} ms not overlapped"
+                       + _peer_text(s) + ", other "
                        f"{s['other_s'] * 1e3:.1f} ms, harness {s['overhead_s'] * 1e3:.2f} ms"
                        + (f", cache drop {s['drop_s'] * 1e3:.1f} ms" if s["drop_s"] else "")),
         ("AU", f"{s['au']:.2%} of the timed steps computing (compute / step time, MLPerf "
@@ -162,6 +163,15 @@ def _input_rows(cfg: DDPConfig, result: dict[str, Any]) -> list[tuple[str, str]]
         files = "; ".join((result.get("data") or {}).get("corrupt_files", []))
         rows.append(("Corrupt", f"{corrupt} sample(s) skipped: {files}"))
     return rows
+
+
+def _peer_text(s: dict[str, Any]) -> str:
+    """The part of the exposed all-reduce spent waiting for workers that are behind."""
+    peer = s.get("peer_s", 0.0)
+    if peer < 5e-5:
+        return ""
+    return (f" (of which {peer * 1e3:.1f} ms waiting for workers that are behind, most often "
+            "for their data)")
 
 
 def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
@@ -201,6 +211,7 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "compute_s": s["compute_s"],
         "allreduce_s": s["allreduce_s"],
         "exposed_s": s["exposed_s"],
+        "peer_s": s.get("peer_s", 0.0),
         "other_s": s["other_s"],
         "grad_bytes": s["grad_bytes"],
         "allreduce": result.get("allreduce", cfg.allreduce_mode),
@@ -257,6 +268,7 @@ def _storage_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "au": s["au"],
         "au_min": s["au_min"],
         "comm_frac": s["comm_frac"],
+        "peer_frac": s.get("peer_frac", math.nan),
         "wait_frac": s["wait_frac"],
         "overhead_frac": s["overhead_frac"],
         "input_frac": s["input_frac"],

@@ -30,8 +30,10 @@ if TYPE_CHECKING:
 
 __all__ = ["StepParts", "StepSetup", "TrainStep", "emulated_step", "training_step"]
 
-#: (compute_s, allreduce_s, exposed_s, other_s, bytes all-reduced)
-StepParts = tuple[float, float, float, float, int]
+#: (compute_s, allreduce_s, exposed_s, other_s, bytes all-reduced, peer_s): ``peer_s`` is the
+#: part of ``exposed_s`` spent waiting for the other workers at the step's meeting, beyond the
+#: all-reduce's own time (known under ``--allreduce emulate`` only; 0 otherwise)
+StepParts = tuple[float, float, float, float, int, float]
 
 
 @dataclass(frozen=True)
@@ -127,10 +129,10 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
         t2 = time.perf_counter()
         comm = timer.take(t0, ev0) if timer is not None else None
         if comm is None:
-            return t1 - t0, 0.0, 0.0, t2 - t1, 0
+            return t1 - t0, 0.0, 0.0, t2 - t1, 0, 0.0
         compute_end = min(comm.last_launch, t1)
         return (compute_end - t0, comm.done - comm.first_launch, max(0.0, t1 - compute_end),
-                t2 - t1, comm.bytes)
+                t2 - t1, comm.bytes, 0.0)
 
     setup = StepSetup("fp16-amp" if amp else "fp32",
                       "channels_last" if channels_last else "contiguous",
@@ -147,7 +149,8 @@ def emulated_step(seconds: float, mode: str, world: int, *, buckets: Sequence[An
       backward part of the wait (:func:`tunelab.bench.ddp.fabric.plan_allreduce`); the
       workers still meet once per step (an asynchronous barrier launched when the backward
       part begins, as DDP's first bucket is), so a worker that waited for data holds the
-      others up as a real all-reduce would;
+      others up as a real all-reduce would; the time the others wait for it after the
+      modelled all-reduce has ended is returned apart (``peer_s``, inside ``exposed_s``);
     * ``off``: nothing.
 
     One worker does no all-reduce in any mode."""
@@ -172,17 +175,18 @@ def emulated_step(seconds: float, mode: str, world: int, *, buckets: Sequence[An
             if mode == "real":
                 comm = emulated_allreduce(buckets, world)
                 t1 = time.perf_counter()
-                return t_c - t0, comm.done - comm.first_launch, t1 - t_c, 0.0, comm.bytes
-            return t_c - t0, 0.0, 0.0, 0.0, 0
+                return t_c - t0, comm.done - comm.first_launch, t1 - t_c, 0.0, comm.bytes, 0.0
+            return t_c - t0, 0.0, 0.0, 0.0, 0, 0.0
         time.sleep(forward)
         meet = dist.barrier(async_op=True)
         _sleep_until(t0 + seconds)
         t_c = time.perf_counter()
         _sleep_until(t_c + plan.exposed)
+        t_f = time.perf_counter()  # the modelled all-reduce is over: the rest waits for peers
         if meet is not None:
             meet.wait()
         t1 = time.perf_counter()
-        return t_c - t0, plan.window, t1 - t_c, 0.0, plan.bytes
+        return t_c - t0, plan.window, t1 - t_c, 0.0, plan.bytes, t1 - t_f
 
     return step
 
