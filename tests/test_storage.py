@@ -123,6 +123,20 @@ def test_waiting_for_workers_behind_is_not_blamed_on_the_allreduce() -> None:
     assert old.needed[0].ceiling == pytest.approx(B / (COMPUTE + fabric + peer))
 
 
+def test_au_interval_stays_within_0_and_100_percent() -> None:
+    """AU = compute / step lies in [0, 1]; two runs at 98 and 99.99 % gave a t interval of
+    [87, 111 %] in the compare table (field test): the interval is cut to [0, 1]."""
+    runs = make_runs(repeats=2)
+    runs = runs[(runs["source"] == "memory") & (runs["workers"] == 1)].copy()
+    runs["fom.au"] = [0.98, 0.9999]
+    (p,) = storage_analysis(runs).points
+    assert p.au == pytest.approx(0.98995)
+    assert 0.0 <= p.au_low < p.au <= p.au_high <= 1.0
+    runs["fom.au"] = [0.001, 0.05]
+    (p,) = storage_analysis(runs).points
+    assert p.au_low == 0.0 and p.au_high > p.au
+
+
 def test_runs_without_pipeline_figures_are_refused() -> None:
     runs = make_runs().drop(columns=["fom.au"])
     with pytest.raises(StatsError, match="no input-pipeline figures"):

@@ -158,11 +158,16 @@ def _frame(runs: pd.DataFrame, workers: str, nodes: str) -> pd.DataFrame:
     return ok
 
 
-def _interval(values: np.ndarray) -> tuple[float, float, float]:
+def _interval(values: np.ndarray, bounds: tuple[float, float] = (-math.inf, math.inf),
+              ) -> tuple[float, float, float]:
+    """Mean and 95 % t interval, the interval cut to ``bounds`` (AU lies in [0, 1]: with two
+    runs near 1 the t interval alone would reach past 100 %)."""
     values = values[np.isfinite(values)]
     if not values.size:
         return math.nan, math.nan, math.nan
     low, high = mean_interval(values, 0.95)
+    if not math.isnan(low):
+        low, high = max(low, bounds[0]), min(high, bounds[1])
     return float(values.mean()), low, high
 
 
@@ -172,7 +177,7 @@ def storage_points(runs: pd.DataFrame, *, target: float = AU_TARGET, workers: st
     ok = _frame(runs, workers, nodes)
     out = []
     for (series, k, n), rows in ok.groupby(["_series", "_nodes", "_workers"], sort=True):
-        au, au_low, au_high = _interval(rows["_au"].to_numpy())
+        au, au_low, au_high = _interval(rows["_au"].to_numpy(), bounds=(0.0, 1.0))
         rd, rd_low, rd_high = _interval(rows["_read_Bps"].to_numpy())
         out.append(StoragePoint(
             series=str(series), workers=int(n), nodes=int(k), n=len(rows), au=au,
