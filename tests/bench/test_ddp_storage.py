@@ -95,8 +95,47 @@ def test_make_data_cli_prints_progress_lines_without_a_terminal(tmp_path: Path) 
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 2
     assert again.stderr.strip().splitlines() == [
-        f"ddp make-data: error: make-data: {tmp_path / 'd'} exists and is not an empty "
+        f"ddp make-data: error: {tmp_path / 'd'} exists and is not an empty "
         "directory; choose a new one"]
+
+
+def test_make_data_refusals_are_one_line_and_leave_nothing_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Field test: a file system out of inodes made the class folders' mkdir raise a
+    traceback; a disk too small was refused as "about 0.0 GB needed, 0.0 GB free" after the
+    directory had been made, and that empty directory stayed."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+
+    real_mkdir = Path.mkdir
+
+    def no_inodes(self: Path, *args: object, **kwargs: object) -> None:
+        if self.name == "n00000003":
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", no_inodes)
+    target = tmp_path / "full"
+    with pytest.raises(WorkloadError, match=r"^cannot create .*n00000003: No space left on "
+                                            r"device$"):
+        make_dataset(MakeDataConfig(str(target), "imagenet", 8, classes=5, scale=0.01))
+    assert not target.exists()
+    kept = tmp_path / "kept"  # an empty directory the user made is kept, and left empty
+    kept.mkdir()
+    with pytest.raises(WorkloadError, match="n00000003"):
+        make_dataset(MakeDataConfig(str(kept), "imagenet", 8, classes=5, scale=0.01))
+    assert kept.is_dir() and not any(kept.iterdir())
+    monkeypatch.setattr(Path, "mkdir", real_mkdir)
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(3_145_728, 0, 3_145_728))
+    small = tmp_path / "small"
+    with pytest.raises(WorkloadError, match=r"^about 3\.2 MB needed, 3\.1 MB free on the disk "
+                                            r"of .*small; make fewer samples$"):
+        make_dataset(MakeDataConfig(str(small), "imagenet", 25))
+    assert not small.exists()
 
 
 def test_dataset_errors_name_the_directory(tmp_path: Path) -> None:

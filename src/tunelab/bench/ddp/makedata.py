@@ -230,23 +230,40 @@ def _tasks(cfg: MakeDataConfig) -> list[tuple[Callable[..., list[Entry]], tuple[
             for a in range(0, cfg.samples, chunk)]
 
 
+def _size(nbytes: float) -> str:
+    """Bytes in GB, or MB below 1 GB (so that a small disk's figures do not read 0.0 GB)."""
+    return f"{nbytes / 1e9:,.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:,.1f} MB"
+
+
 def _prepare_directory(cfg: MakeDataConfig) -> None:
+    """Check the target and the free space first, then make the directory and the class
+    folders; a one-line :class:`WorkloadError` (nothing left behind) otherwise."""
     root = Path(cfg.directory)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise WorkloadError(f"make-data: {root} exists and is not an empty directory; choose "
-                            "a new one")
+        raise WorkloadError(f"{root} exists and is not an empty directory; choose a new one")
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    need = cfg.samples * cfg.mean_bytes * 1.1
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError as exc:
+        raise WorkloadError(f"cannot create {root}: {exc.strerror}") from None
+    if need > 0.9 * free:
+        raise WorkloadError(f"about {_size(need)} needed, {_size(free)} free on the disk of "
+                            f"{root}; make fewer samples")
+    fresh = not root.exists()
+    folders: list[Path] = []
     try:
         root.mkdir(parents=True, exist_ok=True)
+        if cfg.like == "imagenet" and cfg.layout == "folder":
+            for label in range(min(cfg.classes, cfg.samples)):
+                folders.append(root / f"n{label:08d}")
+                folders[-1].mkdir()
     except OSError as exc:
-        raise WorkloadError(f"make-data: cannot create {root}: {exc.strerror}") from None
-    need = cfg.samples * cfg.mean_bytes * 1.1
-    free = shutil.disk_usage(root).free
-    if need > 0.9 * free:
-        raise WorkloadError(f"make-data: about {need / 1e9:.1f} GB needed, {free / 1e9:.1f} GB "
-                            f"free on the disk of {root}; make fewer samples")
-    if cfg.like == "imagenet" and cfg.layout == "folder":
-        for label in range(min(cfg.classes, cfg.samples)):
-            (root / f"n{label:08d}").mkdir()
+        for path in [root] if fresh else folders:
+            shutil.rmtree(path, ignore_errors=True)
+        raise WorkloadError(f"cannot create {exc.filename or root}: {exc.strerror}") from None
 
 
 def make_dataset(cfg: MakeDataConfig,
@@ -272,7 +289,7 @@ def make_dataset(cfg: MakeDataConfig,
             except OSError as exc:
                 for other in futures:
                     other.cancel()
-                raise WorkloadError(f"make-data: cannot write into {root}: "
+                raise WorkloadError(f"cannot write into {root}: "
                                     f"{exc.strerror or exc}") from None
             done += futures[fut]
             if progress:
