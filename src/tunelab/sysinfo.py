@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 __all__ = ["cpu_isa", "cpu_model", "fingerprint", "isa_summary", "machine_identity",
-           "mem_available", "snapshot"]
+           "mem_available", "mem_total", "snapshot"]
 
 KEY_PACKAGES = ("tunelab", "numpy", "scipy", "pandas", "torch", "mpi4py", "dask",
                 "distributed", "ucxx", "optuna")
@@ -87,6 +87,11 @@ def mem_available() -> int:
     """Bytes of memory available to new work without swapping (the kernel's MemAvailable:
     free memory plus the page cache it can drop)."""
     return int(psutil.virtual_memory().available)
+
+
+def mem_total() -> int:
+    """Bytes of physical memory (the kernel's MemTotal)."""
+    return int(psutil.virtual_memory().total)
 
 
 def _package_versions(names: Sequence[str]) -> dict[str, str]:

@@ -6,6 +6,7 @@ profiles, and the AU accounting."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import subprocess
 import sys
@@ -136,6 +137,27 @@ def test_make_data_refusals_are_one_line_and_leave_nothing_behind(
                                             r"of .*small; make fewer samples$"):
         make_dataset(MakeDataConfig(str(small), "imagenet", 25))
     assert not small.exists()
+
+
+def test_a_cold_or_kept_cache_served_from_memory_is_said_to_measure_memory() -> None:
+    """Field test: --cache cold on a tmpfs said 'cold: … drop_caches = 1 …; measured: 0.0%
+    of the bytes read came from the device' and nothing else; --cache keep on a dataset of
+    0.37 GB on a 24 GB host measured the page cache without a word of MLPerf Storage's rule
+    (a dataset 5 x the host's memory)."""
+    from tunelab.bench.ddp.cache import measured_note
+
+    gb = 10**9
+    cold = measured_note("cold", 0.0, int(0.37 * gb), 24 * gb)
+    assert cold is not None and cold.startswith("only 0% of the bytes read came from the device")
+    assert "memory's, not the storage's" in cold and "tmpfs" in cold
+    keep = measured_note("keep", 0.02, int(0.37 * gb), 24 * gb)
+    assert keep is not None and "--cache keep" in keep and "MLPerf Storage asks for 5 x" in keep
+    assert "(0.37 GB) is 0.015 x this host's memory (24.0 GB)" in keep
+    # what a storage figure needs: no note
+    assert measured_note("cold", 1.02, gb, 24 * gb) is None
+    assert measured_note("keep", 0.97, 200 * gb, 24 * gb) is None
+    assert measured_note("warm", 0.0, gb, 24 * gb) is None  # memory on purpose
+    assert measured_note("cold", math.nan, gb, 24 * gb) is None  # nothing counted
 
 
 def test_dataset_errors_name_the_directory(tmp_path: Path) -> None:

@@ -10,7 +10,11 @@
 
 Whatever was done is recorded in the result, next to what the kernel measured: the share of
 the bytes read that came from the block device (``/proc/thread-self/io`` ``read_bytes``).
-Dirty pages are not dropped by fadvise: make-data flushes what it writes.
+Where that share contradicts what a storage figure needs — ``cold`` (or ``keep``) runs whose
+reads mostly came from memory: a tmpfs, pages cached again meanwhile, a dataset that fits in
+the page cache — :func:`measured_note` says so in the result's notes (MLPerf Storage avoids
+the page cache with a dataset 5 x the host's memory). Dirty pages are not dropped by
+fadvise: make-data flushes what it writes.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from dataclasses import dataclass, field
 from tunelab.errors import WorkloadError
 from tunelab.sysinfo import mem_available
 
-__all__ = ["CachePrep", "advise_files", "drop_file_pages", "drop_page_cache", "prefill",
-           "prepare_cache"]
+__all__ = ["CachePrep", "advise_files", "drop_file_pages", "drop_page_cache", "measured_note",
+           "prefill", "prepare_cache"]
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 WARM_FRACTION = 0.8
+#: below this share of the bytes read from the device, a cold or kept cache served from memory
+FROM_MEMORY = 0.5
 
 
 @dataclass(frozen=True)
@@ -107,3 +113,24 @@ def prepare_cache(mode: str, paths: list[str], dataset_bytes: int) -> CachePrep:
         return CachePrep(mode, (f"read all {len(paths)} files ({read / 1e6:.1f} MB) once "
                                 "before the run",), len(paths))
     return CachePrep(mode, ("nothing done (the page cache as found)",))
+
+
+def measured_note(mode: str, device_share: float | None, dataset_bytes: int,
+                  memory_bytes: int) -> str | None:
+    """A note when the kernel's measured cache state contradicts a storage figure: ``cold``
+    or ``keep`` runs that read less than :data:`FROM_MEMORY` of their bytes from the device
+    measured memory, not storage. None otherwise (``warm`` reads memory on purpose)."""
+    if mode == "warm" or device_share is None or not device_share < FROM_MEMORY:
+        return None
+    fits = (f"the dataset ({dataset_bytes / 1e9:.2f} GB) is "
+            f"{dataset_bytes / memory_bytes:.2g} x this host's memory "
+            f"({memory_bytes / 1e9:.1f} GB); MLPerf Storage asks for 5 x" if memory_bytes > 0
+            else "")
+    if mode == "cold":
+        why = ("its pages could not be dropped (a tmpfs or another memory-backed file system, "
+               "or pages cached again meanwhile)")
+    else:
+        why = (f"--cache keep read what the page cache held ({fits}; --cache cold drops the "
+               "pages)")
+    return (f"only {device_share:.0%} of the bytes read came from the device: the read figures "
+            f"are memory's, not the storage's — {why}")

@@ -326,6 +326,15 @@ def launch(cfg: DDPConfig) -> int:
             return EXIT_FAILURE
         result = json.loads(Path(run.result_file).read_text())
     result["storage"] = storage
+    if cfg.data_spec.kind == "files":
+        from tunelab.bench.ddp.cache import measured_note
+        from tunelab.sysinfo import mem_total
+
+        share = result["summary"].get("device_share")
+        note = measured_note(cfg.cache, share if isinstance(share, float) else None,
+                             int(storage.get("bytes", 0)), mem_total())
+        if note:
+            storage.setdefault("notes", []).append(note)
     print(render_table(cfg, result), flush=True)
     print(fom_line(cfg, result), flush=True)
     return 0
