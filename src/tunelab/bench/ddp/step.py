@@ -141,19 +141,24 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
 
 
 def emulated_step(seconds: float, mode: str, world: int, *, buckets: Sequence[Any] = (),
-                  bucket_bytes: Sequence[int] = (), link: Link | None = None) -> Any:
+                  bucket_bytes: Sequence[int] = (), link: Link | None = None,
+                  device: Any = "cpu") -> Any:
     """The step of an emulated accelerator: wait ``seconds``; then, by ``mode``:
 
     * ``real``: all-reduce ``buckets`` (tensors of DDP's layout) over the process group;
     * ``emulate``: a ring all-reduce of ``bucket_bytes`` on ``link`` overlapped with the
-      backward part of the wait (:func:`tunelab.bench.ddp.fabric.plan_allreduce`); the
-      workers still meet once per step (an asynchronous barrier launched when the backward
-      part begins, as DDP's first bucket is), so a worker that waited for data holds the
-      others up as a real all-reduce would; the time the others wait for it after the
-      modelled all-reduce has ended is returned apart (``peer_s``, inside ``exposed_s``);
+      backward part of the wait (:func:`tunelab.bench.ddp.fabric.plan_allreduce`). DDP's
+      last bucket is reduced only once every worker has computed it, so the step ends the
+      modelled exposed time after the *last* worker's compute ends: when the backward part
+      begins, the workers all-reduce (max) the wall-clock time their compute will end (one
+      number on ``device``, so the exchange's own latency hides in the backward part as
+      DDP's first bucket's does), and each waits for that time. A worker that waited for
+      data holds the others up as a real all-reduce would; the wait is returned apart
+      (``peer_s``, inside ``exposed_s``). Across hosts the wall clocks must agree (NTP);
     * ``off``: nothing.
 
     One worker does no all-reduce in any mode."""
+    import torch
     import torch.distributed as dist
 
     from tunelab.bench.ddp.comm import emulated_allreduce
@@ -177,16 +182,19 @@ def emulated_step(seconds: float, mode: str, world: int, *, buckets: Sequence[An
                 t1 = time.perf_counter()
                 return t_c - t0, comm.done - comm.first_launch, t1 - t_c, 0.0, comm.bytes, 0.0
             return t_c - t0, 0.0, 0.0, 0.0, 0, 0.0
-        time.sleep(forward)
-        meet = dist.barrier(async_op=True)
+        ends = torch.tensor([time.time() + seconds], dtype=torch.float64, device=device)
+        _sleep_until(t0 + forward)
+        work = dist.all_reduce(ends, op=dist.ReduceOp.MAX, async_op=True)
         _sleep_until(t0 + seconds)
         t_c = time.perf_counter()
-        _sleep_until(t_c + plan.exposed)
-        t_f = time.perf_counter()  # the modelled all-reduce is over: the rest waits for peers
-        if meet is not None:
-            meet.wait()
+        if work is not None:
+            work.wait()
+        last = float(ends.item())  # when the last worker's compute ends
+        _sleep_until(time.perf_counter() + (last - time.time()))
+        t_m = time.perf_counter()  # every worker has its last bucket: the tail goes on the ring
+        _sleep_until(t_m + plan.exposed)
         t1 = time.perf_counter()
-        return t_c - t0, plan.window, t1 - t_c, 0.0, plan.bytes, t1 - t_f
+        return t_c - t0, plan.window, t1 - t_c, 0.0, plan.bytes, t_m - t_c
 
     return step
 

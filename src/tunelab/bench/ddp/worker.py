@@ -244,7 +244,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
                    if allreduce == "real" and world > 1 else [])
         link = cfg.fabric_spec.link(cfg.nodes) if allreduce == "emulate" else None
         step_fn = emulated_step(compute.seconds, allreduce, world, buckets=buckets,
-                                bucket_bytes=[4 * n for n in sizes], link=link)
+                                bucket_bytes=[4 * n for n in sizes], link=link, device=device)
         if link is not None:
             setup["fabric"] = {"accelerator": cfg.fabric_spec.accelerator, "link": link.name,
                                "GBps": link.bandwidth / 1e9, "latency_us": link.latency * 1e6}
