@@ -4,6 +4,7 @@ nodes with a link limit (root), and the refusal of virtual nodes without root.""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -120,6 +121,48 @@ def test_killed_worker_fails_the_run_naming_it(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # no torchrun traceback
     assert "Traceback" in log.read_text()  # torchrun's report: in the run's log
     assert '"benchmark"' not in proc.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_workers_and_what_the_run_set_up(tmp_path: Path) -> None:
+    """A study ends a run with SIGTERM. The launcher died at once and its workers — each in
+    a session of its own under torchrun — went on training and reading; with --read-limit
+    the cgroup stayed too (field test). Now every descendant is gone, the exit is 130 with
+    one line, and the scratch directory is removed."""
+    import signal
+    import time
+
+    import psutil
+
+    env = {k: v for k, v in env_with_pythonpath(Path(__file__).resolve().parents[2] / "src")
+           .items() if k not in ("LOCAL_RANK", "WORLD_SIZE")}
+    env["TMPDIR"] = str(tmp_path)
+    family: list[psutil.Process] = []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tunelab.bench.ddp", "--model", "resnet18", "-n", "2", "-b", "4",
+         "--steps", "1000", "--warmup", "0", "--compute", "emulate:0.05", "--data", "memory",
+         "--loader-workers", "1", "--device", "cpu"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            family = psutil.Process(proc.pid).children(recursive=True)
+            if len(family) >= 5:  # torchrun, 2 workers, a loader each
+                break
+            time.sleep(0.2)
+        assert len(family) >= 5, family
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        gone, alive = psutil.wait_procs(family, timeout=10)
+        assert not alive, alive
+        assert proc.returncode == 130
+        assert err.strip().splitlines() == [
+            "ddp: interrupted; the workers were stopped and what the run set up removed"]
+        assert not list(tmp_path.glob("tunelab-ddp-*"))
+    finally:  # whatever outlived the launcher (reparented: no longer our children)
+        for child in [*family, *psutil.Process().children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
 
 @pytest.mark.slow

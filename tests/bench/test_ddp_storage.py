@@ -160,6 +160,33 @@ def test_a_cold_or_kept_cache_served_from_memory_is_said_to_measure_memory() -> 
     assert measured_note("cold", math.nan, gb, 24 * gb) is None  # nothing counted
 
 
+def test_the_read_limit_group_is_removed_once_killed_workers_have_left_it() -> None:
+    """Field test: the launcher's rmdir of the read limit's cgroup came right after the
+    workers were SIGKILLed, while they were still leaving the group (EBUSY): it stayed. The
+    removal now tries again for a bounded time."""
+    import errno
+
+    from tunelab.bench.ddp.iolimit import remove_group
+
+    class _Group:
+        def __init__(self, busy: int) -> None:
+            self.busy = busy
+
+        def rmdir(self) -> None:
+            if self.busy:
+                self.busy -= 1
+                raise OSError(errno.EBUSY, "Device or resource busy")
+
+    assert remove_group(_Group(3), wait_s=5.0)  # type: ignore[arg-type]
+    assert not remove_group(_Group(10**6), wait_s=0.2)  # type: ignore[arg-type]
+
+    class _Gone:
+        def rmdir(self) -> None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    assert remove_group(_Gone())  # type: ignore[arg-type]
+
+
 def test_dataset_errors_name_the_directory(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="no such directory"):
         index_dataset(tmp_path / "nope")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Annotated
 
@@ -126,11 +127,22 @@ def ddp(
         else:
             from tunelab.bench.ddp.launch import launch
 
+            # a study ends a run with SIGTERM: unwind, so that the workers (their own
+            # session), the virtual nodes, the read limit's cgroup and the scratch go too
+            signal.signal(signal.SIGTERM, _interrupt)
             code = launch(cfg)
     except TunelabError as exc:
         print(f"ddp: error: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        print("ddp: interrupted; the workers were stopped and what the run set up removed",
+              file=sys.stderr)
+        raise typer.Exit(130) from None
     raise typer.Exit(code)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @app.command("make-data")

@@ -18,14 +18,17 @@ such as tmpfs, no io/blkio controller) :func:`read_limit` raises a one-line
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunelab.errors import WorkloadError
 
-__all__ = ["BlockDevice", "Throttle", "block_device", "find_mechanism", "read_limit"]
+__all__ = ["BlockDevice", "Throttle", "block_device", "find_mechanism", "read_limit",
+           "remove_group"]
 
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 MOUNTINFO = Path("/proc/self/mountinfo")
@@ -180,5 +183,20 @@ def read_limit(rate_bps: float, dataset: str) -> Iterator[str]:
     finally:
         with contextlib.suppress(OSError):
             _write(home / "cgroup.procs", str(os.getpid()))
-        with contextlib.suppress(OSError):
+        remove_group(group)
+
+
+def remove_group(group: Path, wait_s: float = 5.0) -> bool:
+    """Remove a cgroup directory; while processes killed a moment ago are still leaving it
+    (EBUSY) try again, for at most ``wait_s`` seconds. Whether it is gone."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
             group.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                return False
+        time.sleep(0.05)

@@ -109,10 +109,24 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: subprocess.Popen[str], wait_s: float = 10.0) -> None:
+    """Kill a node's torchrun and everything below it. torchrun starts each worker in a
+    session of its own, out of reach of a signal to torchrun's process group: the
+    descendants are found first, then killed with the group (a worker left alive would go on
+    reading and training after the run ended)."""
     if proc.poll() is None:
+        import psutil
+
+        try:
+            family = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            family = []
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        for child in family:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(family, timeout=wait_s)
     proc.wait()
 
 
