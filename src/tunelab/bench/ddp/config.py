@@ -318,6 +318,20 @@ class DDPConfig:
         return self.workers // self.nodes
 
     @property
+    def read_ahead(self) -> int:
+        """Batches a worker's loader processes may hold read before they are asked for
+        (``--prefetch`` per loader process; none without loader processes or data)."""
+        return 0 if self.data_spec.kind == "synthetic" else self.prefetch * self.loader_workers
+
+    @property
+    def warmup_steps(self) -> int:
+        """Untimed steps: ``--warmup``, at least :attr:`read_ahead`, so that the timed steps
+        do not begin on batches the loaders read during the start-up (on storage too slow
+        for the accelerators, 6 timed steps after 2 warm-up ones with 4 loaders x prefetch 2
+        measured the read-ahead: AU 99.7 % and 425 MB/s on a disk throttled to 150 MB/s)."""
+        return max(self.warmup, self.read_ahead)
+
+    @property
     def local_batch(self) -> int:
         """Samples per worker and step."""
         return self.batch_size // self.workers

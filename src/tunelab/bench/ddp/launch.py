@@ -231,7 +231,7 @@ class _Run:
             where += f" in phase {st.get('phase')}"
         step = int(st.get("step", -1))
         if step >= 0:
-            timed = step - self.cfg.warmup
+            timed = step - self.cfg.warmup_steps
             where += f" at step {timed}" if timed >= 0 else f" at warm-up step {step}"
         return where
 

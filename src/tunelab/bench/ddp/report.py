@@ -75,7 +75,7 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
         ("Batch", f"{cfg.batch_size} global = {cfg.local_batch} per worker"),
         ("Compute", _compute_text(cfg, result)),
         ("Backend", f"{result['backend']}, {result.get('threads', '?')} thread(s) per worker"),
-        ("Steps", f"{s['steps']} timed, {cfg.warmup} warm-up"),
+        ("Steps", f"{s['steps']} timed, {_warmup_text(cfg)}"),
         ("Throughput", f"{s['throughput']:.2f} {unit}/s total, "
                        f"{s['throughput_per_worker']:.2f} per worker"),
         ("Step time", f"{s['step_s'] * 1e3:.1f} ms +/- {s['step_s_std'] * 1e3:.1f} ms"),
@@ -100,6 +100,14 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
     lines += [f"{name:<16}| {value}" for name, value in rows]
     lines.append("-" * 72)
     return "\n".join(lines)
+
+
+def _warmup_text(cfg: DDPConfig) -> str:
+    if cfg.warmup_steps == cfg.warmup:
+        return f"{cfg.warmup} warm-up"
+    return (f"{cfg.warmup_steps} warm-up (--warmup {cfg.warmup} raised to the loaders' "
+            f"read-ahead, {cfg.loader_workers} process(es) x prefetch {cfg.prefetch}, so that "
+            "the timed steps do not begin on batches read before them)")
 
 
 def _data_rows(cfg: DDPConfig, result: dict[str, Any]) -> list[tuple[str, str]]:
@@ -201,7 +209,7 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "batch_size": cfg.batch_size,
         "local_batch": cfg.local_batch,
         "steps": s["steps"],
-        "warmup": cfg.warmup,
+        "warmup": cfg.warmup_steps,
         "unit": unit,
         "throughput": s["throughput"],
         f"{unit}_per_s": s["throughput"],

@@ -289,7 +289,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
                      device_bytes=sum(s.device_bytes for s in steps),
                      corrupt=sum(s.corrupt for s in steps))
     status.write("gather")
-    mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(steps[cfg.warmup:]), run)
+    mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(steps[cfg.warmup_steps:]), run)
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, {"record": asdict(mine), "boot": _boot_id(),
                                       "data": source.summary(), "prep_s": prep_s,
@@ -320,17 +320,17 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
 
     parts: list[Any] = []
     marks: list[float] = []
-    total = cfg.warmup + cfg.steps
+    total = cfg.warmup_steps + cfg.steps
     start = 0.0
     for i in range(total):
-        if i == cfg.warmup:
+        if i == cfg.warmup_steps:
             dist.barrier()
             if on_timed is not None:
                 on_timed()
             start = time.perf_counter()
         t0 = time.perf_counter()
         marks.append(t0)
-        timed = i - cfg.warmup
+        timed = i - cfg.warmup_steps
         status.write("warmup" if timed < 0 else "timed", step=i)
         fault = cfg.fault
         if fault and fault.rank == rank and timed == fault.step:
