@@ -229,3 +229,17 @@ def test_version_short_help_and_flags_shown_as_flags():
     short = tunelab("run", "-h")
     assert short.returncode == 0 and "--dry-run" in short.stdout
     assert "<bool>" not in short.stdout
+
+
+def test_a_derived_value_that_cannot_be_computed_is_said_by_space_and_run(tmp_path):
+    path = study(tmp_path, extra="derived:\n  lim: \"1 if x < 3 else None\"\n")
+    space = json.loads(tunelab("space", path, "--format", "json").stdout)
+    assert space["valid"] == 2
+    (excluded,) = space["excluded"]
+    assert excluded["constraint"] == "lim" and excluded["count"] == 1
+    assert "gives None" in excluded["why"] and excluded["why"].endswith("(first at mode='ok', x=3)")
+    dry = tunelab("run", path, "--dry-run")
+    assert dry.returncode == 0
+    (note,) = [line for line in dry.stderr.splitlines() if "left out" in line]
+    assert note.startswith(f"{path}:") and "derived value 'lim' cannot be computed" in note
+    assert f"'tunelab space {path}' counts them" in note

@@ -113,3 +113,24 @@ def test_a_label_tells_a_string_that_reads_as_another_value_apart(value, text):
 def test_an_int_and_a_string_of_the_same_digits_label_differently():
     labels = {Point({"x": v}).label() for v in (0, "0", 0.0, False)}
     assert len(labels) == 4
+
+
+def test_a_rule_that_cannot_be_evaluated_says_why_and_where_it_first_failed():
+    """A derived value that gives None somewhere left those points out with no reason."""
+    space = Space([("source", ("x", "y", "z")), ("n", (1, 2, 3))],
+                  derived={"limit": Expression.parse("'150MB/s' if source == 'x' else None")},
+                  constraints=rules("n // (n - 2) >= -1"))
+    summary, points = space.summarize()
+    assert [p["source"] for p in points] == ["x", "x"]
+    assert summary.excluded == {"limit": 6, "n // (n - 2) >= -1": 1}
+    assert set(summary.broken) == {"limit", "n // (n - 2) >= -1"}
+    assert "derived value 'limit' cannot be computed" in summary.broken["limit"]
+    assert "gives None" in summary.broken["limit"]
+    assert summary.broken["limit"].endswith("(first at source='y')")
+    assert summary.broken["n // (n - 2) >= -1"].endswith("(first at source='x', n=2)")
+    assert space.broken == summary.broken
+
+
+def test_a_rule_that_only_fails_is_not_broken():
+    summary, _ = qe_space().summarize()
+    assert summary.broken == {}

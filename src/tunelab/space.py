@@ -88,6 +88,8 @@ class SpaceSummary:
     total: int
     valid: int
     excluded: dict[str, int] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)
+    """Per rule that could not be evaluated for some combinations: why (:attr:`Space.broken`)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,10 @@ class Space:
         self.derived = dict(derived or {})
         self.constraints = list(constraints or [])
         self.constants = {"cores": os.cpu_count() or 1, **(constants or {})}
+        self.broken: dict[str, str] = {}
+        """Per rule that could not be evaluated for some combination met while enumerating
+        (a derived value that gives ``None``, a constraint that divides by zero): why, at
+        the first such combination. Those combinations are left out, as a failed rule's."""
         names = [a.name for a in self.axes]
         self._depth_of_name = {n: i for i, n in enumerate(names)}
         self._derived_depth = {d: self._depth(e.names, ("derived", d))
@@ -231,20 +237,23 @@ class Space:
         """Whether ``point`` is a valid point of this space."""
         return self.why_not(point) is None
 
-    def _check_level(self, depth: int, scope: dict[str, Any]) -> tuple[str, str] | None:
-        """None, or (the failing rule's label, the reason) for the names bound at ``depth``."""
+    def _check_level(self, depth: int,
+                     scope: dict[str, Any]) -> tuple[str, str, bool] | None:
+        """None, or (the failing rule's label, the reason, whether the rule could not be
+        evaluated at all) for the names bound at ``depth``."""
         for d in self._derived_at[depth]:
             try:
                 scope[d] = self.derived[d].evaluate(scope)
             except ExpressionError as exc:
-                return d, f"derived value {d!r} cannot be computed: {exc}"
+                return d, f"derived value {d!r} cannot be computed: {exc}", True
         for c in self._checks[depth]:
             try:
                 ok = bool(c.expr.evaluate(scope))
             except ExpressionError as exc:
-                return c.label, f"constraint {c.label!r} cannot be evaluated: {exc}"
+                return c.label, f"constraint {c.label!r} cannot be evaluated: {exc}", True
             if not ok:
-                return c.label, f"violates {c.label!r}" + (f" ({c.why})" if c.why else "")
+                return c.label, f"violates {c.label!r}" + (f" ({c.why})" if c.why else ""), \
+                    False
         return None
 
     def _walk(self, summary: SpaceSummary | None) -> Iterator[Point]:
@@ -270,9 +279,13 @@ class Space:
                 chosen[axis.name] = v
                 failed = self._check_level(depth, scope)
                 if failed is not None:
+                    key, why, broken = failed
                     if summary is not None:
-                        key = failed[0]
                         summary.excluded[key] = summary.excluded.get(key, 0) + rest[depth]
+                    if broken and key not in self.broken:
+                        at = ", ".join(f"{a.name}={chosen[a.name]!r}"
+                                       for a in self.axes[:depth + 1])
+                        self.broken[key] = f"{why} (first at {at})"
                     continue
                 if depth + 1 == n:
                     if summary is not None:
@@ -296,6 +309,7 @@ class Space:
         Raises :class:`SpaceError` when the space is too large to enumerate."""
         summary = SpaceSummary(total=self.size, valid=0)
         points = list(self._walk(summary))
+        summary.broken = {k: v for k, v in self.broken.items() if k in summary.excluded}
         return summary, points
 
     def points(self) -> list[Point]:

@@ -68,6 +68,12 @@ def run(
     spec = load_study(study_file)
     study = prepare_study(spec, repeats=repeats, dry_run=dry_run)
     study_dir = directory or default_dir(spec.name)
+    if not quiet:
+        for rule, why in study.space.broken.items():
+            where = spec.where("derived", rule) if rule in study.space.derived \
+                else spec.where("constraints")
+            message(f"{where}: combinations are left out where {why}; "
+                    f"'tunelab space {study_file}' counts them")
     if dry_run:
         for line in describe_commands(study, study_dir):
             sys.stdout.write(line + "\n")
@@ -210,6 +216,7 @@ def space(
     except SpaceError:  # too large to enumerate: a sampling search (grid was refused above)
         points = study.points
     why = {c.label: c.why or "" for c in study.space.constraints}
+    why.update(summary.broken if summary else {})
     origin = {c.label: c.origin for c in study.space.constraints}
     exclusions = tuple(
         (label, n, origin.get(label, "study"), why.get(label, ""))
