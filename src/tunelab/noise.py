@@ -17,7 +17,11 @@ start would then look normal):
 * **the cores that share its last-level cache** (``llc_cpu_list``: the run's cores and every
   core sharing a last-level cache with one of them, from sysfs ``cache/index*``), recorded
   only when they are more than the run's own: a run pinned to some cores shares the cache,
-  and the memory bandwidth behind it, with the others.
+  and the memory bandwidth behind it, with the others;
+* **disk I/O** (:mod:`tunelab.diskio`): the bytes the physical disks moved, the run's own,
+  others' (``io_others_bytes``, ``io_others_share``: what the disks moved beyond the run's,
+  tunelab's and the writeback of earlier writes), and the share of its wall time its own
+  tasks waited for I/O (``io_wait``, its cgroup's ``io.pressure``).
 
 ``others_share`` = (busy − own − tunelab) / (wall × cpus): the share of the run's cores that
 other processes took; ``own_share`` = own / (wall × cpus); ``llc_others_share`` = the busy
@@ -31,7 +35,10 @@ share of its time (:func:`judge`); ``evidence`` says why in one phrase ("others 
 cores 0-1"). PSI alone is not the rule: a run with more ranks than cores waits for a CPU with
 no one else on the machine; and only the run's own cgroup's says that the run waited. But on
 a run's one CPU, others run only while the run leaves it idle, never beside it: there the
-run's own waiting is the whole cost, and others' share counts only with it.
+run's own waiting is the whole cost, and others' share counts only with it. A run whose
+own tasks waited for I/O more than :data:`CONTENDED_SHARE` of its time while others moved
+more than :data:`IO_OTHERS_SHARE` of the bytes on the disks is disturbed too ("others moved
+1.4 GB on vda while its tasks waited for I/O 74% of the time").
 
 Everything is read from Linux's ``/proc`` and ``/sys``; where they are missing each figure is
 None and no run is flagged.
@@ -47,9 +54,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tunelab.diskio import DiskIO, DiskSnapshot, DiskWatch, bytes_text
+
 __all__ = [
     "CONTENDED_SHARE",
     "DISTURB_SHARE",
+    "IO_OTHERS_SHARE",
     "MAX_QUIET_WAIT_S",
     "QUIET_SHARE",
     "STEAL_SHARE",
@@ -72,6 +82,11 @@ of a run slowed it 18 %), and its waiting shows that it wanted them."""
 
 STEAL_SHARE = 0.10
 """… or when the hypervisor stole more than this share of its cores."""
+
+IO_OTHERS_SHARE = 0.60
+"""… or when other processes moved more than this share of the bytes on the physical disks
+while the run's own tasks waited for I/O more than :data:`CONTENDED_SHARE` of its wall time
+(a run with no I/O of its own never): see docs/statistics.md for the measurements."""
 
 QUIET_SHARE = 0.05
 """``--wait-quiet`` waits until others take at most this share of the study's cores."""
@@ -146,16 +161,30 @@ def _taken(others_share: float | None, cpu_list: str, llc_others_share: float | 
     return None
 
 
+def _io_evidence(io: DiskIO | None) -> str | None:
+    """Why the run's disk I/O was disturbed (see :func:`judge`), or None."""
+    if (io is None or io.waited is None or io.waited <= CONTENDED_SHARE
+            or not io.own_bytes or io.others_share is None
+            or io.others_share <= IO_OTHERS_SHARE or io.others_bytes is None):
+        return None
+    return (f"others moved {bytes_text(io.others_bytes)} on {io.disks or 'its disks'} "
+            f"while its tasks waited for I/O {io.waited:.0%} of the time")
+
+
 def judge(others_share: float | None, steal_share: float | None,
           cpu_list: str, *, llc_others_share: float | None = None,
-          llc_cpu_list: str = "", waited: float | None = None) -> tuple[bool, str | None]:
+          llc_cpu_list: str = "", waited: float | None = None,
+          io: DiskIO | None = None) -> tuple[bool, str | None]:
     """Whether a run is disturbed, and the phrase why (None when not): others took more than
     :data:`DISTURB_SHARE` of its cores (``others_share``) or of the cores sharing its
     last-level cache (``llc_others_share``: what they took beside its own cores, of all of
     ``llc_cpu_list``); or more than :data:`CONTENDED_SHARE` of its cores while its own
     tasks waited for a CPU more than that share of its time (``waited``: its own cgroup's
     CPU pressure, None where only the machine's is known); or the hypervisor stole more than
-    :data:`STEAL_SHARE`. A run on one CPU that waited at most :data:`CONTENDED_SHARE` of its
+    :data:`STEAL_SHARE`; or others moved more than :data:`IO_OTHERS_SHARE` of the bytes on
+    the disks while the run, which moved some of its own, waited for I/O more than
+    :data:`CONTENDED_SHARE` of its time (``io``; its waiting from its own cgroup, else
+    None). A run on one CPU that waited at most :data:`CONTENDED_SHARE` of its
     time is not disturbed by what others took of that CPU: they ran only while it left the
     CPU idle, never beside it."""
     where = f"cores {cpu_list}" if cpu_list else "its cores"
@@ -169,6 +198,9 @@ def judge(others_share: float | None, steal_share: float | None,
             and waited is not None and waited > CONTENDED_SHARE):
         return True, (f"others took {others_share:.0%} of {where} while its tasks waited for "
                       f"a CPU {waited:.0%} of the time")
+    io_evidence = _io_evidence(io)
+    if io_evidence is not None:
+        return True, io_evidence
     if steal_share is not None and steal_share > STEAL_SHARE:
         return True, f"the hypervisor stole {steal_share:.0%} of {where}"
     return False, None
@@ -285,6 +317,8 @@ class Snapshot:
     llc_cpu: tuple[float, float] | None = None
     """Busy and steal seconds of the cores sharing the run's last-level cache (None when
     they are the run's own)."""
+    disk: DiskSnapshot | None = None
+    """The disk counters (:mod:`tunelab.diskio`)."""
 
 
 @dataclass(frozen=True)
@@ -308,16 +342,24 @@ class NoiseSample:
     llc_others_share: float | None = None
     """Share of the cores of ``llc_cpu_list`` that others took beside the run's own (None
     without them)."""
+    io: DiskIO | None = None
+    """Disk I/O over the run (None: not read)."""
 
     def as_dict(self) -> dict[str, float | str | None]:
         """Column name -> value, as the store's ``noise`` table keeps them (``disturbed``
         as 0/1; ``others_cpu``, the schema-2 column, holds ``others_share``)."""
+        io = self.io
         return {"cpus": self.cpus, "cpu_list": self.cpu_list,
                 "others_share": self.others_share, "others_cpu": self.others_share,
                 "own_share": self.own_share, "steal": self.steal, "psi_some": self.psi_some,
                 "load_before": self.load_before, "load_after": self.load_after,
                 "mhz_before": self.mhz_before, "mhz_after": self.mhz_after,
                 "llc_cpu_list": self.llc_cpu_list, "llc_others_share": self.llc_others_share,
+                "io_disks": io.disks if io else "", "io_own_bytes": io.own_bytes if io else None,
+                "io_others_bytes": io.others_bytes if io else None,
+                "io_others_share": io.others_share if io else None,
+                "io_carried_bytes": io.carried_bytes if io else None,
+                "io_wait": io.waited if io else None,
                 "evidence": self.evidence, "disturbed": 1.0 if self.disturbed else 0.0}
 
 
@@ -335,6 +377,7 @@ class NoiseWatch:
         self.llc_cpus = domain if len(domain) > len(self.cpus) else ()
         self.llc_cpu_list = cpu_list_text(self.llc_cpus)
         self._clock, self._sleep = clock, sleep
+        self._disks = DiskWatch(clock)
 
     def start(self, cgroup: Path | None = None) -> Snapshot:
         """Sample just before a run whose processes live in ``cgroup`` (None: no cgroup,
@@ -347,7 +390,8 @@ class NoiseWatch:
         return Snapshot(self._clock(), self.cpus, _cpu_seconds(self.cpus), cgroup, usage,
                         _rusage(resource.RUSAGE_CHILDREN), _rusage(resource.RUSAGE_SELF),
                         pressure, _load(), _mhz(),
-                        _cpu_seconds(self.llc_cpus) if self.llc_cpus else None)
+                        _cpu_seconds(self.llc_cpus) if self.llc_cpus else None,
+                        self._disks.snapshot(cgroup))
 
     def stop(self, before: Snapshot) -> NoiseSample:
         """Sample just after the run started at ``before``; judge it."""
@@ -374,12 +418,14 @@ class NoiseWatch:
             llc = _share(beside - max(run + ours - busy_own, 0.0), wall * len(self.llc_cpus))
         if wall > 0 and before.pressure is not None and after.pressure is not None:
             psi = _share(after.pressure - before.pressure, wall)
+        io = (self._disks.over(before.disk, after.disk, wall)
+              if before.disk is not None and after.disk is not None else None)
         disturbed, evidence = judge(others, steal, self.cpu_list, llc_others_share=llc,
                                     llc_cpu_list=self.llc_cpu_list,
-                                    waited=psi if before.cgroup is not None else None)
+                                    waited=psi if before.cgroup is not None else None, io=io)
         return NoiseSample(float(len(self.cpus)), self.cpu_list, others, own, steal, psi,
                            before.load, after.load, before.mhz, after.mhz, disturbed,
-                           evidence, self.llc_cpu_list, llc)
+                           evidence, self.llc_cpu_list, llc, io)
 
     def others_now(self, window_s: float = 1.0) -> float | None:
         """Share of the watched cores other processes take over the next ``window_s`` (or

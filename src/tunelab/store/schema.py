@@ -28,8 +28,10 @@ its retries ran out), the ``attempts`` table (every lost attempt), and ``noise``
 evidence measured on the run's own cores (see :data:`NOISE_COLUMNS`); opening a version-2
 database for writing adds the table and the missing columns, and the first ``lost`` run
 rebuilds ``runs`` as ``pruned`` does. Later ``noise`` columns (``llc_cpu_list``,
-``llc_others_share``) are added the same way to any database opened for writing, without a
-new version: older runs read NaN (or empty) there, and an older tunelab ignores them.
+``llc_others_share``; ``io_disks``, ``io_own_bytes``, ``io_others_bytes``,
+``io_others_share``, ``io_carried_bytes``, ``io_wait``) are added the same way to any
+database opened for writing, without a new version: older runs read NaN (or empty) there,
+and an older tunelab ignores them.
 
 A change to the schema goes here: the table in :data:`SCHEMA` (and in the list above), a new
 :data:`SCHEMA_VERSION` with its line in the history above, and, for databases written by an
@@ -69,6 +71,9 @@ NOISE_COLUMNS: dict[str, str] = {
     # added to version-3 databases as they are opened for writing: the cores sharing the
     # run's last-level cache and what others took of them
     "llc_cpu_list": "TEXT", "llc_others_share": "REAL",
+    # added the same way: others' disk I/O over the run (tunelab.diskio)
+    "io_disks": "TEXT", "io_own_bytes": "REAL", "io_others_bytes": "REAL",
+    "io_others_share": "REAL", "io_carried_bytes": "REAL", "io_wait": "REAL",
     "disturbed": "INTEGER NOT NULL DEFAULT 0",
 }
 """The ``noise`` table's columns (name -> SQL type), ``disturbed`` last. ``REAL`` columns are
