@@ -40,6 +40,7 @@ class FakeDisks:
         self.moved = dict.fromkeys([*self.PHYSICAL, *self.VIRTUAL], 0)  # bytes written
         self.cgroup_bytes = {"254:0": 0, "253:0": 0}  # the run's bytes, per device
         self.children = [0, 0]  # (read, written) bytes of the finished children
+        self.ours = [0, 0]  # (read, written) bytes of tunelab itself
         self.dirty = self.writeback = 0
         self.waited = 0.0  # seconds the cgroup's tasks waited for I/O
         block = root / "sys" / "block"
@@ -62,7 +63,7 @@ class FakeDisks:
         monkeypatch.setattr(diskio, "_PROC", root / "proc")
         monkeypatch.setattr(diskio, "_rusage_bytes", lambda who: (
             (self.children[0], self.children[1]) if who == diskio.resource.RUSAGE_CHILDREN
-            else (0, 0)))
+            else (self.ours[0], self.ours[1])))
         monkeypatch.setattr(noise, "_cpu_seconds", lambda cpus: None)  # CPU rules silent
         monkeypatch.setattr(noise, "_llc_cpus", lambda cpus: cpus)
         self.write()
@@ -208,6 +209,20 @@ def test_a_run_with_no_io_of_its_own_is_never_flagged_by_others_io(
     assert sample.io.own_bytes == 0.0 and not sample.disturbed
 
 
+def test_tunelabs_own_io_is_not_others(monkeypatch: pytest.MonkeyPatch,
+                                       tmp_path: Path) -> None:
+    """The controller writes the run's output and the store while the run runs: its own
+    bytes (RUSAGE_SELF) are no one else's."""
+    m = FakeDisks(tmp_path, monkeypatch)
+    watch = m.watch()
+    before = watch.start(m.cgroup)
+    m.run(1.0, own=10 * MB, others=40 * MB, waited=0.5)
+    m.ours[1] += 40 * MB  # the "others" were tunelab
+    sample = watch.stop(before)
+    assert sample.io is not None and sample.io.others_bytes == 0.0 and not sample.disturbed
+    assert sample.io.own_bytes == pytest.approx(10 * MB)
+
+
 def test_writeback_of_the_previous_runs_pages_is_not_others(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A run writes 300 MB without fsync and ends; the next one waits for its own I/O
@@ -225,15 +240,25 @@ def test_writeback_of_the_previous_runs_pages_is_not_others(
     second = watch.stop(before)
     assert second.io is not None and second.io.carried_bytes == pytest.approx(300 * MB)
     assert second.io.others_bytes == 0.0 and not second.disturbed
+    m.moved["vda"] += 500 * MB  # between runs the kernel writes back all but 100 MB
+    m.dirty = 100 * MB
+    m.write()
+    before = watch.start(m.cgroup)  # carried: what is still dirty, not all it wrote
+    m.run(1.0, own=50 * MB, others=300 * MB, written_back=100 * MB, waited=0.3)
+    third = watch.stop(before)
+    assert third.io == DiskIO("vda", 50 * MB, pytest.approx(300 * MB, abs=2048),
+                              pytest.approx(300 / 450, abs=1e-5),
+                              pytest.approx(100 * MB, abs=2048), 0.3)
+    assert third.disturbed
     # another process's 300 MB, dirty as the run starts, written back during it
     m.dirty += 300 * MB
     m.now += 100  # the study's own writes are long written
     m.write()
     before = watch.start(m.cgroup)
     m.run(1.0, own=50 * MB, written_back=300 * MB, waited=0.3)
-    third = watch.stop(before)
-    assert third.io is not None and third.io.carried_bytes == 0.0
-    assert third.disturbed and third.evidence == (
+    fourth = watch.stop(before)
+    assert fourth.io is not None and fourth.io.carried_bytes == 0.0
+    assert fourth.disturbed and fourth.evidence == (
         "others moved 300 MB on vda while its tasks waited for I/O 30% of the time")
 
 
