@@ -192,6 +192,7 @@ def test_a_run_beside_another_writer_is_flagged_and_a_quiet_one_is_not(
             "others moved 1.5 GB on vda while its tasks waited for I/O 74% of the time")
         row = loaded.as_dict()
         assert row["io_disks"] == "vda" and row["io_wait"] == pytest.approx(0.74)
+        assert row["io_bytes"] == pytest.approx(1880 * MB, abs=SECTOR)
         assert row["io_others_bytes"] == pytest.approx(1477 * MB, abs=SECTOR)
         assert row["io_others_share"] == pytest.approx(1477 / 1880, abs=1e-4)
         assert row["io_own_bytes"] == pytest.approx(403 * MB, abs=SECTOR)
@@ -240,6 +241,7 @@ def test_writeback_of_the_previous_runs_pages_is_not_others(
     second = watch.stop(before)
     assert second.io is not None and second.io.carried_bytes == pytest.approx(300 * MB)
     assert second.io.others_bytes == 0.0 and not second.disturbed
+    assert second.io.moved_bytes == pytest.approx(350 * MB, abs=SECTOR)
     m.moved["vda"] += 500 * MB  # between runs the kernel writes back all but 100 MB
     m.dirty = 100 * MB
     m.write()
@@ -248,7 +250,8 @@ def test_writeback_of_the_previous_runs_pages_is_not_others(
     third = watch.stop(before)
     assert third.io == DiskIO("vda", 50 * MB, pytest.approx(300 * MB, abs=2048),
                               pytest.approx(300 / 450, abs=1e-5),
-                              pytest.approx(100 * MB, abs=2048), 0.3)
+                              pytest.approx(100 * MB, abs=2048), 0.3,
+                              pytest.approx(450 * MB, abs=SECTOR))
     assert third.disturbed
     # another process's 300 MB, dirty as the run starts, written back during it
     m.dirty += 300 * MB

@@ -180,6 +180,8 @@ class DiskIO:
     """Writes made before the run that were not counted as others' (see the module)."""
     waited: float | None
     """Share of the run's wall time some task of its cgroup waited for I/O."""
+    moved_bytes: float | None = None
+    """Bytes the physical disks moved over the run, whoever's."""
 
 
 class DiskWatch:
@@ -239,4 +241,4 @@ class DiskWatch:
         others = max(total - max(own, 0) - max(ours, 0) - before.carried, 0)
         return DiskIO(",".join(name for name, n in moved.items() if n > 0), float(max(own, 0)),
                       float(others), others / total if total > 0 else 0.0,
-                      float(before.carried), waited)
+                      float(before.carried), waited, float(total))

@@ -28,7 +28,7 @@ its retries ran out), the ``attempts`` table (every lost attempt), and ``noise``
 evidence measured on the run's own cores (see :data:`NOISE_COLUMNS`); opening a version-2
 database for writing adds the table and the missing columns, and the first ``lost`` run
 rebuilds ``runs`` as ``pruned`` does. Later ``noise`` columns (``llc_cpu_list``,
-``llc_others_share``; ``io_disks``, ``io_own_bytes``, ``io_others_bytes``,
+``llc_others_share``; ``io_disks``, ``io_bytes``, ``io_own_bytes``, ``io_others_bytes``,
 ``io_others_share``, ``io_carried_bytes``, ``io_wait``) are added the same way to any
 database opened for writing, without a new version: older runs read NaN (or empty) there,
 and an older tunelab ignores them.
@@ -72,7 +72,7 @@ NOISE_COLUMNS: dict[str, str] = {
     # run's last-level cache and what others took of them
     "llc_cpu_list": "TEXT", "llc_others_share": "REAL",
     # added the same way: others' disk I/O over the run (tunelab.diskio)
-    "io_disks": "TEXT", "io_own_bytes": "REAL", "io_others_bytes": "REAL",
+    "io_disks": "TEXT", "io_bytes": "REAL", "io_own_bytes": "REAL", "io_others_bytes": "REAL",
     "io_others_share": "REAL", "io_carried_bytes": "REAL", "io_wait": "REAL",
     "disturbed": "INTEGER NOT NULL DEFAULT 0",
 }
