@@ -142,6 +142,7 @@ def test_judge_flags_a_run_that_waited_for_io_while_others_moved_most_bytes() ->
     DiskIO("vda", 403 * MB, 1477 * MB, 0.79, 0.0, None),  # no cgroup or no PSI
     DiskIO("", None, None, None, None, 0.74),  # no disk readable
     DiskIO("vda", 0.0, 2190 * MB, 1.0, 0.0, 0.30),  # no I/O of its own
+    DiskIO("vda", 1.6 * MB, 5 * MB, 0.76, 0.0, 0.30),  # small fsyncs beside a few MB
 ])
 def test_judge_leaves_runs_that_waited_on_their_own_or_show_nothing(io: DiskIO) -> None:
     assert judge(None, None, "0-1", io=io) == (False, None)

@@ -37,8 +37,9 @@ no one else on the machine; and only the run's own cgroup's says that the run wa
 a run's one CPU, others run only while the run leaves it idle, never beside it: there the
 run's own waiting is the whole cost, and others' share counts only with it. A run whose
 own tasks waited for I/O more than :data:`CONTENDED_SHARE` of its time while others moved
-more than :data:`IO_OTHERS_SHARE` of the bytes on the disks is disturbed too ("others moved
-1.4 GB on vda while its tasks waited for I/O 74% of the time").
+more than :data:`IO_OTHERS_SHARE` of the bytes on the disks, and at least
+:data:`IO_OTHERS_MIN_BYTES`, is disturbed too ("others moved 1.4 GB on vda while its tasks
+waited for I/O 74% of the time").
 
 Everything is read from Linux's ``/proc`` and ``/sys``; where they are missing each figure is
 None and no run is flagged.
@@ -59,6 +60,7 @@ from tunelab.diskio import DiskIO, DiskSnapshot, DiskWatch, bytes_text
 __all__ = [
     "CONTENDED_SHARE",
     "DISTURB_SHARE",
+    "IO_OTHERS_MIN_BYTES",
     "IO_OTHERS_SHARE",
     "MAX_QUIET_WAIT_S",
     "QUIET_SHARE",
@@ -90,6 +92,11 @@ IO_OTHERS_SHARE = 0.50
 here (docs/statistics.md): a quiet run of small fsyncs 0.30-0.38 (the file system's
 metadata writes for them are not the run's own in its ``getrusage``), runs beside another
 writer 0.60-1.00."""
+
+IO_OTHERS_MIN_BYTES = 8 * 2**20
+"""… and only when those others' bytes are at least this many: a run of small fsyncs (1.6 MB
+of its own, 0.07-0.17 s) was flagged beside 2-5 MB of others' (a quiet machine's background
+writes) and was not slower; runs beside another writer saw 600 MB-2 GB of others'."""
 
 QUIET_SHARE = 0.05
 """``--wait-quiet`` waits until others take at most this share of the study's cores."""
@@ -168,7 +175,8 @@ def _io_evidence(io: DiskIO | None) -> str | None:
     """Why the run's disk I/O was disturbed (see :func:`judge`), or None."""
     if (io is None or io.waited is None or io.waited <= CONTENDED_SHARE
             or not io.own_bytes or io.others_share is None
-            or io.others_share <= IO_OTHERS_SHARE or io.others_bytes is None):
+            or io.others_share <= IO_OTHERS_SHARE or io.others_bytes is None
+            or io.others_bytes < IO_OTHERS_MIN_BYTES):
         return None
     return (f"others moved {bytes_text(io.others_bytes)} on {io.disks or 'its disks'} "
             f"while its tasks waited for I/O {io.waited:.0%} of the time")
@@ -185,11 +193,11 @@ def judge(others_share: float | None, steal_share: float | None,
     tasks waited for a CPU more than that share of its time (``waited``: its own cgroup's
     CPU pressure, None where only the machine's is known); or the hypervisor stole more than
     :data:`STEAL_SHARE`; or others moved more than :data:`IO_OTHERS_SHARE` of the bytes on
-    the disks while the run, which moved some of its own, waited for I/O more than
-    :data:`CONTENDED_SHARE` of its time (``io``; its waiting from its own cgroup, else
-    None). A run on one CPU that waited at most :data:`CONTENDED_SHARE` of its
-    time is not disturbed by what others took of that CPU: they ran only while it left the
-    CPU idle, never beside it."""
+    the disks (and at least :data:`IO_OTHERS_MIN_BYTES`) while the run, which moved some
+    of its own, waited for I/O more than :data:`CONTENDED_SHARE` of its time (``io``; its
+    waiting from its own cgroup, else None). A run on one CPU that waited at most
+    :data:`CONTENDED_SHARE` of its time is not disturbed by what others took of that CPU:
+    they ran only while it left the CPU idle, never beside it."""
     where = f"cores {cpu_list}" if cpu_list else "its cores"
     own_cores = others_share
     if waited is not None and waited <= CONTENDED_SHARE and len(parse_cpu_list(cpu_list)) == 1:
