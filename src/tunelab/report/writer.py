@@ -12,6 +12,7 @@ from tunelab.stats import BestResult, StatsError
 if TYPE_CHECKING:
     from tunelab.crossstudy import StudyComparison
     from tunelab.report.html import ImageSource
+    from tunelab.workload import Workload
 
 __all__ = ["write_report"]
 
@@ -96,18 +97,11 @@ def _workload_plots(
     results: StudyResults, path: Path, best_result: BestResult | None
 ) -> list[Path]:
     """The study's workload's own plots (e.g. pw.x wall time vs np), written beside ``path``."""
-    from tunelab.errors import WorkloadError
     from tunelab.report.scaling import scaling_plots
     from tunelab.report.storage import storage_plots
-    from tunelab.workload import get_workload
 
-    workload = results.spec.get("workload", {})
-    name = workload.get("name") if isinstance(workload, dict) else None
-    if not name or not any(s.n for s in results.summaries):
-        return []
-    try:
-        cls = get_workload(str(name))
-    except WorkloadError:
+    cls = _measured_workload(results)
+    if cls is None:
         return []
     figures = {"scaling": lambda: scaling_plots(results.runs, path.parent,
                                                 fom=results.objective.fom),
@@ -124,18 +118,24 @@ def _workload_notes(results: StudyResults) -> list[str]:
     """What the workload's figures rest on, in words: the scaling model's predictions
     outside the measured sizes (how far extrapolated, with their intervals) and why its
     curve stops."""
-    from tunelab.errors import WorkloadError
     from tunelab.report.scaling import scaling_notes
+
+    cls = _measured_workload(results)
+    if cls is None or "scaling" not in cls.report_figures:
+        return []
+    return scaling_notes(results.runs, results.objective.fom)
+
+
+def _measured_workload(results: StudyResults) -> type[Workload] | None:
+    """The class of the study's workload, when it is known here and some point has runs."""
+    from tunelab.errors import WorkloadError
     from tunelab.workload import get_workload
 
     workload = results.spec.get("workload", {})
     name = workload.get("name") if isinstance(workload, dict) else None
     if not name or not any(s.n for s in results.summaries):
-        return []
+        return None
     try:
-        cls = get_workload(str(name))
+        return get_workload(str(name))
     except WorkloadError:
-        return []
-    if "scaling" not in cls.report_figures:
-        return []
-    return scaling_notes(results.runs, results.objective.fom)
+        return None
