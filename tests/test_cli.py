@@ -243,3 +243,62 @@ def test_a_derived_value_that_cannot_be_computed_is_said_by_space_and_run(tmp_pa
     (note,) = [line for line in dry.stderr.splitlines() if "left out" in line]
     assert note.startswith(f"{path}:") and "derived value 'lim' cannot be computed" in note
     assert f"'tunelab space {path}' counts them" in note
+
+
+STEPS = """\
+import sys
+n, k = (int(a) for a in sys.argv[1:])
+compute, grad = 0.17, 1.0e8
+ring = 2 * (n - 1) / n * grad * (1 / 0.6e9 if k == 1 else 1 / 0.11e9)
+step = (compute + 0.01 + ring) * (1 + 0.01 * ((7 * n + 3 * k) % 5 - 2))
+print(f"step_s={step} compute_s={compute} grad_bytes={grad} throughput={64 * n / step}")
+"""
+
+
+def test_forecast_gives_the_model_s_throughput_or_why_not(tmp_path):
+    """The scaling model's forecasts were shown only in the HTML report: a user could not
+    ask for one from the command line, nor as JSON."""
+    program = tmp_path / "steps.py"
+    program.write_text(STEPS)
+    foms = "\n".join(f"      {f}: '{f}=(?P<value>[0-9.eE+-]+)'"
+                     for f in ("step_s", "compute_s", "grad_bytes", "throughput"))
+    path = tmp_path / "scale.yaml"
+    path.write_text(f"""\
+name: scale
+workload:
+  name: command
+  options:
+    argv: [{PY}, {program}, "{{workers}}", "{{nodes}}"]
+    foms:
+{foms}
+parameters:
+  workers: [1, 2, 4]
+  nodes: [1, 2]
+constraints: ["workers % nodes == 0"]
+repeats: 2
+timeout: 30
+objective: {{fom: throughput, direction: maximize}}
+""")
+    assert tunelab("run", path, "--dir", tmp_path / "d", "-q").returncode == 0
+    res = tunelab("forecast", tmp_path / "d", "-n", "4,8,64", "--nodes", "1,2", "--format",
+                  "json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "tunelab.forecast" and doc["model"]["fitted_on"] == [
+        [1, 1], [2, 1], [2, 2], [4, 1], [4, 2]]
+    by = {(f["workers"], f["nodes"]): f for f in doc["forecasts"]}
+    assert set(by) == {(4, 1), (8, 1), (64, 1), (4, 2), (8, 2), (64, 2)}
+    assert by[(4, 1)]["measured"] and by[(4, 1)]["factor"] == 1.0
+    assert by[(8, 2)]["throughput"] and "extrapolated 2.0x" in by[(8, 2)]["note"]
+    assert "extrapolated 16.0x" in by[(64, 1)]["note"]
+    assert "no check reached further than 2x" in by[(64, 1)]["note"]
+    text = tunelab("forecast", tmp_path / "d", "-n", "8")
+    assert text.returncode == 0 and "scaling model of study 'scale'" in text.stdout
+    bad = tunelab("forecast", tmp_path / "d", "-n", "eight")
+    assert bad.returncode == 2 and bad.stderr.startswith("tunelab: error: --workers: expected")
+
+
+def test_forecast_of_a_study_without_the_model_s_figures_says_so(done_study):
+    res = tunelab("forecast", done_study, "-n", "8")
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "no scaling model:" in res.stderr

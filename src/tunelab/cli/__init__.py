@@ -26,8 +26,8 @@ from tunelab.report.output import message
 __all__ = ["app", "main"]
 
 COMMANDS = (study.run, study.status, study.space, results.compare, results.best,
-            results.report, results.script, results.combine, results.replay, results.export,
-            bounds.bounds, catalog.workloads, catalog.init)
+            results.forecast, results.report, results.script, results.combine,
+            results.replay, results.export, bounds.bounds, catalog.workloads, catalog.init)
 """The commands of ``app``, in the order ``tunelab --help`` lists them."""
 for _command in COMMANDS:
     app.command()(_command)

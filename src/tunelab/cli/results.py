@@ -1,5 +1,5 @@
-"""``tunelab compare``, ``best``, ``report``, ``script``, ``combine``, ``replay`` and ``export``:
-what a study found, in every form."""
+"""``tunelab compare``, ``best``, ``forecast``, ``report``, ``script``, ``combine``, ``replay``
+and ``export``: what a study found, in every form."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tunelab.cli.common import (
 from tunelab.errors import TunelabError
 from tunelab.report.output import message
 
-__all__ = ["best", "combine", "compare", "export", "replay", "report", "script"]
+__all__ = ["best", "combine", "compare", "export", "forecast", "replay", "report", "script"]
 
 
 def compare(
@@ -78,6 +78,47 @@ def best(directory: DirArg, exclude_disturbed: ExcludeDisturbedOpt = False,
         winner, problem = None, str(exc)
     emit(with_best_headroom(best_view(results, winner, problem), results, winner), fmt)
     exit_if_failed(status_counts(results), f"study {results.name!r}")
+
+
+def forecast(
+    directory: DirArg,
+    workers: Annotated[str, typer.Option("--workers", "-n", help="Worker counts to predict, "
+                                         "e.g. 8,16,32.", show_default=False)],
+    nodes: Annotated[str, typer.Option("--nodes", help="Node counts, e.g. 1,2 (each with "
+                                       "every worker count it divides).")] = "1",
+    confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999,
+                                              help="Of the prediction intervals.")] = 0.95,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """The scaling model's throughput at worker counts and layouts (measured or not), each
+    with its prediction interval and how far it is extrapolated, or why it cannot say."""
+    from tunelab.report.forecast import forecast_view
+    from tunelab.report.results import load_results
+    from tunelab.stats import StatsError
+
+    counts = _counts("--workers", workers)
+    layouts = [(n, k) for k in _counts("--nodes", nodes) for n in counts if n % k == 0]
+    if not layouts:
+        raise TunelabError(f"--workers {workers} --nodes {nodes}: no worker count is a "
+                           "multiple of a node count (workers are spread evenly over nodes)")
+    results = load_results(directory)
+    try:
+        view = forecast_view(results.name, results.runs, layouts, confidence=confidence)
+    except StatsError as exc:
+        raise TunelabError(f"{directory}: no scaling model: {exc}") from None
+    emit(view, fmt)
+
+
+def _counts(option: str, text: str) -> list[int]:
+    """Positive integers from ``8,16,32`` (one-line error naming ``option`` otherwise)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not 1 <= v <= 1_000_000 for v in values):
+        raise TunelabError(f"{option}: expected worker or node counts such as 8,16,32 "
+                           f"(each 1 to 1,000,000), got {text!r}")
+    return sorted(set(values))
 
 
 def report(
