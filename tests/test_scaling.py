@@ -270,6 +270,17 @@ def test_a_fit_with_no_spare_degree_of_freedom_gives_no_interval_beyond_it() -> 
     assert "fitted without the 4-worker points it missed them by up to" in f.note
 
 
+def test_far_beyond_the_checks_a_fit_without_an_interval_refuses() -> None:
+    """Fitted on 1-4 workers on one node (no degree of freedom to spare), it said 778
+    images/s for 16 workers, with only a warning; they ran at 1,215 (field test)."""
+    obs = observations(make_runs(TRUE, [(1, 1), (2, 1), (4, 1)], noise=0.01, seed=3))
+    assert forecast(obs, 8, 1).throughput is not None  # 2x: as far as the check reached
+    far = forecast(obs, 16, 1)
+    assert far.throughput is None
+    assert "cannot predict 16 workers on 1 node(s), 4.0x beyond the largest measured size: " \
+        "no check reached further than 2x and the fit has no degree of freedom" in far.cannot
+
+
 def test_a_worker_count_below_the_measured_ones_is_extrapolation_too() -> None:
     one = observations(make_runs(TRUE, [(4, 1), (4, 2), (4, 4)], noise=0.01))
     f = forecast(one, 1, 1)
