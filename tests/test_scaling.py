@@ -281,6 +281,20 @@ def test_far_beyond_the_checks_a_fit_without_an_interval_refuses() -> None:
         "no check reached further than 2x and the fit has no degree of freedom" in far.cannot
 
 
+def test_between_the_measured_sizes_the_interval_is_as_wide_as_the_interpolation_checks() -> None:
+    """Inside the measured sizes the forecast ignored its own interpolation checks (one
+    missed its held-out size by 44 % in the field test) and gave the residuals' interval."""
+    runs = make_runs(TRUE, [(1, 1), (2, 1), (4, 1), (8, 1), (16, 1)], noise=0.08, seed=11)
+    obs = observations(runs)
+    worst = max(validate(obs).interpolation, key=lambda h: h.max_error)
+    between = forecast(obs, 6, 1)
+    assert between.throughput is not None and between.high is not None
+    assert between.high / between.throughput >= 1 + worst.max_error - 1e-9
+    assert (f"between the measured sizes: fitted without the {worst.held[0]}-worker points it "
+            f"missed them by up to {worst.max_error:.0%}") in between.note
+    assert "between" not in forecast(obs, 4, 1).note  # measured there: its residuals say it
+
+
 def test_a_worker_count_below_the_measured_ones_is_extrapolation_too() -> None:
     one = observations(make_runs(TRUE, [(4, 1), (4, 2), (4, 4)], noise=0.01))
     f = forecast(one, 1, 1)

@@ -10,7 +10,8 @@ prediction interval of a forecast, and an explicit refusal where it cannot predi
   the fit's relative residual sd times ``sqrt(1 + leverage)`` (the weighted least-squares
   leverage of the target among the fitted points) on the fit's spare degrees of freedom;
   beyond the measured sizes the interval is at least as wide as the extrapolation check's
-  largest error; a fit with no degree of freedom to spare gives no interval (one held-out
+  largest error, at a layout not measured between them as the interpolation checks'
+  largest; a fit with no degree of freedom to spare gives no interval (one held-out
   error is no estimate of the spread). The note says how far a point is extrapolated,
   beyond the largest measured size or below the smallest. Beyond the measured sizes it
   *refuses* ("cannot predict …", naming why) when no extrapolation check could be made, or
@@ -250,6 +251,14 @@ def forecast(obs: Sequence[Observation], workers: int, nodes: int = 1, *,
     elif workers < counts[0]:
         notes.append(f"extrapolated below the smallest measured size ({counts[0]} workers): "
                      "no check held it out")
+    elif all((o.workers, o.nodes) != (workers, nodes) for o in obs):
+        validation = validation or validate(obs, shared_cores=shared_cores)
+        if validation.interpolation:
+            worst = max(validation.interpolation, key=lambda h: h.max_error)
+            floor = math.log1p(worst.max_error)
+            notes.append(f"between the measured sizes: fitted without the "
+                         f"{worst.held[0]}-worker points it missed them by up to "
+                         f"{worst.max_error:.0%}")
     value = float(model.throughput(workers, nodes))
     if model.residual_df <= 0 or not math.isfinite(model.residual_sd):
         # a held-out check's one error is no estimate of the spread: no interval at all
