@@ -34,11 +34,20 @@ def _mpirun(code: str, n: int = 2) -> subprocess.CompletedProcess[str]:
 
 @needs_mpirun
 def test_a_rank_killed_by_a_signal_is_named_not_the_banner():
+    """mpirun names the rank's signal in a line of its own ("mpirun noticed that process
+    rank 1 … exited on signal 11"), except once in a while on a loaded machine, where only
+    its "returned a non-zero exit code" banner and its status 139 say so (seen once in CI):
+    then the signal is read from the status. Either way the signal is named, not the
+    banner."""
     res = _mpirun(SEGFAULT)
     assert res.returncode != 0 and res.stderr.rstrip().endswith("-" * 20)  # the banner
     reason = failure_reason(res.returncode, res.stdout, res.stderr)
-    assert reason.startswith(f"exit code {res.returncode}: ")
-    assert "exited on signal 11 (Segmentation fault)" in reason, reason
+    if "exited on signal" in res.stderr:
+        assert reason.startswith(f"exit code {res.returncode}: ")
+        assert "exited on signal 11 (Segmentation fault)" in reason, reason
+    else:
+        assert reason == (f"exit code {res.returncode} (128 + signal 11: Segmentation fault, "
+                          "as a shell reports a program killed by it)"), (reason, res.stderr)
     assert "---" not in reason
 
 
