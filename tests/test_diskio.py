@@ -320,6 +320,54 @@ def test_missing_counters_give_no_figure_and_no_flag(monkeypatch: pytest.MonkeyP
     assert sample.io is not None and sample.io.own_bytes == 50 * MB and sample.disturbed
 
 
+# ---------------------------------------------------------------- --wait-quiet
+
+
+def test_wait_quiet_waits_for_quiet_disks_only_when_asked(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    """Another process writes 100 MB/s for 5 s, then the disk is quiet: waiting for quiet
+    disks takes those 5 s (and a last quiet second); waiting for quiet cores alone does not
+    wait for them, and a writer that never stops is waited on up to ``max_wait_s``."""
+    m = FakeDisks(tmp_path, monkeypatch)
+    writer_left = [5.0]
+
+    def sleep(seconds: float) -> None:
+        busy = min(seconds, writer_left[0])
+        writer_left[0] -= busy
+        m.run(seconds, others=round(busy * 100 * MB))
+
+    watch = NoiseWatch([0, 1], clock=lambda: m.now, sleep=sleep)
+    m.now += 1000.0  # an old watch: no earlier writes carried
+    assert watch.wait_quiet(disks=False) == pytest.approx(1.0)
+    assert watch.wait_quiet(disks=True) == pytest.approx(5.0)  # 4 busy windows, 1 quiet
+    writer_left[0] = math.inf
+    assert watch.wait_quiet(disks=True, max_wait_s=30) == pytest.approx(30.0)
+
+
+def test_wait_quiet_turns_to_the_disks_once_a_run_waited_for_its_own_io(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A study's runs that compute only never wait for disks (a CPU study is not held up by
+    a backup on the machine); after a run that waited for its own I/O, every later run of the
+    study waits for quiet disks as well as quiet cores."""
+    from tunelab.execute.launchers.base import Outcome, RunRequest
+    from tunelab.execute.launchers.watch import RunWatch
+
+    m = FakeDisks(tmp_path, monkeypatch)
+    asked: list[bool] = []
+    watch = NoiseWatch([0, 1], clock=lambda: m.now, sleep=lambda s: m.run(s))
+    m.now += 1000.0
+    monkeypatch.setattr(watch, "wait_quiet", lambda **kw: asked.append(kw["disks"]) or 0.0)
+    monkeypatch.setattr("tunelab.execute.hygiene.current_cgroup", lambda: m.cgroup)
+    runs = RunWatch("wall_s", noise=watch, wait_quiet=True)
+    request = RunRequest("{}", 0, tmp_path, ("true",), {}, tmp_path, 10.0)
+    for own, waited in ((0, 0.0), (50 * MB, CONTENDED_SHARE), (50 * MB, 0.4), (0, 0.0)):
+        watched = runs.start(request)
+        m.run(1.0, own=own, waited=waited)
+        watched.finish(Outcome("ok", 0, 1.0))
+    runs.start(request)
+    assert asked == [False, False, False, True, True]
+
+
 # ---------------------------------------------------------------- the store
 
 

@@ -62,6 +62,7 @@ __all__ = [
     "DISTURB_SHARE",
     "IO_OTHERS_MIN_BYTES",
     "IO_OTHERS_SHARE",
+    "IO_QUIET_RATE",
     "MAX_QUIET_WAIT_S",
     "QUIET_SHARE",
     "STEAL_SHARE",
@@ -100,6 +101,11 @@ writes) and was not slower; runs beside another writer saw 600 MB-2 GB of others
 
 QUIET_SHARE = 0.05
 """``--wait-quiet`` waits until others take at most this share of the study's cores."""
+
+IO_QUIET_RATE = 1e6
+"""… and, once a run of the study waited for its own I/O, until others move at most this many
+bytes a second on the physical disks (a quiet machine's background writes here: 0-20 kB/s;
+another writer or reader: 100 MB/s and more)."""
 
 MAX_QUIET_WAIT_S = 600.0
 """``--wait-quiet`` gives up waiting after this long and runs anyway (the run is flagged if
@@ -356,6 +362,15 @@ class NoiseSample:
     io: DiskIO | None = None
     """Disk I/O over the run (None: not read)."""
 
+    @property
+    def waited_for_io(self) -> bool:
+        """Whether the run waited for its own I/O (bytes of its own, and some task of its
+        cgroup waiting more than :data:`CONTENDED_SHARE` of its time): the kind of run
+        others' disk I/O can slow."""
+        io = self.io
+        return (io is not None and bool(io.own_bytes) and io.waited is not None
+                and io.waited > CONTENDED_SHARE)
+
     def as_dict(self) -> dict[str, float | str | None]:
         """Column name -> value, as the store's ``noise`` table keeps them (``disturbed``
         as 0/1; ``others_cpu``, the schema-2 column, holds ``others_share``)."""
@@ -439,22 +454,22 @@ class NoiseWatch:
                            before.load, after.load, before.mhz, after.mhz, disturbed,
                            evidence, self.llc_cpu_list, llc, io)
 
+    def _window(self, window_s: float) -> NoiseSample:
+        """What others did over the next ``window_s`` while tunelab waits."""
+        before = self.start()
+        self._sleep(window_s)
+        return self.stop(before)
+
     def others_now(self, window_s: float = 1.0) -> float | None:
         """Share of the watched cores other processes take over the next ``window_s`` (or
         of the cores sharing their last-level cache, when that share is larger)."""
-        before = self.start()
-        self._sleep(window_s)
-        sample = self.stop(before)
-        shares = [x for x in (sample.others_share, sample.llc_others_share) if x is not None]
-        return max(shares) if shares else None
+        return _cpu_others(self._window(window_s))
 
     def busy_now(self, window_s: float = 1.0) -> str | None:
         """A warning when others take more than :data:`DISTURB_SHARE` of the cores (or of
         those sharing their last-level cache) now; None when quiet, or nothing is
         readable."""
-        before = self.start()
-        self._sleep(window_s)
-        sample = self.stop(before)
+        sample = self._window(window_s)
         taken = _taken(sample.others_share, self.cpu_list, sample.llc_others_share,
                        self.llc_cpu_list)
         if taken is None:
@@ -464,12 +479,25 @@ class NoiseWatch:
                 "(--wait-quiet waits for quiet cores)")
 
     def wait_quiet(self, level: float = QUIET_SHARE, max_wait_s: float = MAX_QUIET_WAIT_S,
-                   window_s: float = 1.0) -> float:
-        """Wait until others take at most ``level`` of the cores (or ``max_wait_s``
-        passed); returns the seconds waited. Returns at once where nothing is readable."""
+                   window_s: float = 1.0, *, disks: bool = False) -> float:
+        """Wait until others take at most ``level`` of the cores and, with ``disks``, move
+        at most :data:`IO_QUIET_RATE` bytes a second on the physical disks (or until
+        ``max_wait_s`` passed); returns the seconds waited. A figure that cannot be read
+        does not hold the wait."""
         started = self._clock()
         while self._clock() - started < max_wait_s:
-            share = self.others_now(window_s)
-            if share is None or math.isnan(share) or share <= level:
+            sample = self._window(window_s)
+            share = _cpu_others(sample)
+            cores_quiet = share is None or math.isnan(share) or share <= level
+            io = sample.io
+            disks_quiet = (not disks or io is None or io.others_bytes is None
+                           or io.others_bytes <= IO_QUIET_RATE * window_s)
+            if cores_quiet and disks_quiet:
                 break
         return self._clock() - started
+
+
+def _cpu_others(sample: NoiseSample) -> float | None:
+    """The larger of the shares others took of the cores and of their cache's cores."""
+    shares = [x for x in (sample.others_share, sample.llc_others_share) if x is not None]
+    return max(shares) if shares else None

@@ -48,8 +48,9 @@ def run(
                                          "and exit; 'tunelab status DIR' collects them.")]
     = False,
     wait_quiet: Annotated[bool, typer.Option("--wait-quiet", help="Before each run, wait "
-                                             "until other processes leave its cores quiet "
-                                             "(at most 10 minutes).")] = False,
+                                             "until other processes leave its cores quiet, "
+                                             "and its disks once a run waited for its own "
+                                             "I/O (at most 10 minutes).")] = False,
     rerun_disturbed: Annotated[int, typer.Option("--rerun-disturbed", min=0, help="Run each "
                                                  "run the noise watch flagged disturbed "
                                                  "again, up to N times.")] = 0,

@@ -2,7 +2,8 @@
 
 :class:`RunWatch` holds a study's :class:`~tunelab.noise.NoiseWatch` (what other processes
 took of the run's cores while it ran, its own CPU time from the study's cgroup, CPU
-pressure; with ``wait_quiet``, waiting for quiet cores first) and, when the
+pressure; with ``wait_quiet``, waiting for quiet cores first, and for quiet disks once a
+run of the study waited for its own I/O) and, when the
 study prunes, its :class:`~tunelab.search.RunPruner` (stop a training run whose intermediate
 figures fall behind). The local launcher calls :meth:`RunWatch.start` just before a run and
 :meth:`WatchedRun.finish` after it; the runner calls :meth:`RunWatch.recorded` with each
@@ -43,7 +44,9 @@ class WatchedRun:
         reason (status ``stopped``)."""
         noise = None
         if self.before is not None and self.watch.noise is not None:
-            noise = self.watch.noise.stop(self.before).as_dict()
+            sample = self.watch.noise.stop(self.before)
+            self.watch.runs_wait_for_io = self.watch.runs_wait_for_io or sample.waited_for_io
+            noise = sample.as_dict()
         reason = outcome.reason
         if outcome.status == "stopped" and self.trial is not None:
             step, value = (self.trial.steps[-1] if self.trial.steps
@@ -62,16 +65,20 @@ class RunWatch:
         self.noise = noise
         self.pruner = pruner
         self.wait_quiet = wait_quiet
+        self.runs_wait_for_io = False
+        """Whether a run of the study waited for its own I/O: ``--wait-quiet`` then waits
+        for quiet disks too."""
         self._trials: dict[tuple[str, int], PruneTrial] = {}
 
     def start(self, run: RunRequest) -> WatchedRun:
-        """Just before ``run`` starts: wait for a quiet machine (if asked), sample it, open
+        """Just before ``run`` starts: wait for a quiet machine (if asked: its cores, and its
+        disks once a run waited for its own I/O), sample it, open
         the run's pruning trial."""
         from tunelab.execute.hygiene import current_cgroup
         from tunelab.search import IntermediateTail
 
         if self.wait_quiet and self.noise is not None:
-            self.noise.wait_quiet()
+            self.noise.wait_quiet(disks=self.runs_wait_for_io)
         before = self.noise.start(current_cgroup()) if self.noise is not None else None
         trial, should_stop = None, None
         if self.pruner is not None:
