@@ -16,6 +16,7 @@ vary more than that (F test against ``2 sigma^2`` at :data:`HETEROGENEITY_LEVEL`
 judged on its own noise instead (:data:`TEST_PAIRED`), so one noisy point cannot borrow the
 others' quiet. Fewer than :data:`MIN_PAIRS` common rounds: Welch's test on its own runs.
 Runs without rounds: the within-point noise (one-way), and Welch's test for every pair.
+A point with a value <= 0 is left out of the log table: Welch's test on its means.
 """
 
 from __future__ import annotations
@@ -60,7 +61,11 @@ class PooledNoise:
 @dataclass(frozen=True)
 class RoundTable:
     """The study by point and round: ``logs[i, j]`` is the mean log value of point
-    ``keys[i]`` in round ``rounds[j]`` (NaN: no positive value there)."""
+    ``keys[i]`` in round ``rounds[j]`` (NaN: no value there). A point with any value
+    <= 0 has no logs at all: dropping its non-positive runs would judge it on the rest
+    (a point whose runs were 1.3, -0.5, 1.3 would pair as 1.3), so its comparison falls
+    back to Welch's test on the means of all its values, as :func:`~tunelab.stats.
+    intervals.compare` does."""
 
     keys: tuple[str, ...]
     rounds: np.ndarray
@@ -76,11 +81,10 @@ class RoundTable:
         logs = np.full((len(groups), rounds.size), np.nan)
         for i, g in enumerate(groups.values()):
             assert g.rounds is not None
-            keep = g.values > 0
-            if not keep.any():
+            if g.values.size == 0 or np.any(g.values <= 0):
                 continue
-            col = np.searchsorted(rounds, g.rounds[keep])
-            total = np.bincount(col, np.log(g.values[keep]), rounds.size)
+            col = np.searchsorted(rounds, g.rounds)
+            total = np.bincount(col, np.log(g.values), rounds.size)
             count = np.bincount(col, minlength=rounds.size)
             logs[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
         return cls(tuple(groups), rounds, logs)
@@ -158,7 +162,7 @@ def study_tests(groups: Mapping[str, Group], baseline: str, direction: str,
                 ) -> dict[str, TestResult | None]:
     """Every point but ``baseline`` against it on the study's pooled noise (module
     docstring), using the rounds before ``upto``; None for a point (or a baseline) with
-    fewer than two positive values."""
+    fewer than two values (or a mean <= 0)."""
     table = table or RoundTable.of(groups)
     keys = [k for k in groups if k != baseline]
     if table is None:
