@@ -3,8 +3,8 @@
 A :class:`~tunelab.execute.study.Study` (from :func:`~tunelab.execute.study.prepare_study`)
 goes in; the :class:`~tunelab.execute.executor.Executor` launches, collects and records each
 run. ``run_study`` executes every (point, repeat) not yet in the store,
-in a seeded, interleaved order: repeat round by repeat round, points shuffled within a
-round, the baseline first, so slow drift of the machine spreads over all points instead of
+in a seeded, interleaved order: repeat round by repeat round, points (the baseline too)
+shuffled within a round, so slow drift of the machine spreads over all points instead of
 masquerading as a difference between them. Each finished run is stored in one transaction;
 re-running the same study continues where it stopped.
 """
@@ -134,9 +134,10 @@ def _blank_run_dir(reason: str, run_dir: str, study_dir: Path) -> str:
     return _JOB_TOKEN.sub(r"\g<1><job>", reason)
 
 
-def plan_runs(points: list[Point], repeats: int, seed: int,
-              baseline: Point | None = None) -> list[tuple[Point, int]]:
-    """The interleaved, seeded run order: round by round, shuffled, baseline first.
+def plan_runs(points: list[Point], repeats: int, seed: int) -> list[tuple[Point, int]]:
+    """The interleaved, seeded run order: round by round, each round shuffled — the
+    baseline too, so the study's first run (often slower: cold caches, a warming CPU) is
+    not always the baseline's, which would tilt every comparison with it the same way.
 
     Rounds already planned do not change when ``repeats`` grows, so resuming with more
     repeats keeps the runs already done.
@@ -146,9 +147,6 @@ def plan_runs(points: list[Point], repeats: int, seed: int,
     for r in range(repeats):
         round_points = list(points)
         rng.shuffle(round_points)
-        if r == 0 and baseline is not None and baseline in round_points:
-            round_points.remove(baseline)
-            round_points.insert(0, baseline)
         order.extend((p, r) for p in round_points)
     return order
 
@@ -205,7 +203,7 @@ def run_study(
             busy = watch.noise.busy_now()
             if busy is not None:
                 on_note(f"{study.spec.name}: {busy}")
-        plan = plan_runs(study.points, study.spec.repeats, study.spec.seed, study.baseline)
+        plan = plan_runs(study.points, study.spec.repeats, study.spec.seed)
         store.set_meta({
             "identity": study.spec.identity_hash(),
             "study_name": study.spec.name,
@@ -293,7 +291,7 @@ def _auto_rounds(study: Study, store: Store, executor: Executor, fail_fast: Fail
     """``repeats: auto``: every point for the plan's first rounds, then round by round the
     baseline and the points whose comparison is still undecided, until none is or the
     budget (the plan's last round) is spent. Rounds already stored answer at once (resume);
-    each round's order is shuffled, seeded, the baseline first in the first round."""
+    each round's order is shuffled, seeded (the baseline too, :func:`plan_runs`)."""
     from tunelab.stats import SequentialPlan, still_undecided
 
     assert study.spec.auto_repeats is not None and study.baseline is not None
@@ -310,10 +308,7 @@ def _auto_rounds(study: Study, store: Store, executor: Executor, fail_fast: Fail
                 return
             pending = [p for p in study.points if p.key in undecided or p == study.baseline]
         order = list(pending)
-        rng.shuffle(order)
-        if r == 0 and study.baseline in order:
-            order.remove(study.baseline)
-            order.insert(0, study.baseline)
+        rng.shuffle(order)  # the baseline too (plan_runs)
         done = store.completed()
         executor.execute([(p, r) for p in order if (p.key, r) not in done])
         if (executor.detached and executor.active) or fail_fast.stop_reason is not None:
