@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from tunelab.stats.intervals import check_settings, compare, comparison_from_test
 from tunelab.stats.labels import failures_text
+from tunelab.stats.power import detectable_change
 from tunelab.stats.results import (
     ADJUST_HOLM,
     ADJUST_NONE,
@@ -150,11 +151,16 @@ def _decided(a: Group, b: Group, d: Decision, direction: str, *, noise_threshold
     # the raw p against its level is the adjusted p against alpha: p_adjusted < alpha
     # exactly when the procedure rejected
     p_adjusted = min(1.0, d.test.p * alpha / level) if level > 0 else 1.0
-    return comparison_from_test(
+    c = comparison_from_test(
         d.test, a.values, b.values, direction, noise_threshold=noise_threshold,
         confidence=confidence,
         p_adjusted=p_adjusted, level=level, adjustment=adjustment, comparisons=m,
         points=points, decided=d.decided if sequential else None)
+    if sequential and d.budget is not None:  # stopped early: what the budget would see
+        se, at = d.budget
+        c = replace(c, detectable=detectable_change(se, d.test.df, at,
+                                                    threshold=noise_threshold))
+    return c
 
 
 def _canonical_key(key: str, known: Mapping[str, object]) -> str:

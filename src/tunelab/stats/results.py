@@ -150,7 +150,9 @@ class Comparison:
     ``se_log`` and ``df`` are the test's standard error of the log speedup and its degrees
     of freedom; ``detectable`` is the minimum detectable change: the smallest true change
     (0.1 = 10 %) this test, at this noise, these runs and this adjustment, would call with
-    probability :data:`POWER` (never below the noise threshold; NaN without an estimate).
+    probability :data:`POWER` (never below the noise threshold; NaN without an estimate;
+    for a ``repeats: auto`` comparison that stopped early without rejecting, at the
+    budget's last look).
     ``repeats_needed`` is the repeats per point a 5 % change needs for the same.
     ``decided`` (``repeats: auto`` studies) is False while more rounds could still decide
     the comparison, True once it is decided; None for fixed repeats. The values are NaN

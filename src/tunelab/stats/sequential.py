@@ -135,6 +135,12 @@ class Decision:
     fractions: list[float] = field(default_factory=list)
     decided: bool = False
     finished: bool = False
+    budget: tuple[float, float] | None = None
+    """For a comparison that stopped early without rejecting (equal within the threshold,
+    or curtailed), the standard error and nominal level of the budget's last look: the
+    look the study would have gone on to had the change been there, at which its minimum
+    detectable change is reckoned (the current look's, at the level spent so far, is
+    several times larger: 16 % where the study finds 5 % in 60 of 60 simulations)."""
 
 
 def _equivalent(t: TestResult, confidence: float, noise_threshold: float) -> bool:
@@ -206,9 +212,14 @@ def decide(groups: Mapping[str, Group], baseline: str, direction: str, *,
         share = alpha / max(1, m - sum(1 for d in out.values() if d.rejected))
         for k, t in current.items():
             state = out[k]
+            spend = share if adjust else alpha
             state.decided = (state.rejected or _equivalent(t, confidence, noise_threshold)
-                             or _futile(t, state.fractions, share if adjust else alpha))
+                             or _futile(t, state.fractions, spend))
             state.finished = state.decided or t.n >= plan.max_rounds
+            state.budget = None
+            if state.decided and not state.rejected and state.fractions[-1] < 1:
+                state.budget = (t.se * math.sqrt(state.fractions[-1]),
+                                spending_levels((*state.fractions, 1.0), spend)[-1])
     return out
 
 
