@@ -246,3 +246,19 @@ def test_repeats_auto_reports_what_its_budget_detects_for_comparisons_that_stopp
         v[1] /= 1 + mdc
         found += verdicts(_auto(v, plan)[0], plan=plan)[1].verdict is Verdict.BETTER  # type: ignore[attr-defined]
     assert found / studies >= 0.65
+
+
+def test_repeats_auto_stops_a_comparison_without_two_successful_runs_a_side() -> None:
+    """Field test: a point whose runs all failed was run again every round up to the
+    budget beside the baseline (25 runs of a 3-point study, auto 3-10, instead of 9); with
+    the baseline failing, every point was. After ``min`` rounds such a comparison is
+    finished (insufficient data)."""
+    plan = SequentialPlan(3, 10)
+    v = 10 * np.exp(np.random.default_rng(22).normal(0, 0.01, (3, 3)))
+    runs = table(v)
+    runs.loc[runs["point"] == json.dumps({"p": 2}), "status"] = "failed"
+    assert json.dumps({"p": 2}) not in still_undecided(runs, "wall_s", "minimize", BASE, plan)
+    assert verdicts(runs, plan=plan)[2].verdict is Verdict.INSUFFICIENT  # type: ignore[attr-defined]
+    runs = table(v)
+    runs.loc[runs["point"] == BASE, "status"] = "failed"
+    assert still_undecided(runs, "wall_s", "minimize", BASE, plan) == []

@@ -271,12 +271,16 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
                if held else "."))
     if plan is not None and others:
         open_ = [pc for pc in others if pc.comparison.decided is False]
+        short = sum(1 for pc in others if pc.comparison.verdict is Verdict.INSUFFICIENT)
         notes.append(
             f"repeats: auto ({plan.min_rounds} to {plan.max_rounds} rounds): "
             + (f"{len(open_)} of {len(others)} comparisons still undecided "
                f"({', '.join(point_label(pc.summary.params) for pc in open_[:3])}"
                f"{', …' if len(open_) > 3 else ''})." if open_
-               else f"all {len(others)} comparisons decided."))
+               else f"all {len(others)} comparisons decided." if not short
+               else f"{len(others) - short} of {len(others)} comparisons decided, {short} with "
+                    "insufficient data (fewer than two successful runs on a side).")
+            )
     if noise is not None:
         need = (f"about {noise.repeats_needed} repeats per point" if noise.repeats_needed
                 else "more repeats than is practical")

@@ -28,7 +28,10 @@ budget's last look would reject it with a probability under :data:`FUTILITY` (co
 power, the B-value of Lan & Wittes: the stochastic curtailment of group-sequential
 designs): more rounds would very likely end indistinguishable anyway. Stopping to accept
 equality never raises the false-verdict rate. A comparison still undecided at
-``max_rounds`` stays undecided (indistinguishable, and said so).
+``max_rounds`` stays undecided (indistinguishable, and said so). One that has fewer than
+two successful runs on a side after ``min_rounds`` is finished (insufficient data): the
+rounds of a point that keeps failing, or of every point when the baseline does, would
+mostly repeat the failures up to the budget.
 """
 
 from __future__ import annotations
@@ -198,7 +201,10 @@ def decide(groups: Mapping[str, Group], baseline: str, direction: str, *,
         for k in keys:
             state = out[k]
             t = tests[k]
-            if state.finished or t is None:
+            if state.finished:
+                continue
+            if t is None:  # after min_rounds a side has fewer than two successful runs:
+                state.finished = True  # more rounds would mostly repeat its failures
                 continue
             info = max(t.n, 1)
             fraction = min(1.0, info / plan.max_rounds)
