@@ -8,7 +8,8 @@ nothing pairs them — its interval, p and verdict), and the verdicts of all com
 adjusted together by Holm (:func:`tunelab.stats.holm_adjust`), so at most ``1 - confidence``
 of comparisons of two equal studies call any point different; points measured by only one
 study are listed, not judged. Two studies whose figure of merit or direction differ cannot be
-compared: :func:`check_comparable` refuses them with one line.
+compared: :func:`check_comparable` refuses them with one line. With ``exclude_disturbed`` the
+runs the noise watch flagged are left out of both sides, as in one study.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tunelab.stats import (
+    DISTURBED_COLUMN,
     Comparison,
     PointSummary,
     StatsError,
@@ -59,6 +61,8 @@ class StudyComparison:
     only_b: tuple[PointSummary, ...]
     confidence: float
     noise_threshold: float
+    notes: tuple[str, ...] = ()
+    """How far the verdicts can be trusted: each study's own load (the noise watch)."""
 
 
 def check_comparable(name_a: str, objective_a: Objective, name_b: str,
@@ -80,16 +84,18 @@ def _canonical(point_key: str) -> str:
     return json.dumps(params, sort_keys=True) if isinstance(params, dict) else point_key
 
 
-def _summaries(runs: pd.DataFrame, fom: str) -> dict[str, PointSummary]:
+def _summaries(runs: pd.DataFrame, fom: str, exclude: bool) -> dict[str, PointSummary]:
     if not len(runs):
         return {}
-    return {_canonical(s.point): s for s in summarize(runs, fom)}
+    return {_canonical(s.point): s for s in summarize(runs, fom, exclude_disturbed=exclude)}
 
 
-def _values(runs: pd.DataFrame, fom: str, point_key: str) -> list[float]:
+def _values(runs: pd.DataFrame, fom: str, point_key: str, exclude: bool) -> list[float]:
     column = fom_column(fom)
-    ok = runs[(runs["status"] == "ok") & (runs["point"].map(_canonical) == point_key)]
-    return [float(v) for v in ok[column].dropna()] if column in ok.columns else []
+    ok = (runs["status"] == "ok") & (runs["point"].map(_canonical) == point_key)
+    if exclude and DISTURBED_COLUMN in runs.columns:
+        ok &= ~(runs[DISTURBED_COLUMN].fillna(0).astype(float) > 0)
+    return [float(v) for v in runs[ok][column].dropna()] if column in runs.columns else []
 
 
 def _holm(c: Comparison, p_adjusted: float) -> Comparison:
@@ -110,20 +116,23 @@ def compare_studies(
     name_b: str = "B",
     noise_threshold: float = 0.02,
     confidence: float = 0.95,
+    exclude_disturbed: bool = False,
 ) -> StudyComparison:
     """Judge every point of ``runs_b`` that ``runs_a`` also measured, B against A.
 
     Points are matched by their parameter values (key order does not matter). The result
     ranks the common points by speedup, best first; points without a value on a side rank
-    last with an ``insufficient data`` verdict.
+    last with an ``insufficient data`` verdict. ``exclude_disturbed`` leaves the runs
+    flagged disturbed out of both sides.
     """
     fom = objective.fom.removeprefix("fom.")
-    a_sum, b_sum = _summaries(runs_a, fom), _summaries(runs_b, fom)
+    ex = exclude_disturbed
+    a_sum, b_sum = _summaries(runs_a, fom, ex), _summaries(runs_b, fom, ex)
     common = [k for k in b_sum if k in a_sum]
     judged = []
     for key in common:
         try:
-            comparison = compare(_values(runs_a, fom, key), _values(runs_b, fom, key),
+            comparison = compare(_values(runs_a, fom, key, ex), _values(runs_b, fom, key, ex),
                                  objective.direction, noise_threshold=noise_threshold,
                                  confidence=confidence)
         except StatsError as exc:

@@ -153,11 +153,21 @@ def load(study_file: Path) -> Any:
 
 
 def compare_studies(a: StudyResults, b: StudyResults) -> Any:
+    """Study B against study A (:func:`tunelab.crossstudy.compare_studies`), leaving
+    disturbed runs out as the two were loaded, with each study's load in its notes."""
+    from dataclasses import replace
+
     from tunelab.crossstudy import check_comparable, compare_studies
+    from tunelab.report.results import busy_line
 
     check_comparable(a.name, a.objective, b.name, b.objective)
-    return compare_studies(a.runs, b.runs, b.objective, name_a=a.name, name_b=b.name,
-                           noise_threshold=b.noise_threshold, confidence=b.confidence)
+    sc = compare_studies(a.runs, b.runs, b.objective, name_a=a.name, name_b=b.name,
+                         noise_threshold=b.noise_threshold, confidence=b.confidence,
+                         exclude_disturbed=a.exclude_disturbed or b.exclude_disturbed)
+    notes = tuple(f"Study {r.name!r} ({side}): {busy_line(r.disturbance)}"
+                  for side, r in (("A", a), ("B", b))
+                  if r.disturbance is not None and r.disturbance.disturbed)
+    return replace(sc, notes=notes)
 
 
 def write_text(path: Path, text: str) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "Exclusion",
     "FailedRun",
     "StudyResults",
+    "busy_line",
     "exclusions_from_frame",
     "failed_runs",
     "load_results",
@@ -251,7 +252,7 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
     could have detected, and, for ``repeats: auto``, what is still undecided."""
     notes: list[str] = []
     if watched is not None and watched.disturbed:
-        notes.append(_busy_line(watched))
+        notes.append(busy_line(watched))
     others = [pc for pc in comparisons if not pc.is_baseline]
     tested = [pc.comparison for pc in others if not math.isnan(pc.comparison.p_adjusted)]
     if tested:
@@ -294,7 +295,7 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
     return notes
 
 
-def _busy_line(watched: Disturbance) -> str:
+def busy_line(watched: Disturbance) -> str:
     """The warning on disturbed runs (the noise watch's evidence, from the runs table)."""
     share = (f"; others took a median {watched.others_median:.0%} of their cores "
              f"(up to {watched.others_max:.0%})" if math.isfinite(watched.others_median)

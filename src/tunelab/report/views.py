@@ -322,6 +322,7 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
     notes: list[str] = []
     if not sc.points:
         notes.append("The two studies measured no point in common.")
+    notes.extend(sc.notes)
     blocks: list[TextTable | Lines] = [TextTable(title, columns, tuple(rows), tuple(notes))]
     for side, name, only in (("A", sc.name_a, sc.only_a), ("B", sc.name_b, sc.only_b)):
         if only:
