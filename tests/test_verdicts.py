@@ -262,3 +262,17 @@ def test_repeats_auto_stops_a_comparison_without_two_successful_runs_a_side() ->
     runs = table(v)
     runs.loc[runs["point"] == BASE, "status"] = "failed"
     assert still_undecided(runs, "wall_s", "minimize", BASE, plan) == []
+
+
+def test_the_p_shown_is_holms_adjusted_p() -> None:
+    """Field test: raw p 0.0013, 0.0128, 0.22 of three comparisons showed 0.0038, 0.0385,
+    0.22 (p × 3 for both rejected in Holm's first pass); Holm's adjusted p of the second is
+    max(3 × 0.0013, 2 × 0.0128) = 0.0257."""
+    rng = np.random.default_rng(23)
+    v = 10 * np.exp(rng.normal(0, 0.01, (4, 5)))
+    v[1] /= 1.06
+    v[2] /= 1.04
+    out = verdicts(table(v))
+    raw = [out[k].p_value for k in (1, 2, 3)]  # type: ignore[attr-defined]
+    assert [out[k].p_adjusted for k in (1, 2, 3)] == pytest.approx(holm_adjust(raw))  # type: ignore[attr-defined]
+    assert sum(out[k].verdict in CALLS for k in (1, 2, 3)) >= 2  # type: ignore[attr-defined]

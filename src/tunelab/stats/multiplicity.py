@@ -148,9 +148,10 @@ def _decided(a: Group, b: Group, d: Decision, direction: str, *, noise_threshold
                        adjustment=adjustment, decided=False if sequential else None)
     alpha = 1 - confidence
     level = d.level if math.isfinite(d.level) else alpha / m
-    # the raw p against its level is the adjusted p against alpha: p_adjusted < alpha
-    # exactly when the procedure rejected
-    p_adjusted = min(1.0, d.test.p * alpha / level) if level > 0 else 1.0
+    # one look: Holm's adjusted p; looks round by round: the raw p against its spent level
+    # is the adjusted p against alpha. Either way p_adjusted < alpha exactly when rejected
+    p_adjusted = (d.p_adjusted if math.isfinite(d.p_adjusted)
+                  else min(1.0, d.test.p * alpha / level) if level > 0 else 1.0)
     c = comparison_from_test(
         d.test, a.values, b.values, direction, noise_threshold=noise_threshold,
         confidence=confidence,

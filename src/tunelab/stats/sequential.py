@@ -138,6 +138,10 @@ class Decision:
     fractions: list[float] = field(default_factory=list)
     decided: bool = False
     finished: bool = False
+    p_adjusted: float = math.nan
+    """Holm's adjusted p of a single look (the running maximum of ``(m - i) p_(i)`` over
+    the sorted p-values): under ``1 - confidence`` exactly when the comparison is rejected.
+    NaN under ``repeats: auto``, whose looks hold each p against its own spent level."""
     budget: tuple[float, float] | None = None
     """For a comparison that stopped early without rejecting (equal within the threshold,
     or curtailed), the standard error and nominal level of the budget's last look: the
@@ -187,8 +191,12 @@ def decide(groups: Mapping[str, Group], baseline: str, direction: str, *,
     table = RoundTable.of(groups)
     if plan is None:
         tests = study_tests(groups, baseline, direction, table=table)
-        _holm({k: t for k, t in tests.items() if t is not None}, out, alpha, m,
-              lambda k, a: a, adjust)
+        tested = {k: t for k, t in tests.items() if t is not None}
+        _holm(tested, out, alpha, m, lambda k, a: a, adjust)
+        running = 0.0
+        for step, k in enumerate(sorted(tested, key=lambda k: tested[k].p)):
+            running = max(running, min(1.0, (m - step if adjust else 1) * tested[k].p))
+            out[k].p_adjusted = running if adjust else tested[k].p
         for k, t in tests.items():
             out[k].test = t
         return out
