@@ -90,12 +90,23 @@ def _summaries(runs: pd.DataFrame, fom: str, exclude: bool) -> dict[str, PointSu
     return {_canonical(s.point): s for s in summarize(runs, fom, exclude_disturbed=exclude)}
 
 
-def _values(runs: pd.DataFrame, fom: str, point_key: str, exclude: bool) -> list[float]:
+def _values(runs: pd.DataFrame, fom: str, exclude: bool) -> dict[str, list[float]]:
+    """Every point's successful values of ``fom`` (without the runs flagged disturbed, with
+    ``exclude``), in run order, keyed by canonical point key: one pass over the runs (each
+    key decoded once), whatever the number of points."""
     column = fom_column(fom)
-    ok = (runs["status"] == "ok") & (runs["point"].map(_canonical) == point_key)
+    if not len(runs) or column not in runs.columns:
+        return {}
+    keep = runs["status"] == "ok"
     if exclude and DISTURBED_COLUMN in runs.columns:
-        ok &= ~(runs[DISTURBED_COLUMN].fillna(0).astype(float) > 0)
-    return [float(v) for v in runs[ok][column].dropna()] if column in runs.columns else []
+        keep &= ~(runs[DISTURBED_COLUMN].fillna(0).astype(float) > 0)
+    ok = runs[keep]
+    out: dict[str, list[float]] = {}
+    for key, value in zip(ok["point"].map(_canonical), ok[column].to_numpy(dtype=float),
+                          strict=True):
+        if value == value:  # not NaN
+            out.setdefault(key, []).append(float(value))
+    return out
 
 
 def _holm(c: Comparison, p_adjusted: float) -> Comparison:
@@ -129,10 +140,11 @@ def compare_studies(
     ex = exclude_disturbed
     a_sum, b_sum = _summaries(runs_a, fom, ex), _summaries(runs_b, fom, ex)
     common = [k for k in b_sum if k in a_sum]
+    a_values, b_values = _values(runs_a, fom, ex), _values(runs_b, fom, ex)
     judged = []
     for key in common:
         try:
-            comparison = compare(_values(runs_a, fom, key, ex), _values(runs_b, fom, key, ex),
+            comparison = compare(a_values.get(key, []), b_values.get(key, []),
                                  objective.direction, noise_threshold=noise_threshold,
                                  confidence=confidence)
         except StatsError as exc:
