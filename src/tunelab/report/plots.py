@@ -100,14 +100,15 @@ def fom_by_point(
     if "point" not in runs.columns or "status" not in runs.columns:
         raise StatsError("runs table lacks column(s) point, status")
     groups: list[tuple[str, PointRuns]] = []
-    for point in dict.fromkeys(runs["point"]):
-        rows = runs[runs["point"] == point]
-        ok = rows["status"] == "ok"
-        values = rows.loc[ok, column].to_numpy(dtype=float)
+    ok_values = runs[column].to_numpy(dtype=float).copy()
+    ok_values[(runs["status"] != "ok").to_numpy()] = np.nan
+    for point, index in runs.groupby("point", sort=False).indices.items():
+        rows_n = len(index)
+        values = ok_values[index]
         values = values[~np.isnan(values)]
         params = json.loads(point)
         label = point_label(params) if isinstance(params, dict) else str(point)
-        groups.append((str(point), PointRuns(label, values, int(len(rows) - values.size))))
+        groups.append((str(point), PointRuns(label, values, rows_n - int(values.size))))
     if order is not None:
         rank = {key: i for i, key in enumerate(order)}
         groups.sort(key=lambda g: rank.get(g[0], len(rank)))
