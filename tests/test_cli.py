@@ -110,6 +110,30 @@ def test_export_to_stdout_is_valid_json_with_points_as_objects(done_study):
     assert not (Path("-")).exists()
 
 
+def test_readers_say_a_study_is_not_finished(done_study, tmp_path):
+    """compare, best and report of a study a `tunelab run` is still adding runs to (or that
+    stopped) said nothing of it: a ranking of 945 of 6,400 runs read as the study's."""
+    import shutil
+    import sqlite3
+
+    half = tmp_path / "half"
+    shutil.copytree(done_study, half)
+    with sqlite3.connect(half / "tunelab.db") as conn:
+        last = [r for (r,) in conn.execute("SELECT id FROM runs ORDER BY id DESC LIMIT 2")]
+        for table, column in (("foms", "run_id"), ("noise", "run_id"), ("runs", "id")):
+            conn.executemany(f"DELETE FROM {table} WHERE {column} = ?", [(r,) for r in last])
+    line = "The study is not finished: 7 of its 9 planned runs are stored"
+    doc = json.loads(tunelab("compare", half, "--format", "json").stdout)
+    assert doc["notes"][0].startswith(line)
+    assert line in tunelab("compare", half).stdout
+    assert line in tunelab("best", half).stdout
+    assert line in json.loads(tunelab("best", half, "--format", "json").stdout)["notes"][0]
+    assert tunelab("report", half).returncode == 0
+    assert line in (half / "report.html").read_text()
+    finished = json.loads(tunelab("compare", done_study, "--format", "json").stdout)
+    assert not any("not finished" in note for note in finished["notes"])
+
+
 def test_compare_two_studies_judges_common_points_and_lists_the_rest(done_study, tmp_path):
     other = tmp_path / "b"
     assert tunelab("run", study(tmp_path, "b", xs="[1, 2, 4]"), "--dir", other,

@@ -158,6 +158,7 @@ def results_from_frame(
     study_file: str = "",
     exclude_disturbed: bool = False,
     plan: SequentialPlan | None = None,
+    planned: int = 0,
 ) -> StudyResults:
     """Summaries of every point and, with a baseline, every point compared with it.
 
@@ -165,6 +166,8 @@ def results_from_frame(
     (non-positive mean), becomes a note rather than an error; an unknown figure of merit
     raises :class:`StatsError`. ``exclude_disturbed`` leaves runs flagged disturbed out of
     every statistic; ``plan`` decides the verdicts look by look (``repeats: auto``).
+    ``planned`` is the number of runs the study makes (0: not known in advance, as for an
+    adaptive search): fewer stored runs add a first note that the study is not finished.
     """
     notes: list[str] = []
     column = fom_column(objective.fom)
@@ -207,6 +210,9 @@ def results_from_frame(
             noise = None
     watched = disturbance(runs, left_out=exclude_disturbed) if len(runs) else None
     trust = _trust_notes(comparisons, summaries, noise, watched, plan)
+    unfinished = _unfinished_line(runs, planned)
+    if unfinished:
+        trust.insert(0, unfinished)
     launcher = (spec or {}).get("launcher")
     if isinstance(launcher, dict) and launcher.get("isolation") == "shared":
         shared = watched.shared_nodes if watched is not None else 0
@@ -293,6 +299,18 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
                      f"{noise.change:.0%} change needs {need} to be seen in 80 % of studies "
                      f"(up to {have} here).")
     return notes
+
+
+def _unfinished_line(runs: pd.DataFrame, planned: int) -> str:
+    """The note on a study with fewer stored runs than planned (a ``tunelab run`` still
+    adding runs, or one that stopped), else ``""``."""
+    stored = (int((runs["status"] != "lost").sum()) if "status" in runs.columns
+              else len(runs))
+    if not 0 < stored < planned:  # no runs: "No runs yet." says it
+        return ""
+    return (f"The study is not finished: {stored:,} of its {planned:,} planned runs are "
+            "stored (a 'tunelab run' may still be adding runs; the same command resumes one "
+            "that stopped); every figure here is from the runs so far.")
 
 
 def busy_line(watched: Disturbance) -> str:
@@ -414,12 +432,13 @@ def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> S
         spec_raw = store.get_meta("spec")
         auto = store.get_meta("repeats_auto")
         plan = SequentialPlan(*json.loads(auto)) if auto else None
+        spec = json.loads(spec_raw) if spec_raw else {}
         return results_from_frame(
             runs,
             Objective(fom, cast(Direction, direction)),
             store.get_meta("baseline") or None,
             name=store.get_meta("study_name") or directory.name,
-            spec=json.loads(spec_raw) if spec_raw else {},
+            spec=spec,
             sysinfo=store.sysinfo(),
             noise_threshold=noise,
             directory=directory,
@@ -427,4 +446,20 @@ def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> S
             study_file=store.get_meta("study_file") or "",
             exclude_disturbed=exclude_disturbed,
             plan=plan,
+            planned=_planned_runs(store.get_meta("planned_runs"), spec, plan),
         )
+
+
+def _planned_runs(stored: str | None, spec: Mapping[str, Any],
+                  plan: SequentialPlan | None) -> int:
+    """The runs a study makes, as ``run`` stored it, when that number is exact (a grid or
+    random search with fixed repeats); 0 otherwise (adaptive searches and ``repeats: auto``
+    stop when they have seen enough: their number is an upper bound)."""
+    search = spec.get("search") if isinstance(spec, Mapping) else None
+    strategy = search.get("strategy", "grid") if isinstance(search, Mapping) else "grid"
+    if plan is not None or strategy not in ("grid", "random") or not stored:
+        return 0
+    try:
+        return max(int(stored), 0)
+    except ValueError:
+        return 0
