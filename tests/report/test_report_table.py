@@ -64,6 +64,19 @@ def test_terminal_table_renders_every_point_and_value(
     assert "the smallest change these runs detect" in text
 
 
+def test_title_of_a_table_without_a_test_yet_says_so(
+        runs_factory: Callable[..., pd.DataFrame], objective: Objective) -> None:
+    """Early in a study every point has one run: the title said "[95% CI] and p of the –
+    (log scale), p adjusted by none"."""
+    runs = runs_factory({"baseline": (10.0, 1, []), "am": (7.0, 1, []), "x": (9.0, 1, [])})
+    base = runs["point"].iloc[0]
+    out = io.StringIO()
+    emit(compare_view(results_from_frame(runs, objective, base)), "text", stream=out)
+    title = out.getvalue().splitlines()[0]
+    assert "of the –" not in title and "adjusted by none" not in title
+    assert "[95% CI] and p: none yet (a test needs two ok runs" in title
+
+
 def test_json_and_csv_carry_the_test_its_adjusted_p_and_what_it_could_detect(
     runs: pd.DataFrame, objective: Objective, baseline: str
 ) -> None:

@@ -129,7 +129,7 @@ def _p_header(comparisons: Sequence[PointComparison]) -> str:
     from tunelab.report.views import p_header
 
     tests, adjustment = p_header([pc.comparison for pc in comparisons if not pc.is_baseline])
-    return f"{tests}; adjusted: {adjustment}"
+    return f"{tests}; adjusted: {adjustment}" if tests else "no test yet"
 
 
 def _headline(

@@ -96,10 +96,11 @@ def _number_or_none(value: float) -> float | None:
 
 
 def p_header(comparisons: Sequence[Comparison]) -> tuple[str, str]:
-    """The tests and the adjustment behind a table's p column, named for its header."""
+    """The tests and the adjustment behind a table's p column, named for its header
+    (``("", "none")`` when no comparison could be tested yet)."""
     tests = sorted({c.test for c in comparisons if not math.isnan(c.p_adjusted)})
     adjustments = sorted({c.adjustment for c in comparisons if not math.isnan(c.p_adjusted)})
-    return " / ".join(tests) or "–", " / ".join(adjustments) or "none"
+    return " / ".join(tests), " / ".join(adjustments) or "none"
 
 
 def _noise_doc(results: StudyResults) -> dict[str, Any] | None:
@@ -230,8 +231,10 @@ def compare_view(results: StudyResults) -> View:
     if compared:
         baseline = next((pc for pc in results.comparisons if pc.is_baseline), None)
         against = f" against {point_label(baseline.summary.params)}" if baseline else ""
-        title = (f"{fom} ({objective.direction}){against}: speedup > 1 is better, "
-                 f"[{conf} CI] and p of the {tests} (log scale), p adjusted by {adjustment}; "
+        tested = (f"[{conf} CI] and p of the {tests} (log scale), p adjusted by "
+                  f"{adjustment}" if tests else f"[{conf} CI] and p: none yet (a test needs "
+                  "two ok runs of a point and of the baseline)")
+        title = (f"{fom} ({objective.direction}){against}: speedup > 1 is better, {tested}; "
                  "detectable: the smallest change seen in 80 % of studies")
     else:
         title = f"{fom} ({objective.direction}), best first"
@@ -316,9 +319,11 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
                                            "test", "adjustment", "verdict", "verdict_label")})
         records.append(record)
     tests, adjustment = p_header([cp.comparison for cp in sc.points])
+    tested = (f"[{conf} CI] and p of the {tests} (log scale), p adjusted by {adjustment}"
+              if tests else f"[{conf} CI] and p: none yet (a test needs two ok runs of a "
+              "point in each study)")
     title = (f"{fom} ({objective.direction}): study {sc.name_b!r} (B) against {sc.name_a!r} "
-             f"(A), speedup > 1: B is better, [{conf} CI] and p of the {tests} (log scale), "
-             f"p adjusted by {adjustment}")
+             f"(A), speedup > 1: B is better, {tested}")
     notes: list[str] = []
     if not sc.points:
         notes.append("The two studies measured no point in common.")
