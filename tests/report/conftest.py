@@ -48,6 +48,25 @@ def make_runs(points: dict[str, tuple[float, int, list[str]]], seed: int = 0) ->
     return pd.DataFrame(rows)
 
 
+class CountedReads(pd.DataFrame):
+    """A runs table that counts the columns and row selections read from it (what a read
+    returns is a plain DataFrame or Series, whose own reads are not counted): a reader that
+    selects each point's rows from the whole table reads it once per point."""
+
+    _metadata = ["reads"]
+
+    def __getitem__(self, key: object) -> object:
+        self.reads += 1
+        return super().__getitem__(key)
+
+
+def counted_reads(runs: pd.DataFrame) -> CountedReads:
+    """``runs`` as a :class:`CountedReads` table with its count at 0."""
+    counted = CountedReads(runs)
+    counted.reads = 0
+    return counted
+
+
 @pytest.fixture
 def runs() -> pd.DataFrame:
     return make_runs(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.report.conftest import make_runs
+from tests.report.conftest import counted_reads, make_runs
 from tunelab.report import fom_by_point, fom_by_point_chart, speedup_bar_chart, speedup_bars
 from tunelab.stats import StatsError, Verdict, compare_to_baseline
 from tunelab.workload import Objective
@@ -44,25 +44,14 @@ def test_fom_by_point_groups_ok_values_and_counts_the_rest(runs: pd.DataFrame) -
         fom_by_point(runs, "gflops")
 
 
-class _CountedReads(pd.DataFrame):
-    """A runs table that counts the columns and row selections read from it (what a read
-    returns is a plain DataFrame or Series, whose own reads are not counted)."""
-
-    reads = 0
-
-    def __getitem__(self, key: object) -> object:
-        type(self).reads += 1
-        return super().__getitem__(key)
-
-
 def test_fom_by_point_reads_the_runs_table_a_bounded_number_of_times() -> None:
     """It selected each point's rows from the whole table (2 reads per point): the report
     of a 4,000-point, 20,000-run study spent 30 s there."""
-    runs = _CountedReads(make_runs({f"e{i}": (10.0 + i, 2, ["failed"]) for i in range(60)}))
+    runs = counted_reads(make_runs({f"e{i}": (10.0 + i, 2, ["failed"]) for i in range(60)}))
     groups = fom_by_point(runs, "wall_s")
     assert len(groups) == 60 and all(g.values.size == 2 and g.n_not_ok == 1 for g in groups)
     assert [g.label for g in groups[:2]] == ["env=e0 np=2", "env=e1 np=2"]
-    assert _CountedReads.reads <= 5  # was 2 x 60 + 1
+    assert runs.reads <= 5  # was 2 x 60 + 1
 
 
 def test_charts_write_png_files(runs: pd.DataFrame, tmp_path: Path, baseline: str) -> None:

@@ -343,19 +343,22 @@ def exclusions_from_frame(runs: pd.DataFrame, objective: Objective,
         return []
     column = fom_column(objective.fom)
     minimize = objective.direction == "minimize"
-    best_valid = {s.point: s.mean for s in summaries if s.n > 0}
+    valid_means = [s.mean for s in summaries if s.n > 0]
+    best_valid = ((min if minimize else max)(valid_means) if valid_means else math.nan)
+    invalid = runs[runs["status"] == "invalid"]
+    rows_of = invalid.groupby(invalid["point"].astype(str), sort=False).indices
     out = []
     for s in summaries:
         if not s.failed.get("invalid"):
             continue
-        rows = runs[(runs["point"].astype(str) == s.point) & (runs["status"] == "invalid")]
+        rows = invalid.iloc[rows_of.get(s.point, [])]
         values = rows[column].astype(float) if column in rows.columns else []
         finite = [float(v) for v in values if math.isfinite(v)]
         value = sum(finite) / len(finite) if finite else math.nan
         reason = str(next((r for r in rows.get("reason", []) if r), "an invariant differs"))
-        others = [m for p, m in best_valid.items() if p != s.point]
-        leading = s.n == 0 and math.isfinite(value) and all(
-            (value < m) if minimize else (value > m) for m in others)
+        # a point with no valid run is not among the valid means: it leads when it beats all
+        leading = s.n == 0 and math.isfinite(value) and (
+            not valid_means or ((value < best_valid) if minimize else (value > best_valid)))
         label = point_label(s.params)
         if leading:
             word = verdict_label("better", objective.fom, objective.direction)
