@@ -11,7 +11,7 @@ import math
 import pytest
 
 from tunelab.errors import TunelabError
-from tunelab.report.output import Column, Lines, TextTable, View, emit, render
+from tunelab.report.output import TERMINAL_ROWS, Column, Lines, TextTable, View, emit, render
 
 LONG = "np=16 npool=8 ndiag=4 env=a_rather_long_environment_set_name threads=4"
 
@@ -101,3 +101,23 @@ def test_markdown_escapes_pipes_and_aligns_numbers_right():
 def test_unknown_format_is_a_one_line_error():
     with pytest.raises(TunelabError, match="valid: text, json, csv, markdown"):
         render(sample_view(), "yaml")
+
+
+@pytest.mark.parametrize("width", [40, 200])
+def test_terminal_shows_the_first_rows_of_a_long_table_and_says_how_to_see_all(width):
+    """A study of thousands of points printed every row to a terminal (52,000 lines of
+    records for 4,000 points at 120 columns, 14 s of rich), with no word of it."""
+    columns = (Column("rank", "#", "right"), Column("point", "point", wrap=True),
+               Column("verdict", "verdict"))
+    rows = tuple({"rank": str(i), "point": f"np={i} {LONG}", "verdict": "faster"}
+                 for i in range(1, 1001))
+    view = View((TextTable("t", columns, rows, ("a note",)),), {})
+    out = io.StringIO()
+    emit(view, "text", stream=out, terminal=True, width=width)
+    text = out.getvalue()
+    assert f"np={TERMINAL_ROWS} " in text and f"np={TERMINAL_ROWS + 1} " not in text
+    assert (f"({1000 - TERMINAL_ROWS:,} more rows not shown on a terminal: a pipe (| less), "
+            "a file or --format csv|json|markdown gives all 1,000)") in " ".join(text.split())
+    assert "a note" in text
+    plain = render(view, "text")  # a pipe or a file: every row
+    assert "np=1000 " in plain and "more rows" not in plain

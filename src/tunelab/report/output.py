@@ -6,7 +6,9 @@ A command builds a :class:`View` — blocks of text (:class:`TextTable`, :class:
 
 - ``text`` on a terminal: rich tables fitted to the terminal's width. A value is never cut:
   columns are dropped (least useful first) and the caption names them; only columns marked
-  ``wrap`` (a point's ``k=v`` list) break, and only between words.
+  ``wrap`` (a point's ``k=v`` list) break, and only between words. A table shows its first
+  :data:`TERMINAL_ROWS` rows (the best points of a ranking) and says how many more a pipe
+  or a file gets: thousands of rows scroll the rest off a screen and take rich seconds.
 - ``text`` into a pipe, a file or a batch job's log: plain lines, one record per line, columns
   aligned by their content only, never wrapped, no colour, no trailing spaces — so ``grep``
   finds whole rows whatever the width of the terminal that started the job.
@@ -27,7 +29,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
 
 from tunelab.console import is_terminal, message
@@ -322,6 +324,20 @@ def _fit(console: Any, block: TextTable) -> tuple[Any, list[Column]]:
         dropped.append(victim)
 
 
+TERMINAL_ROWS = 40
+"""Rows of a table a terminal shows; a pipe, a file and every other format get them all."""
+
+
+def _first_rows(block: TextTable) -> TextTable:
+    """``block`` cut to :data:`TERMINAL_ROWS` rows, its notes saying how to see the rest."""
+    more = len(block.rows) - TERMINAL_ROWS
+    if more <= 0:
+        return block
+    return replace(block, rows=block.rows[:TERMINAL_ROWS], notes=(
+        f"({more:,} more rows not shown on a terminal: a pipe (| less), a file or --format "
+        f"csv|json|markdown gives all {len(block.rows):,})", *block.notes))
+
+
 def _terminal(view: View, stream: IO[str], width: int | None) -> None:
     from rich.console import Console
     from rich.text import Text
@@ -337,6 +353,7 @@ def _terminal(view: View, stream: IO[str], width: int | None) -> None:
             for line in _sentences(block):  # sentences wrap between words on a terminal
                 console.print(Text(line, style=style))
             continue
+        block = _first_rows(block)
         table, dropped = _fit(console, block)
         if table is None:  # even the essential columns are too wide: one record per block
             _records(console, block)
