@@ -117,3 +117,17 @@ def test_best_lines_do_not_oversell_a_tie(runs_factory: Callable[..., pd.DataFra
     assert result.comparison is not None
     assert result.comparison.verdict.value == "indistinguishable"
     assert any("cannot be told apart" in line for line in best_lines(result))
+
+
+def test_notes_name_several_tests_apart(runs_factory: Callable[..., pd.DataFrame],
+                                        objective: Objective) -> None:
+    """Tests were joined by commas, and one test's name holds one: "Welch t, paired t,
+    pooled noise" read as three tests (or as two "paired t"s with three)."""
+    runs = runs_factory({"base": (10.0, 6, []), "a": (7.0, 6, []),
+                         "b": (9.0, 2, ["failed"] * 4)})  # b shares too few rounds: Welch t
+    base = runs["point"].iloc[0]
+    results = results_from_frame(runs, objective, base)
+    assert {pc.comparison.test for pc in results.comparisons if not pc.is_baseline} == {
+        "Welch t", "paired t, pooled noise"}
+    (line,) = [n for n in results.notes if n.startswith("Verdicts:")]
+    assert line.startswith("Verdicts: Welch t / paired t, pooled noise on the log scale;")

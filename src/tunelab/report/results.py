@@ -272,7 +272,7 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
         held = [c for c in tested if c.verdict is Verdict.INDISTINGUISHABLE
                 and c.verdict_unadjusted is not Verdict.INDISTINGUISHABLE]
         notes.append(
-            f"Verdicts: {', '.join(tests)} on the log scale; p adjusted by {how}: at most "
+            f"Verdicts: {' / '.join(tests)} on the log scale; p adjusted by {how}: at most "
             f"{1 - conf:.0%} of studies of equal points call any of them different"
             + (f"; {len(held)} raw p under {1 - conf:.0%} did not survive the adjustment."
                if held else "."))
