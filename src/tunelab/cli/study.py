@@ -149,15 +149,15 @@ def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
 def _collect_jobs(directory: Path) -> str | None:
     """Collect the finished runs of a study's open batch jobs (when no ``tunelab run``
     holds the study); a line on its jobs, or None when it has none."""
-    from tunelab.errors import StoreError
-    from tunelab.execute.runner import collect_study
-    from tunelab.execute.study import prepare_study
     from tunelab.store import open_store
 
     with open_store(directory) as store:
         open_jobs = store.open_jobs()
     if not open_jobs:
         return None
+    from tunelab.errors import StoreError
+    from tunelab.execute.runner import collect_study
+    from tunelab.execute.study import prepare_study
     spec = stored_spec(directory)
     try:
         outcome, phases = collect_study(prepare_study(spec), directory)

@@ -7,16 +7,15 @@ import math
 from typing import Any
 
 from tunelab.spec import value_text
-from tunelab.stats import Verdict
 
 __all__ = ["VERDICT_STYLES", "fmt_mean_sd", "fmt_number", "fmt_ratio", "fmt_spread", "p_text",
            "point_label"]
 
-VERDICT_STYLES = {
-    Verdict.BETTER: "bold green",
-    Verdict.WORSE: "bold red",
-    Verdict.INDISTINGUISHABLE: "yellow",
-    Verdict.INSUFFICIENT: "dim",
+VERDICT_STYLES: dict[str, str] = {  # keyed by a Verdict's value (a Verdict is a str): the
+    "better": "bold green",        # listings (status, space) import these formats, and
+    "worse": "bold red",           # importing tunelab.stats costs them scipy (0.5 s)
+    "indistinguishable": "yellow",
+    "insufficient data": "dim",
 }
 
 
