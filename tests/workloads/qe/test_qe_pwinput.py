@@ -125,6 +125,39 @@ def test_rewrite_control_replaces_paths_and_keeps_the_rest() -> None:
     assert "prefix='p'" in inline and "'x'" not in inline and "'y'" not in inline
 
 
+ONE_LINE = """\
+# namelists closed on the line of their values, as many hand-written inputs do
+ &CONTROL CALCULATION='scf', PREFIX='team', PSEUDO_DIR='../pp/a/b', OUTDIR='./s/' /
+ &SYSTEM
+    IBRAV=2, CELLDM(1)=10.26, NAT=2, NTYP=1,   ! two atoms / a comment
+    ECUTWFC=25.0 /
+ &ELECTRONS CONV_THR=1.0D-10 /
+ATOMIC_SPECIES
+ Si  28.086  Si.myname.UPF
+ATOMIC_POSITIONS {alat}
+ Si 0.00 0.00 0.00
+ Si 0.25 0.25 0.25
+K_POINTS {automatic}
+ 4 4 4 1 1 1
+"""
+
+
+def test_namelists_closed_on_the_line_of_their_values(tmp_path: Path) -> None:
+    inp = read_pw_input(_write(tmp_path, ONE_LINE))
+    assert inp.namelists["control"] == {"calculation": "scf", "prefix": "team",
+                                        "pseudo_dir": "../pp/a/b", "outdir": "./s/"}
+    assert inp.namelists["system"]["ecutwfc"] == "25.0"
+    assert inp.conv_thr == 1e-10 and inp.prefix == "team"
+    assert inp.kpoints.grid == (4, 4, 4) and inp.species[0].pseudo == "Si.myname.UPF"
+    out = rewrite_control(inp.text, "/run/pseudo/", "/run/out/")
+    staged = read_pw_input(_write(tmp_path, out, "staged.in"))
+    assert staged.namelists["control"] == {"calculation": "scf", "prefix": "team",
+                                           "pseudo_dir": "/run/pseudo/",
+                                           "outdir": "/run/out/"}
+    assert staged.namelists["system"] == inp.namelists["system"]
+    assert out.count("&CONTROL") == 1 and "../pp" not in out
+
+
 def test_stage_input_gives_each_run_its_own_pseudo_and_outdir(tmp_path: Path) -> None:
     inp = read_pw_input(SI)
     pseudos = resolve_pseudos(inp, None, generate=False).files

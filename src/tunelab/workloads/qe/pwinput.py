@@ -37,7 +37,7 @@ __all__ = [
 DEFAULT_CONV_THR = 1e-6
 """pw.x's default ``conv_thr`` (Ry)."""
 
-_NAMELIST = re.compile(r"^[ \t]*&(\w+)(.*?)^[ \t]*/[ \t]*$", re.MULTILINE | re.DOTALL)
+_NAMELIST_START = re.compile(r"^[ \t]*&(\w+)", re.MULTILINE)
 _ASSIGN = re.compile(
     r"(?P<key>\w+(?:\(\s*\d+(?:\s*,\s*\d+)*\s*\))?)\s*=\s*"
     r"(?P<val>'(?:[^']|'')*'|\"[^\"]*\"|[^,\s/]+)"
@@ -154,6 +154,46 @@ class PwInput:
         return compute_kpoints(self.namelists, self.cards, [s.label for s in self.species])
 
 
+@dataclass(frozen=True)
+class _Span:
+    """Where one namelist is in the text: ``&name`` at ``start``, its body from ``body`` to
+    the closing ``/`` at ``slash``."""
+
+    name: str
+    start: int
+    body: int
+    slash: int
+
+
+def _namelists(text: str) -> list[_Span]:
+    """The namelists of ``text`` (comments included), each from ``&name`` at the start of a
+    line to its closing ``/``: the first one outside quotes and comments, on a line of its
+    own or on the same line as the values (``&CONTROL calculation='scf' /``), as gfortran
+    reads them. A namelist without its ``/`` is left out (it then reads as no namelist)."""
+    spans: list[_Span] = []
+    pos = 0
+    while (m := _NAMELIST_START.search(text, pos)) is not None:
+        i, quote, comment = m.end(), "", False
+        while i < len(text):
+            ch = text[i]
+            if comment:
+                comment = ch != "\n"
+            elif quote:
+                quote = "" if ch == quote else quote
+            elif ch in "'\"":
+                quote = ch
+            elif ch in "!#":
+                comment = True
+            elif ch == "/":
+                break
+            i += 1
+        if i >= len(text):
+            break
+        spans.append(_Span(m.group(1), m.start(), m.end(), i))
+        pos = i + 1
+    return spans
+
+
 def _strip_comments(text: str) -> str:
     out = []
     for line in text.splitlines():
@@ -179,10 +219,14 @@ def _unquote(value: str) -> str:
 
 def _cards(text: str) -> dict[str, tuple[str, list[str]]]:
     """Card name -> (option, following non-empty lines until the next card)."""
-    body = _NAMELIST.sub("", text)
+    body, end = [], 0
+    for span in _namelists(text):
+        body.append(text[end:span.start])
+        end = span.slash + 1
+    body.append(text[end:])
     cards: dict[str, tuple[str, list[str]]] = {}
     current: str | None = None
-    for raw in body.splitlines():
+    for raw in "".join(body).splitlines():
         line = raw.strip()
         if not line:
             continue
@@ -238,12 +282,12 @@ def read_pw_input(path: Path) -> PwInput:
         raise WorkloadError(f"pw.x input file {str(path)!r} cannot be read: {exc}") from exc
     text = _strip_comments(raw)
     namelists: dict[str, dict[str, str]] = {}
-    for m in _NAMELIST.finditer(text):
+    for span in _namelists(text):
         values = {
             a.group("key").lower().replace(" ", ""): _unquote(a.group("val"))
-            for a in _ASSIGN.finditer(m.group(2))
+            for a in _ASSIGN.finditer(text[span.body:span.slash])
         }
-        namelists[m.group(1).lower()] = values
+        namelists[span.name.lower()] = values
     cards = _cards(text)
     if "system" not in namelists or "ATOMIC_SPECIES" not in cards:
         raise WorkloadError(
@@ -287,15 +331,16 @@ def rewrite_control(text: str, pseudo_dir: str, outdir: str) -> str:
     """The input text with ``pseudo_dir`` and ``outdir`` set (and ``wfcdir`` dropped) in
     &CONTROL, which is added when the input has none."""
     settings = f"  pseudo_dir = '{pseudo_dir}'\n  outdir = '{outdir}'\n"
-    m = re.search(r"^[ \t]*&control\b(.*?)^[ \t]*/[ \t]*$", text,
-                  re.IGNORECASE | re.MULTILINE | re.DOTALL)
-    if m is None:
+    control = next((s for s in _namelists(text) if s.name.lower() == "control"), None)
+    if control is None:
         return f"&CONTROL\n{settings}/\n{text}"
-    body = _CONTROL_KEYS.sub("", m.group(1))  # includes the rest of the &CONTROL line
+    # the body includes the rest of the &CONTROL line, and for a namelist closed on a line
+    # with values (``… prefix='p' /``) the text before the ``/``, which goes on its own line
+    body = _CONTROL_KEYS.sub("", text[control.body:control.slash])
     first, _, rest = body.partition("\n")
     first = f"\n{first.strip()}\n" if first.strip() else "\n"
-    rest = "".join(line for line in rest.splitlines(keepends=True) if line.strip())
-    return text[: m.start(1)] + first + settings + rest + text[m.end(1):]
+    rest = "".join(line.rstrip(" \t") + "\n" for line in rest.splitlines() if line.strip())
+    return text[:control.body] + first + settings + rest + text[control.slash:]
 
 
 def stage_input(inp: PwInput, run_dir: Path, pseudos: Mapping[str, Path],
