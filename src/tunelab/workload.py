@@ -326,6 +326,14 @@ class Workload(ABC):
         """FOM name -> absolute tolerance for values that must agree across all runs."""
         return {}
 
+    def configuration_problem(self, values: Mapping[str, Any],
+                              foms: Mapping[str, float]) -> str | None:
+        """Why a run that finished fine did not measure the configuration asked for — the
+        program reports having used other values than ``values`` (e.g. pw.x running one
+        OpenMP thread where two were asked) — or None. Such a run is ``invalid`` with this
+        reason: its figures belong to another point."""
+        return None
+
     def validate(self, names: frozenset[str]) -> None:  # noqa: B027 - optional hook
         """Raise :class:`~tunelab.errors.WorkloadError` when the options refer to a name the
         study does not define. ``names`` are the study's parameters, derived values and

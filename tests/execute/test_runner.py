@@ -293,6 +293,25 @@ def test_invariant_violations_are_invalid_runs(write_study, tmp_path):
     assert "value differs by 4 > 0.5 from the study's reference (6.0 vs 2.0)" in bad["reason"]
 
 
+class RelabelWorkload(EnergyWorkload):
+    """A program that reports having run x=1 when asked for x=3 (as pw.x reports the
+    OpenMP threads, pools or diagonalisation group it really used)."""
+
+    def configuration_problem(self, values, foms):
+        return "the program ran x=1, not x=3" if values["x"] == 3 else None
+
+
+def test_a_run_of_another_configuration_is_invalid_and_sets_no_reference(write_study,
+                                                                          tmp_path):
+    study = prepare_study(load_study(write_study(study_text("[ok]", "[3, 1, 1.2]", 1))))
+    study.workload = RelabelWorkload(study.workload.options, study.spec.path)
+    outcome = run_study(study, tmp_path / "d")
+    assert outcome.counts == {"ok": 2, "invalid": 1}
+    bad = [r for r in runs(tmp_path / "d") if r["status"] == "invalid"][0]
+    assert json.loads(bad["key"])["x"] == 3
+    assert bad["reason"] == "the program ran x=1, not x=3"
+
+
 def test_export_formats(write_study, tmp_path):
     d = tmp_path / "d"
     assert tunelab("run", write_study(study_text("[ok]")), "--dir", d, "-q").returncode == 0

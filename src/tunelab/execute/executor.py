@@ -25,7 +25,7 @@ import secrets
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -483,7 +483,7 @@ class Executor:
             status, reason, foms = parse_run(study, outcome.rc, run_dir)
         foms = {**foms, WALL_FOM: outcome.wall_s}
         if status == "ok":
-            status, reason = check_invariants(study, self.store, foms)
+            status, reason = check_invariants(study, self.store, params, foms)
         self.done.add((key, repeat))
         self.on_record(RunRecord(
             point_key=key, params=params, repeat=repeat, status=status, reason=reason,
@@ -522,10 +522,15 @@ def parse_run(study: Study, rc: int | None,
     return "ok", None, foms
 
 
-def check_invariants(study: Study, store: Store,
+def check_invariants(study: Study, store: Store, params: Mapping[str, object],
                      foms: dict[str, float]) -> tuple[str, str | None]:
-    """``invalid`` when a FOM that must agree across runs differs from the study's
-    reference (the first value stored) by more than its tolerance."""
+    """``invalid`` when the program reports having run another configuration than
+    ``params`` (:meth:`~tunelab.workload.Workload.configuration_problem`), or when a FOM
+    that must agree across runs differs from the study's reference (the first value stored
+    by a run of the configuration it asked for) by more than its tolerance."""
+    other = study.workload.configuration_problem(params, foms)
+    if other is not None:
+        return "invalid", other
     problems = []
     for name, tolerance in study.workload.invariants().items():
         if name not in foms:

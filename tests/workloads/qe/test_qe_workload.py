@@ -19,6 +19,7 @@ from tunelab.errors import WorkloadError
 from tunelab.workload import RunContext
 from tunelab.workloads import get_workload
 from tunelab.workloads.qe import QEOptions, QEWorkload, pw_rules
+from tunelab.workloads.qe.parser import parse_pw_output
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 needs_pw = pytest.mark.skipif(
@@ -103,6 +104,24 @@ def test_objective_invariants_and_rules() -> None:
         assert expected in exprs
     assert all(why for _, why in wl.rules())
     assert "np * omp <= cores" not in [e for e, _ in pw_rules(oversubscribe=True)]
+
+
+def test_a_run_pw_made_with_other_values_than_asked_is_named() -> None:
+    data = Path(__file__).parent / "data"
+    serial = parse_pw_output((data / "si_np1.out").read_text())  # MPI-only build, 1 rank
+    wl = _si()
+    assert wl.configuration_problem({"np": 1, "npool": 1, "omp": 1}, serial) is None
+    why = wl.configuration_problem({"np": 1, "omp": 2}, serial)
+    assert why == ("pw.x ran with 1 OpenMP threads per process, not omp=2 (this pw.x is built "
+                   "without OpenMP, or ignored OMP_NUM_THREADS), as it prints: the run "
+                   "measured another configuration than its point")
+    qe72 = parse_pw_output((data / "qe72_ceo2_excerpt.out").read_text())
+    asked = {"np": 40, "npool": 10, "ndiag": 4, "ntg": 2, "omp": 2}
+    assert wl.configuration_problem(asked, qe72) is None
+    why = wl.configuration_problem({**asked, "ndiag": 9, "ntg": 1}, qe72)
+    assert why is not None
+    assert "4 ranks in the diagonalisation group, not ndiag=9; 2 FFT task groups, not ntg=1" \
+        in why
 
 
 def test_demo_study_has_seven_valid_points() -> None:

@@ -53,7 +53,10 @@ from tunelab.workloads.qe.pseudo_search import Resolved, resolve_pseudos
 from tunelab.workloads.qe.pwcount import cached_count, count_with_pw
 from tunelab.workloads.qe.pwinput import PwInput, read_pw_input, stage_input
 
-__all__ = ["QE_PACKAGE", "NkInfo", "QEOptions", "QEWorkload", "Tolerance", "pw_rules"]
+__all__ = [
+    "QE_PACKAGE", "USED", "NkInfo", "QEOptions", "QEWorkload", "Tolerance", "pw_rules",
+    "used_differs",
+]
 
 QE_PACKAGE = "quantum-espresso"
 PARAMETERS = ("np", "npool", "ndiag", "ntg", "omp")
@@ -308,6 +311,13 @@ class QEWorkload(Workload):
         """The total energy must agree across configurations within the tolerance."""
         return {"total_energy_ry": self.setup.tolerance.value}
 
+    def configuration_problem(self, values: Mapping[str, Any],
+                              foms: Mapping[str, float]) -> str | None:
+        """What pw.x reports having used (:data:`USED`) where it differs from the point's
+        values: an OpenMP thread count a build without OpenMP ignores, a layout pw.x
+        changed. None when it ran what was asked."""
+        return used_differs(values, foms)
+
     def facts(self) -> list[str]:
         """k-points, energy tolerance, pseudopotentials and workflow, with their sources."""
         setup = self.setup
@@ -404,6 +414,37 @@ class QEWorkload(Workload):
 
         return plot_qe_study(runs, out_dir, best=best, baseline=baseline,
                              metric=f"fom.{objective.fom}")
+
+
+USED = (
+    ("np", "par_mpi_procs", "MPI processes"),
+    ("npool", "par_pools", "k-point pools"),
+    ("ndiag", "par_ndiag", "ranks in the diagonalisation group"),
+    ("ntg", "par_ntg", "FFT task groups"),
+    ("omp", "par_threads", "OpenMP threads per process"),
+)
+"""Parameter, the FOM of what pw.x printed it used (see :mod:`.parser`), and its words."""
+
+
+def used_differs(values: Mapping[str, Any], foms: Mapping[str, float]) -> str | None:
+    """One line naming each parameter whose value pw.x did not use, with what it used;
+    None when every parameter present in ``values`` matches pw.x's own report."""
+    diffs = []
+    for param, fom, what in USED:
+        if param not in values or fom not in foms:
+            continue
+        try:
+            asked, used = int(values[param]), int(foms[fom])
+        except (TypeError, ValueError):
+            continue
+        if asked != used:
+            why = (" (this pw.x is built without OpenMP, or ignored OMP_NUM_THREADS)"
+                   if param == "omp" and used == 1 else "")
+            diffs.append(f"{used} {what}, not {param}={asked}{why}")
+    if not diffs:
+        return None
+    return ("pw.x ran with " + "; ".join(diffs) + ", as it prints: the run measured "
+            "another configuration than its point")
 
 
 def pw_flags(values: Mapping[str, Any]) -> list[str]:
