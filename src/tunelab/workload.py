@@ -334,6 +334,12 @@ class Workload(ABC):
         reason: its figures belong to another point."""
         return None
 
+    def scratch(self, run_dir: Path) -> tuple[Path, ...]:
+        """Paths inside ``run_dir`` that the engine deletes once the run is recorded: the
+        program's scratch data (pw.x's outdir), which would otherwise grow the study's
+        directory with every run. Nothing by default."""
+        return ()
+
     def validate(self, names: frozenset[str]) -> None:  # noqa: B027 - optional hook
         """Raise :class:`~tunelab.errors.WorkloadError` when the options refer to a name the
         study does not define. ``names`` are the study's parameters, derived values and

@@ -312,6 +312,36 @@ def test_a_run_of_another_configuration_is_invalid_and_sets_no_reference(write_s
     assert bad["reason"] == "the program ran x=1, not x=3"
 
 
+class ScratchWorkload(CommandWorkload):
+    """A program that leaves scratch data in ``RUN/out`` (as pw.x its outdir); the workload
+    names it, and, wrongly, paths outside the run directory."""
+
+    outside: Path
+
+    def command(self, ctx):
+        (ctx.run_dir / "out").mkdir()
+        (ctx.run_dir / "out" / "wfc1.dat").write_bytes(b"\0" * 1000)
+        return super().command(ctx)
+
+    def scratch(self, run_dir):
+        return (run_dir / "out", run_dir, run_dir / "..", self.outside)
+
+
+def test_scratch_the_workload_names_is_deleted_once_the_run_is_recorded(write_study,
+                                                                          tmp_path):
+    study = prepare_study(load_study(write_study(study_text("[ok, crash]", "[1]", 1))))
+    study.workload = ScratchWorkload(study.workload.options, study.spec.path)
+    study.workload.outside = tmp_path / "keep"
+    study.workload.outside.mkdir()
+    outcome = run_study(study, tmp_path / "d")
+    assert outcome.counts == {"ok": 1, "failed": 1}
+    for run in runs(tmp_path / "d"):
+        run_dir = tmp_path / "d" / run["run_dir"]
+        assert (run_dir / "stdout.txt").is_file()
+        assert not (run_dir / "out").exists()
+    assert study.workload.outside.is_dir()
+
+
 def test_export_formats(write_study, tmp_path):
     d = tmp_path / "d"
     assert tunelab("run", write_study(study_text("[ok]")), "--dir", d, "-q").returncode == 0

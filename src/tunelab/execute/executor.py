@@ -491,6 +491,21 @@ class Executor:
             ended_at=outcome.ended_at or _now(), host=outcome.host or self.host,
             command=argv, env=env, run_dir=str(run_dir.relative_to(self.study_dir)),
             foms=foms, sysinfo_id=self.sysinfo_id, noise=outcome.noise))
+        drop_scratch(study, run_dir)
+
+
+def drop_scratch(study: Study, run_dir: Path) -> None:
+    """Delete the scratch files the workload names (:meth:`Workload.scratch`) once the run
+    is recorded: only paths inside ``run_dir``; one that cannot be deleted stays."""
+    base = run_dir.resolve()
+    for path in study.workload.scratch(run_dir):
+        target = path.resolve()
+        if target == base or not target.is_relative_to(base):
+            continue
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
 
 
 def parse_run(study: Study, rc: int | None,

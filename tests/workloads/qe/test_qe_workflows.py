@@ -57,7 +57,8 @@ def _own_wall(stdout: str) -> float:
 
 def test_scf_then_nscf_times_only_the_nscf(tmp_path: Path) -> None:
     study = _study(tmp_path, f"    input: {EXAMPLES / 'qe' / 'si-nscf.in'}\n"
-                             f"    prepare: [{{input: {EXAMPLES / 'qe' / 'si-scf.in'}}}]\n")
+                             f"    prepare: [{{input: {EXAMPLES / 'qe' / 'si-scf.in'}}}]\n"
+                             "    keep_outdir: true\n")  # to look at each run's copy
     d = tmp_path / "d"
     res = _cli(tmp_path, "run", study, "--dir", d, "-q")
     assert res.returncode == 0, res.stdout + res.stderr

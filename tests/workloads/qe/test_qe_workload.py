@@ -124,6 +124,11 @@ def test_a_run_pw_made_with_other_values_than_asked_is_named() -> None:
         in why
 
 
+def test_each_runs_outdir_is_scratch_unless_kept(tmp_path: Path) -> None:
+    assert _si().scratch(tmp_path) == (tmp_path / "out",)
+    assert _si(keep_outdir=True).scratch(tmp_path) == ()
+
+
 def test_demo_study_has_seven_valid_points() -> None:
     points = _study_points(EXAMPLES / "qe-si.yaml", cores=2, nk=10)
     got = sorted((p["np"], p["npool"], p["ndiag"]) for p in points)

@@ -51,7 +51,7 @@ from tunelab.workloads.qe.prepare import (
 )
 from tunelab.workloads.qe.pseudo_search import Resolved, resolve_pseudos
 from tunelab.workloads.qe.pwcount import cached_count, count_with_pw
-from tunelab.workloads.qe.pwinput import PwInput, read_pw_input, stage_input
+from tunelab.workloads.qe.pwinput import STAGED_OUTDIR, PwInput, read_pw_input, stage_input
 
 __all__ = [
     "QE_PACKAGE", "USED", "NkInfo", "QEOptions", "QEWorkload", "Tolerance", "pw_rules",
@@ -109,6 +109,9 @@ class QEOptions(WorkloadOptions):
         (), max_length=MAX_STEPS,
         description="untimed pw.x runs that build what the input reads (e.g. the scf of an "
         "nscf), in order, sharing one outdir that every run starts from")
+    keep_outdir: bool = Field(
+        False, description="keep each run's outdir (RUN/out: wavefunctions, charge density) "
+        "after the run; by default it is deleted once the run is recorded")
     seed: tuple[str, ...] = Field(
         (), max_length=MAX_SEEDS,
         description="files or directories copied into every run's outdir (restart data)")
@@ -399,6 +402,11 @@ class QEWorkload(Workload):
         per_node = needs.ranks_per_node * needs.threads
         env = {**ctx.env, **mpirun_env(per_node, ctx.cores), "OMP_NUM_THREADS": str(needs.threads)}
         return Command(tuple(argv), env, ctx.run_dir)
+
+    def scratch(self, run_dir: Path) -> tuple[Path, ...]:
+        """The run's private outdir (wavefunctions and charge density, one copy per run),
+        unless the option ``keep_outdir`` keeps it."""
+        return () if self.opts.keep_outdir else (run_dir / STAGED_OUTDIR,)
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
         """Figures of merit of a pw.x run (see :mod:`tunelab.workloads.qe.parser`)."""
