@@ -139,7 +139,16 @@ class Space:
         axes = [(p.name, p.values) for p in spec.parameters]
         if spec.env_sets is not None:
             axes.append((ENV_AXIS, tuple(spec.env_sets)))
-        known = {a for a, _ in axes} | set(spec.derived) | {"cores"} | set(constants or {})
+        fixed = {"cores", *(constants or {})}
+        for kind, names in (("parameter", [a for a, _ in axes]), ("derived", spec.derived)):
+            for name in names:
+                if name in fixed:
+                    raise SpaceError(
+                        f"{'derived value' if kind == 'derived' else kind} {name!r} has the "
+                        f"name of a constant of the study ({', '.join(sorted(fixed))}), which "
+                        "the constraints and the workload's rules read: name it otherwise",
+                        (kind, name))
+        known = {a for a, _ in axes} | set(spec.derived) | fixed
         rules = [r for r in workload_rules or [] if r.expr.names <= known]
         return cls(axes, spec.derived, [*rules, *spec.constraints], constants)
 

@@ -254,6 +254,10 @@ def test_a_changed_study_file_is_refused_in_the_same_directory(write_study, tmp_
         (study_text("[ok]", extra="constraints: ['y > 1']\n"), "unknown name 'y'"),
         (study_text("[ok]", extra="baseline: {mode: ok, x: 7}\n"),
          "the baseline is not a valid point: x=7 is not one of [1, 2]"),
+        (study_text("[ok]", extra="derived: {cores: 'x * 2'}\n"),
+         "derived value 'cores' has the name of a constant of the study (cores, "
+         "cores_per_node), which the constraints and the workload's rules read: name it "
+         "otherwise"),
         (study_text("[ok]").replace("    foms:", "    colour: red\n    foms:"),
          "workload 'command' option 'colour': Extra inputs are not permitted"),
     ],

@@ -222,6 +222,8 @@ def _space_where(spec: StudySpec, exc: SpaceError) -> str:
             if constraint.label == name:
                 return spec.where("constraints", index)
         return spec.where("workload", "name")
+    if kind == "parameter" and any(p.name == name for p in spec.parameters):
+        return spec.where("parameters", name)
     return spec.where("parameters")
 
 

@@ -22,6 +22,7 @@ from tunelab.workloads.qe import QEOptions, QEWorkload, pw_rules
 from tunelab.workloads.qe.parser import parse_pw_output
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+SI_IN = EXAMPLES / "qe" / "si.in"
 needs_pw = pytest.mark.skipif(
     shutil.which("pw.x") is None or shutil.which("mpirun") is None,
     reason="pw.x (quantum-espresso) and mpirun (openmpi-bin) are needed",
@@ -127,6 +128,22 @@ def test_a_run_pw_made_with_other_values_than_asked_is_named() -> None:
 def test_each_runs_outdir_is_scratch_unless_kept(tmp_path: Path) -> None:
     assert _si().scratch(tmp_path) == (tmp_path / "out",)
     assert _si(keep_outdir=True).scratch(tmp_path) == ()
+
+
+def test_a_parameter_named_like_the_kpoint_constant_is_refused(tmp_path: Path) -> None:
+    """pw.x's -nk is npool: a parameter nk was passed to no program and replaced the
+    k-point count in the rule npool <= nk."""
+    from tests.conftest import tunelab
+
+    study = tmp_path / "s.yaml"
+    study.write_text(f"name: s\nworkload:\n  name: qe\n  options:\n    input: {SI_IN}\n"
+                     "parameters:\n  np: [1, 2]\n  npool: [1, 2]\n  nk: [1, 2]\n")
+    res = tunelab("space", study)
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        f"tunelab: error: {study}:9: parameter 'nk' has the name of a constant of the study "
+        "(cores, cores_per_node, nk), which the constraints and the workload's rules read: "
+        "name it otherwise")
 
 
 def test_demo_study_has_seven_valid_points() -> None:
