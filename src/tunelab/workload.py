@@ -264,6 +264,10 @@ class Workload(ABC):
     ``"scaling"`` (throughput vs workers with the ideal line and the fitted model, efficiency,
     scale-up vs scale-out: any study with a ``workers`` axis) and ``"storage"`` (AU and read
     MB/s vs workers, for runs with input-pipeline figures). Drawn before :meth:`report_plots`."""
+    reads: ClassVar[frozenset[str] | None] = None
+    """The parameter names the workload's command uses, for a workload that has a fixed set
+    (None: any name, e.g. argv templates). A study parameter outside them would make points
+    that run the same command, so it is refused when the study is loaded."""
     dry_run: bool = False
     """Set by the engine when the study is only looked at (``space``, ``run --dry-run``):
     the workload must then start no program (no probe, no preparation), only describe."""

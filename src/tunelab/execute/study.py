@@ -145,6 +145,7 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
         if isinstance(exc, StudyError | WorkloadError):
             raise
         raise StudyError(f"{spec.where('constraints')}: {exc}") from None
+    _check_reads(spec, cls, space)
     try:
         workload.validate(frozenset([*space.names, *space.derived, *space.constants]))
     except WorkloadError as exc:
@@ -225,6 +226,19 @@ def _space_where(spec: StudySpec, exc: SpaceError) -> str:
     if kind == "parameter" and any(p.name == name for p in spec.parameters):
         return spec.where("parameters", name)
     return spec.where("parameters")
+
+
+def _check_reads(spec: StudySpec, cls: type[Workload], space: Space) -> None:
+    """Refuse a parameter the workload's command does not use (:attr:`Workload.reads`):
+    its points would all run the same command."""
+    if cls.reads is None:
+        return
+    for name in space.names:
+        if name != ENV_AXIS and name not in cls.reads:
+            raise StudyError(
+                f"{spec.where('parameters', name)}: workload {spec.workload!r} does not use a "
+                f"parameter {name!r}: every value would run the same command; its "
+                f"parameters are {', '.join(sorted(cls.reads))}")
 
 
 def _check_values(spec: StudySpec, workload: Workload, space: Space,

@@ -146,6 +146,24 @@ def test_a_parameter_named_like_the_kpoint_constant_is_refused(tmp_path: Path) -
         "name it otherwise")
 
 
+@pytest.mark.parametrize("name", ["nd", "nt", "npools", "ranks"])
+def test_a_parameter_pw_is_never_given_is_refused(tmp_path: Path, name: str) -> None:
+    """pw.x's short flags (-nd, -nt) or a misspelling were axes passed to no program: every
+    value ran the same command."""
+    from tests.conftest import tunelab
+
+    study = tmp_path / "s.yaml"
+    study.write_text(f"name: s\nworkload:\n  name: qe\n  options:\n    input: {SI_IN}\n"
+                     f"parameters:\n  np: [1, 2]\n  {name}: [1, 4]\n")
+    for command in (["space"], ["run", "--dry-run"]):
+        res = tunelab(*command, study)
+        assert res.returncode == 2
+        assert res.stderr.strip() == (
+            f"tunelab: error: {study}:8: workload 'qe' does not use a parameter {name!r}: "
+            "every value would run the same command; its parameters are ndiag, nodes, np, "
+            "npool, ntg, omp, ppn")
+
+
 def test_demo_study_has_seven_valid_points() -> None:
     points = _study_points(EXAMPLES / "qe-si.yaml", cores=2, nk=10)
     got = sorted((p["np"], p["npool"], p["ndiag"]) for p in points)

@@ -202,6 +202,7 @@ class QEWorkload(Workload):
     name = "qe"
     description = "Quantum ESPRESSO pw.x: MPI ranks, pools, ndiag, task groups, OpenMP threads"
     Options = QEOptions
+    reads = frozenset((*PARAMETERS, "nodes", "ppn"))
 
     def __init__(self, options: WorkloadOptions | Mapping[str, Any],
                  study_file: Path | None = None) -> None:
