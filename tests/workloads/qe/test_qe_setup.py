@@ -129,6 +129,34 @@ def test_missing_pseudopotential_names_every_place_in_space_run_and_dry_run(
     assert not (tmp_path / "d").exists()
 
 
+UPF = '<UPF version="2.0.1">\n  <PP_INFO>\n  </PP_INFO>\n  <PP_MESH>\n' + "  0.1 0.2\n" * 400
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    (UPF, "is cut short: a UPF file ends with </UPF>, this one stops after 4,059 bytes"),
+    ("", "is empty"),
+])
+def test_a_cut_short_pseudopotential_is_refused_alike_everywhere(tmp_path: Path, text: str,
+                                                                 why: str) -> None:
+    """A UPF copied or downloaded only in part made every run die in pw.x's reader with
+    'Fortran runtime error: End of file', naming no file."""
+    (tmp_path / "pp").mkdir()
+    (tmp_path / "pp" / "Si.team.UPF").write_text(text)
+    _input(tmp_path, control=", pseudo_dir = 'pp'", pseudo="Si.team.UPF")
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nworkload: {name: qe, options: {input: si.in, nk: 2}}\n"
+                     "parameters: {np: [1]}\n")
+    results = [_cli("space", study), _cli("run", study, "--dry-run"),
+               _cli("run", study, "--dir", tmp_path / "d")]
+    assert [r.returncode for r in results] == [2, 2, 2]
+    assert {r.stderr.strip() for r in results} == {
+        f"tunelab: error: {study}:2: pseudopotential 'Si.team.UPF' of species 'Si' "
+        f"({tmp_path / 'pp' / 'Si.team.UPF'}) {why}: pw.x would die reading it ('Fortran "
+        "runtime error: End of file'); copy or download it again"}
+    (tmp_path / "pp" / "Si.team.UPF").write_text(UPF + "  </PP_MESH>\n</UPF>\n")
+    assert _cli("space", study).returncode == 0
+
+
 def test_generated_pseudopotential_is_not_generated_by_a_dry_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

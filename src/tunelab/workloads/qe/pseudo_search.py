@@ -25,7 +25,9 @@ from tunelab.errors import WorkloadError
 from tunelab.workloads.qe.pseudo import GENERATED, ensure_pseudo, pseudo_cache_dir
 from tunelab.workloads.qe.pwinput import PwInput
 
-__all__ = ["DEBIAN_PSEUDO_DIR", "Place", "Resolved", "resolve_pseudos", "search_places"]
+__all__ = [
+    "DEBIAN_PSEUDO_DIR", "Place", "Resolved", "cut_short", "resolve_pseudos", "search_places",
+]
 
 DEBIAN_PSEUDO_DIR = Path("/usr/share/espresso/pseudo")
 
@@ -98,5 +100,35 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
                 f"pseudopotential {name!r} of species {species.label!r} named in {inp.path} "
                 f"is in none of the places searched, in order: {looked}{hint}"
             )
+        if name not in generated:
+            cut = cut_short(found)
+            if cut is not None:
+                raise WorkloadError(
+                    f"pseudopotential {name!r} of species {species.label!r} ({found}) {cut}: "
+                    "pw.x would die reading it ('Fortran runtime error: End of file'); "
+                    "copy or download it again")
         files[name] = found
     return Resolved(files, tuple(generated))
+
+
+UPF_TAIL_BYTES = 4096
+"""How much of a file's end :func:`cut_short` reads for the closing ``</UPF>`` tag."""
+
+
+def cut_short(path: Path) -> str | None:
+    """Why the pseudopotential file at ``path`` is incomplete (empty, or a UPF v2 file
+    without its closing ``</UPF>`` tag: a copy or download cut off), None when it looks
+    whole. Other formats are not judged. Reads at most a few kilobytes."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(512)
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - UPF_TAIL_BYTES, 0))
+            tail = handle.read()
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if size == 0:
+        return "is empty"
+    if b"<UPF version=" in head and b"</UPF>" not in tail:
+        return f"is cut short: a UPF file ends with </UPF>, this one stops after {size:,} bytes"
+    return None
