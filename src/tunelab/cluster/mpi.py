@@ -84,11 +84,15 @@ def mpirun_argv(
     extra_args: Sequence[str] = (),
     cores: int | None = None,
     oversubscribe: bool | None = None,
+    threads: int = 1,
 ) -> list[str]:
     """The argv prefix ``mpirun -np N …`` for Open MPI on this machine.
 
-    Adds ``--allow-run-as-root`` when running as root, and ``--oversubscribe`` when ``np``
-    exceeds ``cores`` (or when ``oversubscribe`` is True). Other launchers (``srun``, Intel
+    Adds ``--allow-run-as-root`` when running as root, ``--oversubscribe`` when ``np``
+    exceeds ``cores`` (or when ``oversubscribe`` is True), and ``--bind-to none`` for ranks
+    of more than one thread unless ``extra_args`` bind or map them (Open MPI binds each rank
+    of a run of two or fewer to one core, where all its OpenMP threads would share it);
+    ``srun -n N`` gets ``--cpus-per-task`` for such ranks. Other launchers (``srun``, Intel
     MPI's ``mpiexec.hydra``) are used by naming them in ``mpirun`` and passing their own
     flags in ``extra_args``; the Open MPI flags are then left out.
     """
@@ -96,7 +100,9 @@ def mpirun_argv(
         raise WorkloadError(f"the number of MPI ranks must be at least 1, got {np}")
     launcher = os.path.basename(mpirun)
     if launcher == "srun":
-        return [mpirun, "-n", str(np), *extra_args]
+        cpus = any(a == "-c" or a.split("=")[0] == "--cpus-per-task" for a in extra_args)
+        per_task = [f"--cpus-per-task={threads}"] if threads > 1 and not cpus else []
+        return [mpirun, "-n", str(np), *per_task, *extra_args]
     argv = [mpirun, "-np", str(np)]
     if launcher in ("mpirun", "mpiexec", "orterun"):
         if os.geteuid() == 0:
@@ -104,6 +110,11 @@ def mpirun_argv(
         cores = cores if cores is not None else (os.cpu_count() or 1)
         if oversubscribe or (oversubscribe is None and np > cores):
             argv.append("--oversubscribe")
+        placed = any(a.split("=")[0] in ("--bind-to", "--map-by", "--cpus-per-proc",
+                                          "--cpus-per-rank", "--rankfile")
+                     for a in extra_args)
+        if threads > 1 and not placed:
+            argv += ["--bind-to", "none"]
     argv.extend(extra_args)
     return argv
 
@@ -125,7 +136,8 @@ def mpi_launch_argv(
     A workload option naming another launcher (``mpiexec.hydra``) is kept as it is.
     """
     if not placement.in_allocation:
-        return mpirun_argv(ranks, mpirun=mpirun, extra_args=extra_args, cores=cores)
+        return mpirun_argv(ranks, mpirun=mpirun, extra_args=extra_args, cores=cores,
+                           threads=threads)
     if ranks < 1:
         raise WorkloadError(f"the number of MPI ranks must be at least 1, got {ranks}")
     name = os.path.basename(mpirun)

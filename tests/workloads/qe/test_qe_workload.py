@@ -274,6 +274,23 @@ def test_command_uses_the_configured_launcher(tmp_path: Path) -> None:
                     "-inp", "pw.in"]
 
 
+def test_ranks_of_several_threads_get_cores_for_them(tmp_path: Path) -> None:
+    """Open MPI binds each rank of a run of <= 2 ranks to one core: omp=2 ran both OpenMP
+    threads on it, so an OpenMP build looked no faster with threads."""
+    def argv(values: dict[str, Any], **opts: Any) -> list[str]:
+        return list(_si(**opts).command(_ctx(tmp_path, values, cores=8)).argv)
+
+    bound = argv({"np": 1, "omp": 2})
+    assert bound[bound.index("--bind-to") + 1] == "none"
+    assert bound.index("--bind-to") < bound.index(next(a for a in bound if a.endswith("pw.x")))
+    assert "--bind-to" not in argv({"np": 2, "omp": 1})
+    mapped = argv({"np": 2, "omp": 2}, mpi_args=("--map-by", "slot:PE=2"))
+    assert "--bind-to" not in mapped and "slot:PE=2" in mapped
+    assert argv({"np": 2, "omp": 4}, mpirun="srun")[:4] == ["srun", "-n", "2",
+                                                            "--cpus-per-task=4"]
+    assert argv({"np": 2, "omp": 4}, mpirun="srun", mpi_args=("-c", "4")).count("4") == 1
+
+
 def test_command_does_not_second_guess_an_explicit_point(tmp_path: Path) -> None:
     # Refusing impossible points is the engine's job (it knows the rules); the command is
     # built as asked so that pw.x's own error can be recorded when a user forces it.
