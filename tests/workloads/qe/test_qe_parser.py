@@ -194,6 +194,16 @@ def test_qe7_total_time_line_formats(line: str, cpu: float, wall: float) -> None
     assert foms["par_threads"] == 8.0
 
 
+def test_a_serial_openmp_build_reports_its_threads_as_cores() -> None:
+    """QE's serial OpenMP build prints only 'Serial multi-threaded version, running on N
+    processor cores': its threads read as 1, so omp=N looked ignored by pw.x."""
+    text = ("     Program PWSCF v.6.7MaX starts on  1Jan2024 at  1: 2: 3\n"
+            "     Serial multi-threaded version, running on    4 processor cores\n"
+            "     PWSCF        :      0.23s CPU      0.64s WALL\n")
+    foms = parse_pw_output(text)
+    assert (foms["par_mpi_procs"], foms["par_threads"]) == (1.0, 4.0)
+
+
 def test_qe7_error_excerpt() -> None:
     with pytest.raises(ParseError) as err:
         parse_pw_output(_read("qe71_error_excerpt.out"))

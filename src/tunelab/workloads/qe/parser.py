@@ -66,6 +66,7 @@ _PROCS = re.compile(r"running on\s+(\d+)\s+processors\b")
 _CORES = re.compile(r"running on\s+(\d+)\s+processor cores")
 _MPI_PROCS = re.compile(r"Number of MPI processes:\s+(\d+)")
 _THREADS = re.compile(r"Threads/MPI process:\s+(\d+)")
+_SERIAL_OMP = re.compile(r"Serial multi-threaded version, running on\s+(\d+)\s+processor cores")
 _NDIAG = re.compile(r"size of sub-group:\s*(\d+)\s*\*\s*(\d+)\s*procs")
 
 
@@ -159,6 +160,9 @@ def _parallelisation(stdout: str) -> dict[str, float]:
     cores = _CORES.search(stdout)
     threads = _THREADS.search(stdout)
     foms["par_threads"] = float(threads.group(1)) if threads else 1.0
+    serial_omp = _SERIAL_OMP.search(stdout)
+    if serial_omp and not threads:  # a serial OpenMP build prints its threads as cores
+        foms["par_threads"] = float(serial_omp.group(1))
     if mpi:
         foms["par_mpi_procs"] = float(mpi.group(1))
     elif "Serial version" in stdout or "Serial multi-threaded version" in stdout:
