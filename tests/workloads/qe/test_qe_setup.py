@@ -88,8 +88,16 @@ def test_pseudopotentials_are_searched_in_the_documented_order(
         return wl.setup.pseudos.files["X.UPF"].read_text()
 
     assert found() == "input"  # the input's own pseudo_dir first (relative to the input)
+    (dirs["input"] / "X.UPF").unlink()
+    assert found() == "option"
+    (dirs["option"] / "X.UPF").unlink()
+    with pytest.raises(WorkloadError, match="searched only for an input that names no "
+                       "pseudo_dir"):  # as pw.x: its defaults replaced by the input's
+        found()
+    (dirs["option"] / "X.UPF").write_text("option")
+    _input(tmp_path, pseudo="X.UPF")  # names no pseudo_dir: pw.x's defaults after the option
     for gone, expected in (("input", "option"), ("option", "env"), ("env", "home")):
-        (dirs[gone] / "X.UPF").unlink()
+        (dirs[gone] / "X.UPF").unlink(missing_ok=True)
         assert found() == expected
     places = [p.label for p in search_places(None, None)]
     assert places == ["the input's pseudo_dir", "the option pseudo_dir", "$ESPRESSO_PSEUDO",
@@ -110,7 +118,7 @@ def test_debian_directory_is_searched_last(tmp_path: Path, monkeypatch: pytest.M
 def test_missing_pseudopotential_names_every_place_in_space_run_and_dry_run(
     tmp_path: Path
 ) -> None:
-    _input(tmp_path, control=", pseudo_dir = 'pp'", pseudo="Si.nowhere.UPF")
+    _input(tmp_path, pseudo="Si.nowhere.UPF")
     study = tmp_path / "study.yaml"
     study.write_text("name: s\nworkload: {name: qe, options: {input: si.in, nk: 2}}\n"
                      "parameters: {np: [1]}\n")
@@ -122,11 +130,57 @@ def test_missing_pseudopotential_names_every_place_in_space_run_and_dry_run(
     (message,) = messages
     assert message.count("\n") == 0 and "Traceback" not in message
     assert "'Si.nowhere.UPF' of species 'Si'" in message
-    for place in (f"the input's pseudo_dir ({tmp_path / 'pp'})", "the option pseudo_dir "
+    for place in ("the input's pseudo_dir (not set)", "the option pseudo_dir "
                   "(not set)", f"$ESPRESSO_PSEUDO ({tmp_path / 'env'})", "~/espresso/pseudo (",
                   "/usr/share/espresso/pseudo"):
         assert place in message
     assert not (tmp_path / "d").exists()
+
+
+def test_a_pseudo_dir_that_is_not_a_directory_is_refused_alike_everywhere(
+    tmp_path: Path
+) -> None:
+    """A relative pseudo_dir written for the directory pw.x is started in (here the study's)
+    is not found from the input file's directory, where tunelab takes it; tunelab then took
+    Debian's file of the same name without a word, so every run computed with another
+    pseudopotential than the team's (checked with real runs: -15.8355 Ry instead of the
+    team's -15.7291 Ry)."""
+    (tmp_path / "pp").mkdir()  # beside the study: where the team starts pw.x
+    (tmp_path / "pp" / "Si.pz-vbc.UPF").write_text("the team's own\n")
+    (tmp_path / "inputs").mkdir()
+    _input(tmp_path / "inputs", control=",\n  pseudo_dir = './pp'")
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nworkload: {name: qe, options: {input: inputs/si.in, nk: 2}}\n"
+                     "parameters: {np: [1]}\n")
+    results = [_cli("space", study), _cli("run", study, "--dry-run"),
+               _cli("run", study, "--dir", tmp_path / "d")]
+    assert [r.returncode for r in results] == [2, 2, 2]
+    assert {r.stderr.strip() for r in results} == {
+        f"tunelab: error: {study}:2: {tmp_path / 'inputs' / 'si.in'}:3: pseudo_dir './pp' "
+        f"is not a directory ({tmp_path / 'inputs' / 'pp'}: tunelab takes a relative "
+        "pseudo_dir from the input file's directory, not from the directory a run starts "
+        "in); name the directory that holds the pseudopotentials (absolute, or relative to "
+        "the input file), or leave pseudo_dir out to search the option pseudo_dir and pw.x's "
+        "defaults"}
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_file_missing_from_the_input_pseudo_dir_is_not_taken_from_debian(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pw.x reads only the pseudo_dir an input names; tunelab went on to Debian's
+    directory, so a file the team's directory lacks was replaced by Debian's silently."""
+    if not Path("/usr/share/espresso/pseudo/Si.pz-vbc.UPF").is_file():
+        pytest.skip("needs Debian's quantum-espresso-data")
+    monkeypatch.delenv("ESPRESSO_PSEUDO", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "pp").mkdir()
+    _input(tmp_path, control=", pseudo_dir = 'pp'")
+    with pytest.raises(WorkloadError) as caught:
+        _ = _workload(tmp_path, nk=1).setup
+    assert ("is in none of the places searched, in order: the input's pseudo_dir "
+            f"({tmp_path / 'pp'}); the option pseudo_dir (not set) (pw.x's defaults"
+            ) in str(caught.value)
 
 
 UPF = '<UPF version="2.0.1">\n  <PP_INFO>\n  </PP_INFO>\n  <PP_MESH>\n' + "  0.1 0.2\n" * 400

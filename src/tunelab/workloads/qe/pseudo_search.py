@@ -8,6 +8,11 @@ The places are searched in this order, the first holding the file wins:
 4. ``~/espresso/pseudo`` (pw.x's own default);
 5. ``/usr/share/espresso/pseudo`` (Debian's ``quantum-espresso-data``).
 
+The last three are pw.x's defaults for an input that names no ``pseudo_dir``; as in pw.x,
+they are not searched for an input that names one, and a ``pseudo_dir`` that is not a
+directory is refused: a file of the same name elsewhere (Debian's, typically) would
+otherwise be taken in place of the one the input's author meant.
+
 A pseudopotential this project generates itself (:data:`.pseudo.GENERATED`, the Ce PAW) that is
 in none of them comes from :func:`.pseudo.pseudo_cache_dir`, generated there by a real run
 (never by ``space`` or ``--dry-run``). A file found nowhere is one error naming every place
@@ -61,11 +66,15 @@ class Resolved:
 
 
 def search_places(input_dir: Path | None, option_dir: Path | None) -> tuple[Place, ...]:
-    """The places searched, in order (see the module docstring)."""
+    """The places searched, in order (see the module docstring): pw.x's defaults only when
+    the input names no ``pseudo_dir`` (``input_dir`` None)."""
+    named = (Place("the input's pseudo_dir", input_dir),
+             Place("the option pseudo_dir", option_dir))
+    if input_dir is not None:
+        return named
     env = os.environ.get("ESPRESSO_PSEUDO")
     return (
-        Place("the input's pseudo_dir", input_dir),
-        Place("the option pseudo_dir", option_dir),
+        *named,
         Place("$ESPRESSO_PSEUDO", Path(env) if env else None),
         Place("~/espresso/pseudo", Path.home() / "espresso" / "pseudo"),
         Place(str(DEBIAN_PSEUDO_DIR), DEBIAN_PSEUDO_DIR),
@@ -76,6 +85,7 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
     """Find every pseudopotential of ``inp``; generate the project's own ones when
     ``generate`` (a real run). Raises :class:`WorkloadError` naming every place looked at
     for the first file found nowhere."""
+    _check_pseudo_dir(inp)
     places = search_places(inp.pseudo_dir, option_dir)
     files: dict[str, Path] = {}
     generated: list[str] = []
@@ -93,9 +103,14 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
                 generated.append(name)
         if found is None:
             looked = "; ".join(p.describe() for p in places)
-            hint = ""
-            if not DEBIAN_PSEUDO_DIR.is_dir():
+            if inp.pseudo_dir is not None:
+                hint = (" (pw.x's defaults $ESPRESSO_PSEUDO, ~/espresso/pseudo and "
+                        f"{DEBIAN_PSEUDO_DIR} are searched only for an input that names no "
+                        "pseudo_dir)")
+            elif not DEBIAN_PSEUDO_DIR.is_dir():
                 hint = " (Debian's quantum-espresso-data installs the last)"
+            else:
+                hint = ""
             raise WorkloadError(
                 f"pseudopotential {name!r} of species {species.label!r} named in {inp.path} "
                 f"is in none of the places searched, in order: {looked}{hint}"
@@ -109,6 +124,28 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
                     "copy or download it again")
         files[name] = found
     return Resolved(files, tuple(generated))
+
+
+def _check_pseudo_dir(inp: PwInput) -> None:
+    """Refuse a ``pseudo_dir`` the input names that is not a directory here.
+
+    Searching on past it would take a file of the same name from a later place (often
+    Debian's directory) without a word, while the input's author meant another: typically a
+    relative ``pseudo_dir`` written for the directory pw.x is started in, which tunelab
+    takes from the input file's directory (every run reads the staged copy of what was
+    found, never the input's ``pseudo_dir`` itself).
+    """
+    if inp.pseudo_dir is None or inp.pseudo_dir.is_dir():
+        return
+    named = inp.value("control", "pseudo_dir")
+    where = f"{inp.path}:{inp.pseudo_dir_line}" if inp.pseudo_dir_line else str(inp.path)
+    relative = "" if Path(os.path.expanduser(named)).is_absolute() else (
+        f" ({inp.pseudo_dir}: tunelab takes a relative pseudo_dir from the input file's "
+        "directory, not from the directory a run starts in)")
+    raise WorkloadError(
+        f"{where}: pseudo_dir {named!r} is not a directory{relative}; name the directory "
+        "that holds the pseudopotentials (absolute, or relative to the input file), or "
+        "leave pseudo_dir out to search the option pseudo_dir and pw.x's defaults")
 
 
 UPF_TAIL_BYTES = 4096

@@ -81,8 +81,9 @@ class PwInput:
     """The facts tunelab reads from a pw.x input file.
 
     ``pseudo_dir`` is the directory the input names (relative ones taken from the input
-    file's directory), None when it names none; where each pseudopotential is really found
-    is decided by :mod:`.pseudo_search`.
+    file's directory), None when it names none, and ``pseudo_dir_line`` the line of the file
+    that names it; where each pseudopotential is really found is decided by
+    :mod:`.pseudo_search`.
     """
 
     path: Path
@@ -92,6 +93,7 @@ class PwInput:
     kpoints: KPoints
     pseudo_dir: Path | None
     cards: dict[str, tuple[str, list[str]]] = field(default_factory=dict, repr=False)
+    pseudo_dir_line: int = 0
 
     def value(self, namelist: str, key: str, default: str = "") -> str:
         """A namelist variable as written (quotes removed), ``default`` when absent."""
@@ -282,11 +284,13 @@ def read_pw_input(path: Path) -> PwInput:
         raise WorkloadError(f"pw.x input file {str(path)!r} cannot be read: {exc}") from exc
     text = _strip_comments(raw)
     namelists: dict[str, dict[str, str]] = {}
+    lines: dict[tuple[str, str], int] = {}
     for span in _namelists(text):
-        values = {
-            a.group("key").lower().replace(" ", ""): _unquote(a.group("val"))
-            for a in _ASSIGN.finditer(text[span.body:span.slash])
-        }
+        values = {}
+        for a in _ASSIGN.finditer(text, span.body, span.slash):
+            key = a.group("key").lower().replace(" ", "")
+            values[key] = _unquote(a.group("val"))
+            lines[span.name.lower(), key] = text.count("\n", 0, a.start()) + 1
         namelists[span.name.lower()] = values
     cards = _cards(text)
     if "system" not in namelists or "ATOMIC_SPECIES" not in cards:
@@ -318,6 +322,7 @@ def read_pw_input(path: Path) -> PwInput:
         kpoints=_kpoints(path, cards),
         pseudo_dir=pseudo_dir,
         cards=cards,
+        pseudo_dir_line=lines.get(("control", "pseudo_dir"), 0),
     )
 
 
