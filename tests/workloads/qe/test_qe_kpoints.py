@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tunelab.workloads.qe import QEOptions, QEWorkload
 from tunelab.workloads.qe.kpoints import compute_kpoints
 from tunelab.workloads.qe.pseudo_search import resolve_pseudos
 from tunelab.workloads.qe.pwcount import count_with_pw
-from tunelab.workloads.qe.pwinput import read_pw_input, stage_input
+from tunelab.workloads.qe.pwinput import PwInput, read_pw_input, stage_input
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
 needs_pw = pytest.mark.skipif(
@@ -65,6 +66,26 @@ def test_rules_count_what_pw_distributes(name: str) -> None:
     assert result is not None
     assert (result.per_spin, result.spins, result.count) == (printed, spins, printed * spins)
     assert result.nsym == nsym
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_the_card_bound_is_an_upper_bound_of_what_pw_distributes(name: str) -> None:
+    """nk_bound stands in for the count where the rules do not model an input; an explicit
+    list was taken as its length, under what pw.x distributes once it adds the images of
+    the points (si-klist: 2 listed, 6 distributed), so 'npool <= nk' refused valid pools."""
+    printed, spins, _ = CORPUS[name]
+    assert read_pw_input(CORPUS_DIR / name).nk_bound >= printed * spins
+
+
+def test_the_bound_keeps_every_valid_npool_of_an_input_the_rules_do_not_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(PwInput, "count_kpoints", lambda self: None)
+    wl = QEWorkload(QEOptions(input=str(CORPUS_DIR / "si-klist.in")), tmp_path / "s.yaml")
+    wl.dry_run = True
+    assert wl.nk >= 6  # pw.x distributes 6: npool=6 must stay a valid point
+    assert "an upper bound from the K_POINTS card" in wl.setup.nk.source
 
 
 def test_lsda_doubles_and_npool_up_to_six_is_valid() -> None:

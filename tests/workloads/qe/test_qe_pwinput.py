@@ -47,26 +47,41 @@ ATOMIC_POSITIONS {{alat}}
 
 
 @pytest.mark.parametrize(
-    ("kcard", "mode", "count"),
+    ("kcard", "mode", "count", "bound"),
     [
-        ("K_POINTS {automatic}\n 4 4 4 1 1 1", "automatic", 64),
-        ("K_POINTS automatic\n 2 3 1 0 0 0", "automatic", 6),
-        ("K_POINTS gamma", "gamma", 1),
-        ("", "gamma", 1),
-        ("K_POINTS tpiba\n 3\n 0 0 0 1\n 0.5 0.5 0.5 2\n 1 0 0 3", "tpiba", 3),
-        ("K_POINTS\n 2\n 0 0 0 1\n 0.5 0.5 0.5 1", "tpiba", 2),
-        ("K_POINTS crystal\n 2\n 0 0 0 1\n 0.5 0.5 0.5 1", "crystal", 2),
-        ("K_POINTS crystal_b\n 3\n 0 0 0 20\n 0.5 0 0 10\n 0.5 0.5 0 1", "crystal_b", 31),
+        ("K_POINTS {automatic}\n 4 4 4 1 1 1", "automatic", 64, 64),
+        ("K_POINTS automatic\n 2 3 1 0 0 0", "automatic", 6, 6),
+        ("K_POINTS gamma", "gamma", 1, 1),
+        ("", "gamma", 1, 1),
+        # a list may gain the images of its points (48 at most each) in an scf run
+        ("K_POINTS tpiba\n 3\n 0 0 0 1\n 0.5 0.5 0.5 2\n 1 0 0 3", "tpiba", 3, 144),
+        ("K_POINTS\n 2\n 0 0 0 1\n 0.5 0.5 0.5 1", "tpiba", 2, 96),
+        ("K_POINTS crystal\n 2\n 0 0 0 1\n 0.5 0.5 0.5 1", "crystal", 2, 96),
+        ("K_POINTS crystal_b\n 3\n 0 0 0 20\n 0.5 0 0 10\n 0.5 0.5 0 1", "crystal_b", 31,
+         31 * 48),
+        # a plane: w2 x w3 points (pw.x 6.7 printed 16 for this card, 15 for 3 and 5)
+        ("K_POINTS tpiba_c\n 3\n 0 0 0 1\n 0.5 0 0 4\n 0 0.5 0 4", "tpiba_c", 16, 16 * 48),
     ],
 )
 def test_kpoints_from_automatic_grids_and_explicit_lists(
-    tmp_path: Path, kcard: str, mode: str, count: int
+    tmp_path: Path, kcard: str, mode: str, count: int, bound: int
 ) -> None:
     path = _write(tmp_path, BASE.format(pd="/usr/share/espresso/pseudo", extra="", kcard=kcard))
     inp = read_pw_input(path)
     assert inp.kpoints.mode == mode
     assert inp.kpoints.count == count
-    assert inp.nk_bound == count
+    assert inp.nk_bound == bound
+
+
+def test_nk_bound_of_a_bands_run_and_of_berry_strings(tmp_path: Path) -> None:
+    """A bands run takes its list as it is; Berry-phase strings have nppstr points each,
+    more than the grid when the grid has 1 point along the strings."""
+    bands = BASE.format(pd="/p", extra="", kcard="K_POINTS tpiba_c\n 3\n 0 0 0 1\n"
+                        " 0.5 0 0 3\n 0 0.5 0 5").replace("'scf'", "'bands'")
+    assert read_pw_input(_write(tmp_path, bands, "b.in")).nk_bound == 15
+    berry = BASE.format(pd="/p", extra="", kcard="K_POINTS automatic\n 3 3 1 0 0 0").replace(
+        "prefix", "lberry=.true., gdir=3, nppstr=5, prefix")
+    assert read_pw_input(_write(tmp_path, berry, "berry.in")).nk_bound == 45
 
 
 def test_spin_polarised_input_doubles_the_kpoints(tmp_path: Path) -> None:

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunelab.errors import WorkloadError
+from tunelab.workloads.qe.fortran import fortran_bool
 from tunelab.workloads.qe.kpoints import KPointCount, compute_kpoints, fortran_float
 
 __all__ = [
     "DEFAULT_CONV_THR",
+    "MAX_STAR",
     "STAGED_INPUT",
     "STAGED_OUTDIR",
     "STAGED_PSEUDO",
@@ -47,6 +49,8 @@ _CARDS = (
     "CONSTRAINTS", "ATOMIC_FORCES", "ATOMIC_VELOCITIES", "ADDITIONAL_K_POINTS", "SOLVENTS",
     "HUBBARD",
 )
+MAX_STAR = 48
+"""The most images a k-point has under a lattice's symmetry (the cube's 48 operations)."""
 STAGED_INPUT = "pw.in"
 STAGED_PSEUDO = "pseudo"
 STAGED_OUTDIR = "out"
@@ -66,8 +70,9 @@ class KPoints:
     """The K_POINTS card: its mode, and for ``automatic`` the grid and shift.
 
     ``count`` is what the input alone says: the listed points for explicit lists (band paths
-    expanded), 1 for ``gamma``, and the full grid ``nk1*nk2*nk3`` for automatic grids — an
-    upper bound, since pw.x reduces the grid by symmetry (:meth:`PwInput.count_kpoints`).
+    expanded, a ``_c`` plane as its w2×w3 points), 1 for ``gamma``, and the full grid
+    ``nk1*nk2*nk3`` for automatic grids. pw.x reduces a grid by symmetry and may add
+    images to a list (:meth:`PwInput.count_kpoints`; :attr:`PwInput.nk_bound` bounds both).
     """
 
     mode: str
@@ -146,9 +151,26 @@ class PwInput:
 
     @property
     def nk_bound(self) -> int:
-        """K-points pw.x distributes over pools, from the card alone (an upper bound for
-        automatic grids); doubled for spin-polarised (``nspin = 2``) runs, as pw.x does."""
-        return self.kpoints.count * (2 if self.lsda else 1)
+        """An upper bound of the k-points pw.x distributes over pools, from the card alone
+        (used where the symmetry rules do not model the input and pw.x was not run).
+
+        An automatic grid gives at most its full grid (Berry-phase strings: the grid
+        across the string direction times ``nppstr``). An explicit list gives itself in a
+        ``bands`` run, and otherwise up to :data:`MAX_STAR` points per listed point: pw.x
+        adds the images of each point under the lattice symmetries the crystal lacks (an
+        orthorhombic distortion of a cubic cell turned 3 listed points into 5). Doubled for
+        spin-polarised (``nspin = 2``) runs, as pw.x distributes both spins.
+        """
+        k = self.kpoints
+        count = k.count
+        if k.mode == "automatic" and k.grid is not None and fortran_bool(
+                self.value("control", "lberry")):
+            gdir, nppstr = self.value("control", "gdir"), self.value("control", "nppstr")
+            if gdir in ("1", "2", "3") and nppstr.isdigit():
+                count = count // k.grid[int(gdir) - 1] * max(int(nppstr), 1)
+        elif k.mode not in ("automatic", "gamma") and self.calculation != "bands":
+            count *= MAX_STAR
+        return count * (2 if self.lsda else 1)
 
     def count_kpoints(self) -> KPointCount | None:
         """The k-points by pw.x's own rules (:func:`.kpoints.compute_kpoints`), or None
@@ -264,6 +286,10 @@ def _kpoints(path: Path, cards: dict[str, tuple[str, list[str]]]) -> KPoints:
         if mode.endswith("_b"):  # band path: weight = number of points to the next vertex
             weights = [int(float(p.split()[3])) for p in points[:-1]]
             return KPoints(mode, sum(weights) + 1)
+        if mode.endswith("_c") and nks == 3:  # a plane: the origin, then two edges of
+            # weight w2 and w3 points (pw.x 6.7: 'tpiba_c' with 4 and 4 gives 16 points)
+            edges = [int(float(p.split()[3])) for p in points[1:]]
+            return KPoints(mode, max(edges[0], 1) * max(edges[1], 1))
         return KPoints(mode, nks)
     except (IndexError, ValueError) as exc:
         raise WorkloadError(f"{path}: cannot read the K_POINTS {mode} card: {exc}") from exc
