@@ -106,3 +106,20 @@ def test_a_store_holding_a_trigger_is_read_but_never_written(tmp_path: Path):
     with pytest.raises(StoreError, match="is not a tunelab results database .*the trigger t"):
         open_store(tmp_path, write=True)
     assert (tmp_path / "tunelab.db").read_bytes() == before
+
+
+def test_runs_judged_again_change_together_and_only_between_ok_and_invalid(tmp_path: Path):
+    with open_store(tmp_path, create=True) as store:
+        first, second = store.record_run(_run(0, "ok", 10.0)), store.record_run(
+            _run(1, "invalid", 2.0))
+        assert store.judged_runs("wall_s") == [(first, "ok", "", 10.0),
+                                               (second, "invalid", "invalid for a test", 2.0)]
+        with pytest.raises(ValueError, match="only as ok or invalid"):
+            store.rejudge({first: ("failed", "x")}, {"reference.wall_s": "2.0"})
+        assert store.status_counts() == {"ok": 1, "invalid": 1}
+        assert store.get_meta("reference.wall_s") is None  # nothing written
+        store.rejudge({first: ("invalid", "odd"), second: ("ok", None)},
+                      {"reference.wall_s": "2.0"})
+        assert store.judged_runs("wall_s") == [(first, "invalid", "odd", 10.0),
+                                               (second, "ok", "", 2.0)]
+        assert store.get_meta("reference.wall_s") == "2.0"

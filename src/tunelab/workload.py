@@ -17,7 +17,8 @@ Rules for implementers:
   of a workload may be named ``wall_s`` (:data:`ENGINE_FOMS`: the engine records it itself)
   or be empty (:func:`fom_name_problem`).
 * ``invariants`` name FOMs that must agree across all runs of a study (for example the total
-  energy of a pw.x input); a run whose value differs from the study's reference by more than
+  energy of a pw.x input); a run whose value differs from the study's reference (the value
+  most runs agree on, see :func:`tunelab.execute.executor.check_invariants`) by more than
   the tolerance is recorded as ``invalid``.
 * ``work`` (a classmethod, optional) declares what one run did against the machine's limits
   (:class:`Work`: FLOPs at a precision, bytes exchanged between ranks, bytes read from a

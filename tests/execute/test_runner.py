@@ -297,6 +297,38 @@ def test_invariant_violations_are_invalid_runs(write_study, tmp_path):
     assert "value differs by 4 > 0.5 from the study's reference (6.0 vs 2.0)" in bad["reason"]
 
 
+class OddFirstWorkload(EnergyWorkload):
+    """The first run parsed reports a value far from all the others."""
+
+    parsed = 0
+
+    def parse(self, stdout, stderr, run_dir):
+        foms = super().parse(stdout, stderr, run_dir)
+        self.parsed += 1
+        return {**foms, "value": 10.0} if self.parsed == 1 else foms
+
+
+def test_a_first_run_that_is_the_odd_one_out_is_judged_again_by_the_majority(write_study,
+                                                                            tmp_path):
+    """The first valid run set the reference for good: when it was the odd one out, it
+    stayed ok (and could be 'best') while every later run was invalid."""
+    study = prepare_study(load_study(write_study(study_text("[ok]", "[1, 1.05, 1.1, 1.15]", 1))))
+    study.workload = OddFirstWorkload(study.workload.options, study.spec.path)
+    run_study(study, tmp_path / "d")
+    stored = runs(tmp_path / "d")
+    assert [r["status"] for r in stored] == ["invalid", "ok", "ok", "ok"]
+    assert stored[0]["reason"].startswith("value differs by ")
+    assert stored[0]["reason"].endswith(
+        "which 2 runs agree on: judged again when they outnumbered the 1 that agreed with "
+        "the first valid run's 10.0")
+    conn = sqlite3.connect(tmp_path / "d" / "tunelab.db")
+    (ref,) = conn.execute("SELECT value FROM meta WHERE key = 'reference.value'").fetchone()
+    conn.close()
+    assert 2.0 <= float(ref) <= 2.3
+    res = tunelab("best", tmp_path / "d")
+    assert "excluded: value differs by" in res.stdout  # exit 1: a run did not succeed
+
+
 class RelabelWorkload(EnergyWorkload):
     """A program that reports having run x=1 when asked for x=3 (as pw.x reports the
     OpenMP threads, pools or diagonalisation group it really used)."""

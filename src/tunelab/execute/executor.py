@@ -541,8 +541,13 @@ def check_invariants(study: Study, store: Store, params: Mapping[str, object],
                      foms: dict[str, float]) -> tuple[str, str | None]:
     """``invalid`` when the program reports having run another configuration than
     ``params`` (:meth:`~tunelab.workload.Workload.configuration_problem`), or when a FOM
-    that must agree across runs differs from the study's reference (the first value stored
-    by a run of the configuration it asked for) by more than its tolerance."""
+    that must agree across runs differs from the study's reference by more than its
+    tolerance.
+
+    The reference is the value the most judged runs agree with: the first valid run sets
+    it, and when a run disagrees while more runs agree with it (itself included) than with
+    the reference, the reference moves to its value and the stored runs are judged again
+    (:func:`_move_reference`): the first run was the odd one out."""
     other = study.workload.configuration_problem(params, foms)
     if other is not None:
         return "invalid", other
@@ -554,9 +559,42 @@ def check_invariants(study: Study, store: Store, params: Mapping[str, object],
         if ref_raw is None:
             store.set_meta({f"reference.{name}": repr(foms[name])})
             continue
-        ref = float(ref_raw)
+        ref = _move_reference(store, name, foms[name], float(ref_raw), tolerance)
         diff = abs(foms[name] - ref)
         if diff > tolerance:
-            problems.append(f"{name} differs by {diff:.2g} > {tolerance:g} from the study's "
-                            f"reference ({foms[name]!r} vs {ref!r})")
+            problems.append(_differs(name, foms[name], ref, tolerance))
     return ("invalid", "; ".join(problems)) if problems else ("ok", None)
+
+
+def _differs(name: str, value: float, ref: float, tolerance: float, why: str = "") -> str:
+    return (f"{name} differs by {abs(value - ref):.2g} > {tolerance:g} from the study's "
+            f"reference ({value!r} vs {ref!r}){why}")
+
+
+def _move_reference(store: Store, name: str, value: float, ref: float,
+                    tolerance: float) -> float:
+    """The reference of ``name`` once a run of ``value`` is judged: ``ref``, or ``value``
+    when more judged runs agree with it (this one included) than with ``ref``, in which
+    case the stored runs are judged again in one transaction. Judged runs are those stored
+    ok and those invalid for this FOM alone; a run invalid for another reason keeps its
+    status (its figures measured another configuration, or another invariant differs)."""
+    if abs(value - ref) <= tolerance:
+        return ref
+    own = f"{name} differs by "
+    judged = [(i, st, why, v) for i, st, why, v in store.judged_runs(name)
+              if st == "ok" or (why.startswith(own) and "; " not in why)]
+    agree = 1 + sum(abs(v - value) <= tolerance for *_, v in judged)
+    confirm = sum(abs(v - ref) <= tolerance for *_, v in judged)
+    if agree <= confirm:
+        return ref
+    why = (f", which {agree} runs agree on: judged again when they outnumbered the "
+           f"{confirm} that agreed with the first valid run's {ref!r}")
+    verdicts: dict[int, tuple[str, str | None]] = {}
+    for run_id, status, _, v in judged:
+        if abs(v - value) <= tolerance:
+            if status != "ok":
+                verdicts[run_id] = ("ok", None)
+        else:
+            verdicts[run_id] = ("invalid", _differs(name, v, value, tolerance, why))
+    store.rejudge(verdicts, {f"reference.{name}": repr(value)})
+    return value

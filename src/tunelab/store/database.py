@@ -352,6 +352,28 @@ class Store:
 
     # --- disturbed runs ---------------------------------------------------------------------
 
+    def judged_runs(self, fom: str) -> list[tuple[int, str, str, float]]:
+        """(run id, status, reason, value of ``fom``) of the runs stored ``ok`` or
+        ``invalid`` that have ``fom``, in the order they were stored."""
+        rows = self._conn.execute(
+            "SELECT r.id, r.status, COALESCE(r.reason, ''), f.value FROM foms f "
+            "JOIN runs r ON r.id = f.run_id "
+            "WHERE f.name = ? AND r.status IN ('ok', 'invalid') ORDER BY r.id", (fom,))
+        return [(int(i), str(st), str(why), float(v)) for i, st, why, v in rows]
+
+    def rejudge(self, verdicts: Mapping[int, tuple[str, str | None]],
+                meta: Mapping[str, str]) -> None:
+        """Set the status (``ok`` or ``invalid``) and reason of stored runs by run id, and
+        meta values, in one transaction."""
+        if any(status not in ("ok", "invalid") for status, _ in verdicts.values()):
+            raise ValueError("a run is judged again only as ok or invalid")
+        with self._writing() as conn:
+            conn.executemany("UPDATE runs SET status = ?, reason = ? WHERE id = ?",
+                             [(st, why, i) for i, (st, why) in verdicts.items()])
+            conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?) "
+                             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                             list(meta.items()))
+
     def disturbed_runs(self) -> list[tuple[str, int, str]]:
         """The ok runs the noise watch flagged disturbed: (point key, repeat, evidence)."""
         if not self._has_table("noise"):
