@@ -353,3 +353,31 @@ def test_corrupt_pseudopotential_real_pw_x(cli, tmp_path):
     assert_clean(answer, 1)
     rows = store_rows(Path(answer["dir"], "runs/bad/tunelab.db"))
     assert "tag PP_HEADER not found" in (rows[0][3] or ""), rows
+
+
+@pytest.mark.parametrize(("control", "pseudo", "fragment"), [
+    (", pseudo_dir = '" + "x" * 5000 + "'", "Si.pz-vbc.UPF", "is not a directory"),
+    ("", "S" * 5000 + ".UPF", "is in none of the places searched"),
+])
+def test_qe_names_too_long_for_the_file_system(cli, control, pseudo, fragment):
+    """A pseudo_dir or pseudopotential name over the file system's limit (ENAMETOOLONG)
+    escaped as an OSError traceback from the pseudopotential search."""
+    si = textwrap.dedent(f"""\
+        &control
+          calculation = 'scf' {control}
+        /
+        &system
+          ibrav = 2, celldm(1) = 10.26, nat = 2, ntyp = 1, ecutwfc = 12.0
+        /
+        &electrons
+        /
+        ATOMIC_SPECIES
+        Si 28.086 {pseudo}
+        ATOMIC_POSITIONS alat
+        Si 0.00 0.00 0.00
+        Si 0.25 0.25 0.25
+        K_POINTS automatic
+        2 2 2 0 0 0
+        """)
+    study = "name: q\nworkload: {name: qe, options: {input: si.in, nk: 2}}\nparameters: {np: [1]}\n"
+    assert_clean(cli.run({"s.yaml": study, "si.in": si}, ["space", "s.yaml"]), 2, fragment)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunelab.errors import WorkloadError
+from tunelab.safeyaml import shorten
 from tunelab.workloads.qe.pseudo import GENERATED, ensure_pseudo, pseudo_cache_dir
 from tunelab.workloads.qe.pwinput import PwInput
 
@@ -94,7 +95,7 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
         if name in files:
             continue
         found = next((p.path / name for p in places
-                      if p.path is not None and (p.path / name).is_file()), None)
+                      if p.path is not None and _is_file(p.path / name)), None)
         if found is None and name in GENERATED:
             found = pseudo_cache_dir() / name
             if generate:
@@ -112,8 +113,9 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
             else:
                 hint = ""
             raise WorkloadError(
-                f"pseudopotential {name!r} of species {species.label!r} named in {inp.path} "
-                f"is in none of the places searched, in order: {looked}{hint}"
+                f"pseudopotential {shorten(name, 80)!r} of species "
+                f"{shorten(species.label, 60)!r} named in {inp.path} is in none of the places "
+                f"searched, in order: {looked}{hint}"
             )
         if name not in generated:
             cut = cut_short(found)
@@ -126,6 +128,14 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
     return Resolved(files, tuple(generated))
 
 
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; False for a name the file system refuses (too long)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def _check_pseudo_dir(inp: PwInput) -> None:
     """Refuse a ``pseudo_dir`` the input names that is not a directory here.
 
@@ -135,15 +145,21 @@ def _check_pseudo_dir(inp: PwInput) -> None:
     takes from the input file's directory (every run reads the staged copy of what was
     found, never the input's ``pseudo_dir`` itself).
     """
-    if inp.pseudo_dir is None or inp.pseudo_dir.is_dir():
+    if inp.pseudo_dir is None:
         return
+    try:
+        if inp.pseudo_dir.is_dir():
+            return
+    except OSError:  # a name too long for the file system: no directory either
+        pass
     named = inp.value("control", "pseudo_dir")
     where = f"{inp.path}:{inp.pseudo_dir_line}" if inp.pseudo_dir_line else str(inp.path)
     relative = "" if Path(os.path.expanduser(named)).is_absolute() else (
-        f" ({inp.pseudo_dir}: tunelab takes a relative pseudo_dir from the input file's "
-        "directory, not from the directory a run starts in)")
+        f" ({shorten(str(inp.pseudo_dir), 120)}: tunelab takes a relative pseudo_dir from "
+        "the input file's directory, not from the directory a run starts in)")
     raise WorkloadError(
-        f"{where}: pseudo_dir {named!r} is not a directory{relative}; name the directory "
+        f"{where}: pseudo_dir {shorten(named, 80)!r} is not a directory{relative}; name "
+        "the directory "
         "that holds the pseudopotentials (absolute, or relative to the input file), or "
         "leave pseudo_dir out to search the option pseudo_dir and pw.x's defaults")
 
