@@ -147,7 +147,6 @@ def test_rounds_that_do_not_match_the_values_are_a_stats_error() -> None:
     [
         ({"direction": "fastest"}, "direction"),
         ({"direction": "minimize", "confidence": 1.5}, "confidence"),
-        ({"direction": "minimize", "b_values": [-1.0, -2.0]}, "positive"),
     ],
 )
 def test_bad_arguments_raise_tunelab_errors(kwargs: dict[str, object], message: str) -> None:

@@ -220,10 +220,59 @@ def test_a_point_with_non_positive_runs_is_judged_on_all_its_runs() -> None:
     runs = table(v).rename(columns={"fom.wall_s": "fom.x"})
     out = {pc.summary.params["p"]: pc.comparison
            for pc in compare_to_baseline(runs, "x", "maximize", BASE) if not pc.is_baseline}
-    assert out[1].test == "Welch t"
-    assert out[1].speedup == pytest.approx(0.58 / 1.004)
+    assert out[1].test == "Welch t, difference of means"
+    assert out[1].difference == pytest.approx(0.58 - 1.004)
+    assert math.isnan(out[1].speedup)
     assert out[1].verdict is not Verdict.BETTER
     assert out[2].test == "paired t, pooled noise"
+
+
+def _gain(v: np.ndarray) -> dict[int, object]:
+    runs = table(v).rename(columns={"fom.wall_s": "fom.gain"})
+    return {pc.summary.params["p"]: pc.comparison
+            for pc in compare_to_baseline(runs, "gain", "maximize", BASE) if not pc.is_baseline}
+
+
+def test_a_fom_that_crosses_zero_has_no_ratio_only_a_difference() -> None:
+    """Field test (study ``gain``): runs on both sides of zero gave best vs runner-up
+    ×11.902 [0.000, 3.42e+12], 'detects 333330625584158784.0 %' (Welch's log ratio of two
+    means near zero). Now no ratio, interval or detectable change: the difference of means,
+    its interval in the FOM's unit and Welch's test on it."""
+    v = np.array([[0.02, -0.32, 0.05, 0.03, 0.05],      # baseline, mean -0.034
+                  [0.08, 0.04, 0.16, 0.08, 0.15],       # mean 0.102
+                  [0.04, -0.20, 0.10, 0.04, 0.06]])     # mean 0.008
+    out = _gain(v)
+    for c in out.values():
+        assert c.test == "Welch t, difference of means"  # type: ignore[attr-defined]
+        assert math.isnan(c.speedup) and math.isnan(c.ci_low)  # type: ignore[attr-defined]
+        assert math.isnan(c.detectable)  # type: ignore[attr-defined]
+        assert c.diff_low < c.difference < c.diff_high  # type: ignore[attr-defined]
+    assert out[1].difference == pytest.approx(0.102 - (-0.034))  # type: ignore[attr-defined]
+    from tunelab.stats import best
+    b = best(table(v).rename(columns={"fom.wall_s": "fom.gain"}), "gain", "maximize")
+    assert b.comparison is not None and b.comparison.on_difference
+    assert math.isnan(b.comparison.speedup) and math.isnan(b.comparison.detectable)
+    assert b.comparison.difference == pytest.approx(0.102 - 0.008)
+
+
+@pytest.mark.parametrize("v", [
+    np.array([[-1.0, -1.1, -0.9], [-0.5, -0.6, -0.4], [-1.0, -1.05, -0.95]]),  # all < 0
+    np.array([[1.0, 1.1, 0.9], [-0.5, -0.6, -0.4], [1.0, 1.05, 0.95]]),  # a point's mean < 0
+    np.array([[-1.0, -1.1, -0.9], [1.0, 1.1, 0.9], [-1.0, -1.05, -0.95]]),  # the baseline's
+    np.zeros((3, 3)),  # all zero
+])
+def test_a_mean_at_or_below_zero_is_compared_by_difference_not_refused(v: np.ndarray) -> None:
+    """A point or a baseline with a mean <= 0 (and an all-zero FOM) was refused ('a ratio
+    of means needs a positive figure of merit'): no comparison at all."""
+    out = _gain(v)
+    assert out[1].test == "Welch t, difference of means"  # type: ignore[attr-defined]
+    assert math.isnan(out[1].speedup)  # type: ignore[attr-defined]
+    if v[0].max() <= 0:  # a baseline at or below zero: no ratio for any point
+        assert out[2].test == "Welch t, difference of means"  # type: ignore[attr-defined]
+    if not v.any():
+        assert all(c.verdict is Verdict.INDISTINGUISHABLE for c in out.values())  # type: ignore[attr-defined]
+    elif v[1].mean() > v[0].mean() + 1:
+        assert out[1].verdict is Verdict.BETTER  # type: ignore[attr-defined]
 
 
 def test_repeats_auto_reports_what_its_budget_detects_for_comparisons_that_stopped() -> None:

@@ -158,3 +158,30 @@ def test_terminal_table_fits_and_never_cuts_a_value(
             cell = row.get(key, "")
             value = cell if isinstance(cell, str) else cell[0]
             assert value in text, (width, key, value)
+
+
+def test_a_fom_that_crosses_zero_shows_a_difference_in_every_format(tmp_path: Path) -> None:
+    """Field test (study ``gain``): best printed '11.902× [0.000, 3.42e+12] … detects
+    333330625584158784.0 %' and compare refused the study (baseline mean < 0). Every format
+    now shows the difference of means, no ratio, and says why."""
+    import json
+
+    gain = {"a": [0.02, -0.32, 0.05, 0.03, 0.05], "c": [0.04, -0.20, 0.10, 0.04, 0.06],
+            "d": [0.08, 0.04, 0.16, 0.08, 0.15]}
+    runs = pd.DataFrame([{"point": json.dumps({"label": k}), "status": "ok", "repeat": r,
+                          "fom.gain": x} for k, xs in gain.items() for r, x in enumerate(xs)])
+    objective = Objective(fom="gain", direction="maximize")
+    results = results_from_frame(runs, objective, json.dumps({"label": "a"}))
+    assert len(results.comparisons) == 3
+    compare = compare_view(results)
+    best = best_view(results, results.best_result())
+    texts = [render(v, fmt) for v in (compare, best) for fmt in ("text", "markdown", "csv")]
+    texts.append(write_report(results, tmp_path / "r.html").read_text(encoding="utf-8"))
+    for text in texts:
+        assert "×" not in text.replace("1 (baseline)", "") and "e+12" not in text
+    assert "Δ +0.136" in texts[0] and "No ratio for 2 comparison(s)" in texts[0]
+    assert "difference of means +0.094" in texts[3] and "ratios are not defined" in texts[3]
+    doc = compare.document["points"][0]
+    assert doc["speedup"] is None and doc["detectable"] is None
+    assert doc["difference"] == pytest.approx(0.136) and doc["test"].endswith("of means")
+    assert best.document["comparison"]["difference"] == pytest.approx(0.094)

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunelab.errors import TunelabError
-from tunelab.report.formats import fmt_ratio, point_label
+from tunelab.report.formats import point_label
 from tunelab.report.output import TextTable, View
 from tunelab.report.results import failed_runs
-from tunelab.report.table import best_lines, table_rows
+from tunelab.report.table import best_lines, speedup_cells, table_rows
 from tunelab.stats import BestResult, PointComparison, PointSummary, verdict_label
 
 if TYPE_CHECKING:
@@ -146,12 +145,14 @@ def _headline(
         return f"The baseline ({point_label(base.summary.params)}) is the best point."
     c = mine.comparison
     word = verdict_label(c.verdict, objective.fom, objective.direction)
-    interval = (
-        f" [{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]" if not math.isnan(c.ci_low) else ""
-    )
+    speedup, interval = speedup_cells(c)
+    if c.on_difference:
+        return (f"Against the baseline ({point_label(base.summary.params)}), the best point's "
+                f"difference of means is {interval.removeprefix('Δ ')} (no ratio: a run at or "
+                f"below zero): {word}.")
     return (
         f"Against the baseline ({point_label(base.summary.params)}), the best point's speedup "
-        f"is {fmt_ratio(c.speedup)}×{interval}: {word}."
+        f"is {speedup}{' ' + interval if interval else ''}: {word}."
     )
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from tunelab.report.formats import fmt_number, point_label
 from tunelab.stats import (
+    TEST_WELCH_DIFF,
     BestResult,
     Disturbance,
     NoiseLevel,
@@ -209,7 +210,8 @@ def results_from_frame(
         except StatsError:
             noise = None
     watched = disturbance(runs, left_out=exclude_disturbed) if len(runs) else None
-    trust = _trust_notes(comparisons, summaries, noise, watched, plan)
+    trust = _trust_notes(comparisons, summaries, noise, watched, plan,
+                         objective.fom.removeprefix('fom.'))
     unfinished = _unfinished_line(runs, planned)
     if unfinished:
         trust.insert(0, unfinished)
@@ -252,7 +254,7 @@ def results_from_frame(
 
 def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[PointSummary, ...],
                 noise: NoiseLevel | None, watched: Disturbance | None,
-                plan: SequentialPlan | None) -> list[str]:
+                plan: SequentialPlan | None, fom: str = "the figure of merit") -> list[str]:
     """Sentences on how far the verdicts can be trusted: the machine's load (first: a busy
     machine makes every other line moot), the test and its adjustment, what the study
     could have detected, and, for ``repeats: auto``, what is still undecided."""
@@ -271,11 +273,25 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
                         "spending its level (O'Brien–Fleming)")
         held = [c for c in tested if c.verdict is Verdict.INDISTINGUISHABLE
                 and c.verdict_unadjusted is not Verdict.INDISTINGUISHABLE]
+        logs = [t for t in tests if t != TEST_WELCH_DIFF]
+        on = " / ".join(logs) + " on the log scale" if logs else ""
+        if len(logs) < len(tests):
+            on += ("; " if on else "") + TEST_WELCH_DIFF
         notes.append(
-            f"Verdicts: {' / '.join(tests)} on the log scale; p adjusted by {how}: at most "
+            f"Verdicts: {on}; p adjusted by {how}: at most "
             f"{1 - conf:.0%} of studies of equal points call any of them different"
             + (f"; {len(held)} raw p under {1 - conf:.0%} did not survive the adjustment."
                if held else "."))
+    no_ratio = [pc for pc in others if pc.comparison.on_difference]
+    if no_ratio:
+        names = ", ".join(point_label(pc.summary.params) for pc in no_ratio[:3])
+        notes.append(
+            f"No ratio for {len(no_ratio)} comparison(s) ({names}"
+            f"{', …' if len(no_ratio) > 3 else ''}): "
+            f"a run of {fom} at or below zero (the point's or the baseline's), so speedup, its "
+            "interval and the detectable change are not defined (–); the verdict is Welch's t "
+            "on the difference of means, shown as Δ (point − baseline, > 0 better) with its "
+            "interval in the unit of the figure of merit, without the noise threshold.")
     if plan is not None and others:
         open_ = [pc for pc in others if pc.comparison.decided is False]
         short = sum(1 for pc in others if pc.comparison.verdict is Verdict.INSUFFICIENT)
@@ -288,7 +304,7 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
                else f"{len(others) - short} of {len(others)} comparisons decided, {short} with "
                     "insufficient data (fewer than two successful runs on a side).")
             )
-    if noise is not None:
+    if noise is not None and not no_ratio:  # a relative noise: no scale where runs cross 0
         need = (f"about {noise.repeats_needed} repeats per point" if noise.repeats_needed
                 else "more repeats than is practical")
         have = max((s.n for s in summaries), default=0)

@@ -18,6 +18,7 @@ from tunelab.report.formats import (
 )
 from tunelab.stats import (
     BestResult,
+    Comparison,
     PointComparison,
     PointSummary,
     Verdict,
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from tunelab.report.results import Exclusion
     from tunelab.workload import Objective
 
-__all__ = ["TableRow", "best_lines", "detectable_text", "exclusion_lines", "table_rows"]
+__all__ = ["TableRow", "best_lines", "detectable_text", "exclusion_lines", "speedup_cells",
+           "table_rows"]
 
 class TableRow(NamedTuple):
     """One ranked line of a result table, every cell already formatted.
@@ -108,9 +110,7 @@ def table_rows(
             speedup, verdict, kind = "1 (baseline)", "baseline", "baseline"
             p = ""
         else:
-            speedup = fmt_ratio(c.speedup) + ("×" if not math.isnan(c.speedup) else "")
-            if not math.isnan(c.ci_low):
-                speedup += f" [{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
+            speedup = " ".join(filter(None, speedup_cells(c)))
             verdict = verdict_label(c.verdict, objective.fom, objective.direction)
             kind = c.verdict.value
             p = p_text(c.p_adjusted)
@@ -133,6 +133,18 @@ def table_rows(
             )  # fmt: skip
         )
     return rows
+
+
+def speedup_cells(c: Comparison) -> tuple[str, str]:
+    """The speedup (``1.234×``) and its interval (``[1.1, 1.3]``), as every renderer shows
+    them; without a ratio (a run <= 0), ``–`` and the difference of means with its
+    interval (``Δ +0.09 [-0.1, 0.3]``, > 0 better); dashes and ``""`` when unknown."""
+    if c.on_difference:
+        return "–", (f"Δ {c.difference:+.4g} [{c.diff_low:.4g}, {c.diff_high:.4g}]"
+                     if math.isfinite(c.difference) else "")
+    speedup = "–" if math.isnan(c.speedup) else f"{fmt_ratio(c.speedup)}×"
+    ci = "" if math.isnan(c.ci_low) else f"[{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
+    return speedup, ci
 
 
 def detectable_text(change: float) -> str:
@@ -164,12 +176,19 @@ def best_lines(result: BestResult) -> list[str]:
             "(fewer than 2 successful runs on one side)."
         )
         return lines
-    lines.append(
-        f"Best vs runner-up: {fmt_ratio(c.speedup)}× [{fmt_ratio(c.ci_low)}, "
-        f"{fmt_ratio(c.ci_high)}] ({c.confidence:.0%} CI), p = {p_text(c.p_adjusted)} "
-        f"({c.test}, log scale): {verdict}; it detects a change of "
-        f"{detectable_text(c.detectable) or 'unknown size'} in 80 % of studies."
-    )
+    if c.on_difference:
+        lines.append(
+            f"Best vs runner-up: difference of means {c.difference:+.4g} [{c.diff_low:.4g}, "
+            f"{c.diff_high:.4g}] ({c.ci_level:.0%} CI), p = {p_text(c.p_adjusted)} "
+            f"({c.test}): {verdict}. No speedup or detectable change: a run of {fom} is at "
+            "or below zero, so ratios are not defined.")
+    else:
+        lines.append(
+            f"Best vs runner-up: {fmt_ratio(c.speedup)}× [{fmt_ratio(c.ci_low)}, "
+            f"{fmt_ratio(c.ci_high)}] ({c.ci_level:.0%} CI), p = {p_text(c.p_adjusted)} "
+            f"({c.test}, log scale): {verdict}; it detects a change of "
+            f"{detectable_text(c.detectable) or 'unknown size'} in 80 % of studies."
+        )
     if c.verdict is Verdict.BETTER:
         lines.append(f"The best point beats the runner-up ({verdict}, beyond the noise threshold).")
     else:

@@ -19,13 +19,18 @@ from tunelab.report.formats import (
     VERDICT_STYLES,
     fmt_mean_sd,
     fmt_number,
-    fmt_ratio,
     p_text,
     point_label,
 )
 from tunelab.report.output import SCHEMA_VERSION, Cell, Column, Lines, TextTable, View
-from tunelab.report.table import best_lines, detectable_text, exclusion_lines
-from tunelab.stats import Comparison, PointComparison, PointSummary, verdict_label
+from tunelab.report.table import best_lines, detectable_text, exclusion_lines, speedup_cells
+from tunelab.stats import (
+    TEST_WELCH_DIFF,
+    Comparison,
+    PointComparison,
+    PointSummary,
+    verdict_label,
+)
 
 if TYPE_CHECKING:
     from tunelab.crossstudy import StudyComparison
@@ -88,6 +93,10 @@ def _comparison_doc(c: Comparison, objective: Objective) -> dict[str, Any]:
         "detectable": _number_or_none(c.detectable),
         "repeats_needed": c.repeats_needed,
         "decided": c.decided,
+        "ci_level": _number_or_none(c.ci_level),
+        "difference": _number_or_none(c.difference),
+        "difference_low": _number_or_none(c.diff_low),
+        "difference_high": _number_or_none(c.diff_high),
     }
 
 
@@ -101,6 +110,11 @@ def p_header(comparisons: Sequence[Comparison]) -> tuple[str, str]:
     tests = sorted({c.test for c in comparisons if not math.isnan(c.p_adjusted)})
     adjustments = sorted({c.adjustment for c in comparisons if not math.isnan(c.p_adjusted)})
     return " / ".join(tests), " / ".join(adjustments) or "none"
+
+
+def _scale(tests: str) -> str:
+    """``" (log scale)"`` unless every test named is on the difference of means."""
+    return "" if tests == TEST_WELCH_DIFF else " (log scale)"
 
 
 def _noise_doc(results: StudyResults) -> dict[str, Any] | None:
@@ -138,12 +152,6 @@ def _mean_sd(s: PointSummary) -> str:
 
 def _failed_text(failed: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {status}" for status, n in failed.items())
-
-
-def _speedup_cells(c: Comparison) -> tuple[str, str]:
-    speedup = "–" if math.isnan(c.speedup) else f"{fmt_ratio(c.speedup)}×"
-    ci = "" if math.isnan(c.ci_low) else f"[{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
-    return speedup, ci
 
 
 def _disturbed_cell(s: PointSummary) -> Cell:
@@ -216,7 +224,7 @@ def compare_view(results: StudyResults) -> View:
                 doc.update({k: None for k in _comparison_doc(item.comparison, objective)})
                 doc.update(speedup=1.0, verdict="baseline", verdict_label="baseline")
             else:
-                speedup, ci = _speedup_cells(item.comparison)
+                speedup, ci = speedup_cells(item.comparison)
                 row.update(speedup=speedup, ci=ci, p=p_text(item.comparison.p_adjusted),
                            verdict=_verdict_cell(item.comparison, objective),
                            detectable=detectable_text(item.comparison.detectable))
@@ -231,7 +239,7 @@ def compare_view(results: StudyResults) -> View:
     if compared:
         baseline = next((pc for pc in results.comparisons if pc.is_baseline), None)
         against = f" against {point_label(baseline.summary.params)}" if baseline else ""
-        tested = (f"[{conf} CI] and p of the {tests} (log scale), p adjusted by "
+        tested = (f"[{conf} CI] and p of the {tests}{_scale(tests)}, p adjusted by "
                   f"{adjustment}" if tests else f"[{conf} CI] and p: none yet (a test needs "
                   "two ok runs of a point and of the baseline)")
         title = (f"{fom} ({objective.direction}){against}: speedup > 1 is better, {tested}; "
@@ -259,8 +267,9 @@ def compare_view(results: StudyResults) -> View:
 
 
 _FLAT_FIELDS = ("rank", "label", "n", "mean", "sd", "median", "min", "max", "speedup",
-                "ci_low", "ci_high", "p", "p_raw", "test", "adjustment", "verdict",
-                "verdict_label", "detectable", "decided", "disturbed", "left_out", "failures")
+                "ci_low", "ci_high", "difference", "difference_low", "difference_high", "p",
+                "p_raw", "test", "adjustment", "verdict", "verdict_label", "detectable",
+                "decided", "disturbed", "left_out", "failures")
 
 
 def _summary_of(item: PointComparison | PointSummary) -> PointSummary:
@@ -298,7 +307,7 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
     docs: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
     for cp in sc.points:
-        speedup, ci = _speedup_cells(cp.comparison)
+        speedup, ci = speedup_cells(cp.comparison)
         failed = "; ".join(filter(None, [_failed_text(cp.a.failed), _failed_text(cp.b.failed)]))
         rows.append({
             "rank": str(cp.rank), "point": point_label(cp.params),
@@ -315,11 +324,12 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
         record.update(_param_record(cp.params, _CROSS_FIELDS))
         record.update(n_a=cp.a.n, mean_a=cp.a.mean, sd_a=cp.a.std, n_b=cp.b.n,
                       mean_b=cp.b.mean, sd_b=cp.b.std)
-        record.update({k: doc[k] for k in ("speedup", "ci_low", "ci_high", "p", "p_raw",
+        record.update({k: doc[k] for k in ("speedup", "ci_low", "ci_high", "difference",
+                                           "difference_low", "difference_high", "p", "p_raw",
                                            "test", "adjustment", "verdict", "verdict_label")})
         records.append(record)
     tests, adjustment = p_header([cp.comparison for cp in sc.points])
-    tested = (f"[{conf} CI] and p of the {tests} (log scale), p adjusted by {adjustment}"
+    tested = (f"[{conf} CI] and p of the {tests}{_scale(tests)}, p adjusted by {adjustment}"
               if tests else f"[{conf} CI] and p: none yet (a test needs two ok runs of a "
               "point in each study)")
     title = (f"{fom} ({objective.direction}): study {sc.name_b!r} (B) against {sc.name_a!r} "

@@ -24,7 +24,7 @@ def write_report(results: StudyResults, path: str | Path, *,
     study judged against another) adds a section."""
     from tunelab.errors import TunelabError
     from tunelab.report.html import write_html_report
-    from tunelab.report.plots import fom_by_point_chart, speedup_bar_chart
+    from tunelab.report.plots import fom_by_point_chart, speedup_bar_chart, speedup_bars
     from tunelab.report.table import table_rows
 
     path = Path(path)
@@ -44,7 +44,7 @@ def write_report(results: StudyResults, path: str | Path, *,
             notes.append(f"No best point: {exc}.")
     fom = results.objective.fom.removeprefix("fom.")
     images: list[ImageSource] = []
-    if results.comparisons:
+    if speedup_bars(results.comparisons):  # none: no point has a ratio (runs <= 0)
         chart = speedup_bar_chart(
             results.comparisons,
             path.with_name(f"{path.stem}-speedup.png"),

@@ -59,6 +59,7 @@ from tunelab.stats.results import DIRECTIONS as DIRECTIONS
 from tunelab.stats.results import MAX_REPEATS_HINT as MAX_REPEATS_HINT
 from tunelab.stats.results import MIN_PAIRS as MIN_PAIRS
 from tunelab.stats.results import POWER as POWER
+from tunelab.stats.results import TEST_WELCH_DIFF as TEST_WELCH_DIFF
 from tunelab.stats.results import (
     BestResult,
     Comparison,

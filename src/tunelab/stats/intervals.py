@@ -5,7 +5,10 @@ Two tests, both on the log scale (timings vary multiplicatively):
 * :func:`paired_interval` — the log ratio within each round, then the Student t interval
   of its mean over the rounds (the machine's slow drift cancels within a round);
 * :func:`welch_log_ratio` — the log of the ratio of means, its standard error by the delta
-  method, Welch–Satterthwaite degrees of freedom (rounds unknown or too few in common).
+  method, Welch–Satterthwaite degrees of freedom (rounds unknown or too few in common);
+* :func:`welch_difference` — the difference of means in the figure of merit's own unit,
+  for a comparison with a run at or below zero: its logs do not exist, and a ratio of
+  means of a figure of merit that crosses zero means nothing (×11.9 [0.000, 3.4e12]).
 
 :func:`compare` picks the paired test when the two samples share at least
 :data:`~tunelab.stats.results.MIN_PAIRS` rounds, else Welch's, and reports that one test's
@@ -29,16 +32,18 @@ from tunelab.stats.results import (
     MIN_PAIRS,
     TEST_PAIRED,
     TEST_WELCH,
+    TEST_WELCH_DIFF,
     Comparison,
     PairedInterval,
     StatsError,
     Verdict,
     check_direction,
     verdict_for,
+    verdict_for_difference,
 )
 
-__all__ = ["TestResult", "compare", "comparison_from_test", "paired_interval",
-           "t_p_value", "welch_log_ratio"]
+__all__ = ["TestResult", "compare", "comparison_from_test",
+           "paired_interval", "t_p_value", "welch_difference", "welch_log_ratio"]
 
 
 class TestResult(NamedTuple):
@@ -80,6 +85,32 @@ def welch_log_ratio(a: np.ndarray, b: np.ndarray, direction: str) -> TestResult:
         df = (var_a + var_b) ** 2 / (var_a**2 / (a.size - 1) + var_b**2 / (b.size - 1))
     return TestResult(TEST_WELCH, estimate, se, df, t_p_value(estimate, se, df), sd_run, 0,
                       int(min(a.size, b.size)))
+
+
+def welch_difference(a: np.ndarray, b: np.ndarray, direction: str) -> TestResult:
+    """Welch t of mean B − mean A in the figure of merit's unit, oriented so that > 0 means
+    B is better; ``sd_log`` is the pooled sd of one run (in that unit, not relative).
+    Needs two values a side."""
+    ma, mb = float(np.mean(a)), float(np.mean(b))
+    var_a, var_b = float(np.var(a, ddof=1)) / a.size, float(np.var(b, ddof=1)) / b.size
+    se = math.sqrt(var_a + var_b)
+    estimate = mb - ma if direction == "maximize" else ma - mb
+    sd_run = math.sqrt((var_a * a.size * (a.size - 1) + var_b * b.size * (b.size - 1))
+                       / (a.size + b.size - 2))
+    if se == 0.0:
+        df = float(a.size + b.size - 2)
+    else:
+        df = (var_a + var_b) ** 2 / (var_a**2 / (a.size - 1) + var_b**2 / (b.size - 1))
+    return TestResult(TEST_WELCH_DIFF, estimate, se, df, t_p_value(estimate, se, df), sd_run,
+                      0, int(min(a.size, b.size)))
+
+
+def unpaired_test(a: np.ndarray, b: np.ndarray, direction: str) -> TestResult:
+    """Welch's test of B against A: on the log ratio of means when every value is positive,
+    else on the difference of means (:func:`welch_difference`)."""
+    if np.all(a > 0) and np.all(b > 0):
+        return welch_log_ratio(a, b, direction)
+    return welch_difference(a, b, direction)
 
 
 def round_differences(a: np.ndarray, ra: np.ndarray, b: np.ndarray, rb: np.ndarray,
@@ -126,8 +157,12 @@ def paired_interval(
     return PairedInterval(math.exp(t.estimate), low, high, t.p, t.n_pairs, complete, t.sd_log)
 
 
+def _half_width(se: float, df: float, confidence: float) -> float:
+    return float(special.stdtrit(df, 0.5 + confidence / 2)) * se if se > 0 else 0.0
+
+
 def _interval(t: TestResult, confidence: float) -> tuple[float, float]:
-    half = float(special.stdtrit(t.df, 0.5 + confidence / 2)) * t.se if t.se > 0 else 0.0
+    half = _half_width(t.se, t.df, confidence)
     return math.exp(t.estimate - half), math.exp(t.estimate + half)
 
 
@@ -145,18 +180,26 @@ def comparison_from_test(
     computed; ``comparisons`` and ``points`` size the power hint."""
     alpha = 1 - confidence
     p_adj = t.p if p_adjusted is None else p_adjusted
+    at = alpha / comparisons if level is None else level
+    if t.test == TEST_WELCH_DIFF:
+        half = _half_width(t.se, t.df, confidence)
+        nan = math.nan
+        return Comparison(
+            nan, nan, nan, t.p, verdict_for_difference(p_adj < alpha, t.estimate),
+            int(a.size), int(b.size), confidence, noise_threshold, t.test, p_adj, adjustment,
+            nan, t.se, t.df, 0, nan, None, decided, confidence, t.estimate,
+            t.estimate - half, t.estimate + half)
     low, high = _interval(t, confidence)
     speedup = math.exp(t.estimate)
     ma, mb = float(np.mean(a)), float(np.mean(b))
     ratio = ma / mb if direction == "minimize" else mb / ma
-    at = alpha / comparisons if level is None else level
     detectable = detectable_change(t.se, t.df, at, threshold=noise_threshold)
     needed = repeats_needed(t.sd_log, confidence=confidence, paired=t.test == TEST_PAIRED,
                             comparisons=comparisons, points=points if t.n_pairs else 2)
     return Comparison(
         speedup, low, high, t.p, verdict_for(p_adj < alpha, speedup, noise_threshold),
         int(a.size), int(b.size), confidence, noise_threshold, t.test, p_adj, adjustment,
-        ratio, t.se, t.df, t.n_pairs, detectable, needed, decided)
+        ratio, t.se, t.df, t.n_pairs, detectable, needed, decided, confidence)
 
 
 def check_settings(confidence: float, noise_threshold: float) -> None:
@@ -182,12 +225,13 @@ def clean_sample(values: Sequence[float] | np.ndarray, rounds: Sequence[int] | n
 def choose_test(a: np.ndarray, ra: np.ndarray | None, b: np.ndarray, rb: np.ndarray | None,
                 direction: str) -> TestResult:
     """The paired test over common rounds when there are at least
-    :data:`~tunelab.stats.results.MIN_PAIRS` of them (positive values), else Welch's."""
+    :data:`~tunelab.stats.results.MIN_PAIRS` of them (positive values), else Welch's
+    (:func:`unpaired_test`: on the difference of means where a value is <= 0)."""
     if ra is not None and rb is not None and np.all(a > 0) and np.all(b > 0):
         d = round_differences(a, ra, b, rb, direction)
         if d.size >= MIN_PAIRS:
             return paired_test(d)
-    return welch_log_ratio(a, b, direction)
+    return unpaired_test(a, b, direction)
 
 
 def compare(
@@ -219,15 +263,10 @@ def compare(
     if a.size == 0 or b.size == 0:
         return Comparison(nan, nan, nan, nan, Verdict.INSUFFICIENT, a.size, b.size,
                           confidence, noise_threshold)
-    for side, values in (("A", a), ("B", b)):
-        if np.mean(values) <= 0:
-            raise StatsError(
-                f"a ratio of means needs a positive figure of merit; sample {side} has mean "
-                f"{np.mean(values):g}"
-            )
     if a.size < 2 or b.size < 2:
         ma, mb = float(np.mean(a)), float(np.mean(b))
-        ratio = ma / mb if direction == "minimize" else mb / ma
+        ratio = ((ma / mb if direction == "minimize" else mb / ma)
+                 if np.all(a > 0) and np.all(b > 0) else nan)
         return Comparison(ratio, nan, nan, nan, Verdict.INSUFFICIENT, a.size, b.size,
                           confidence, noise_threshold, ratio_of_means=ratio)
     t = choose_test(a, ra, b, rb, direction)

@@ -61,7 +61,9 @@ def compare_to_baseline(
     which shows the noise of its repeats). Points without values rank last. The verdicts of
     the other points are decided together (module docstring): with ``adjust`` (Holm) at
     most ``1 - confidence`` of studies give any false verdict; ``plan`` replays the looks of
-    a ``repeats: auto`` study. ``exclude_disturbed`` leaves runs flagged disturbed out.
+    a ``repeats: auto`` study. ``exclude_disturbed`` leaves runs flagged disturbed out. A
+    point (or a baseline) with a run at or below zero is compared by the difference of
+    means (no ratio: :class:`~tunelab.stats.results.Comparison`).
     Raises :class:`StatsError` when the baseline is not in the runs or has no successful
     run.
     """
@@ -80,10 +82,6 @@ def compare_to_baseline(
             f"baseline point {baseline_key} has no successful run with a value of "
             f"{column.removeprefix('fom.')} ({failures_text(counts)})"
         )
-    for s in summaries:
-        if s.n and s.mean <= 0:
-            raise StatsError(f"point {s.point}: a ratio of means needs a positive figure of "
-                             f"merit; its mean is {s.mean:g}")
     decisions = decide(groups, baseline_key, direction, confidence=confidence,
                        noise_threshold=noise_threshold, plan=plan, adjust=adjust)
     m = len(decisions)
@@ -157,7 +155,8 @@ def _decided(a: Group, b: Group, d: Decision, direction: str, *, noise_threshold
         confidence=confidence,
         p_adjusted=p_adjusted, level=level, adjustment=adjustment, comparisons=m,
         points=points, decided=d.decided if sequential else None)
-    if sequential and d.budget is not None:  # stopped early: what the budget would see
+    if sequential and d.budget is not None and not c.on_difference:  # stopped early:
+        # what the budget would see
         se, at = d.budget
         c = replace(c, detectable=detectable_change(se, d.test.df, at,
                                                     threshold=noise_threshold))

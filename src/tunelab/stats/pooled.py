@@ -16,7 +16,8 @@ vary more than that (F test against ``2 sigma^2`` at :data:`HETEROGENEITY_LEVEL`
 judged on its own noise instead (:data:`TEST_PAIRED`), so one noisy point cannot borrow the
 others' quiet. Fewer than :data:`MIN_PAIRS` common rounds: Welch's test on its own runs.
 Runs without rounds: the within-point noise (one-way), and Welch's test for every pair.
-A point with a value <= 0 is left out of the log table: Welch's test on its means.
+A point with a value <= 0 is left out of the log table: Welch's test on the difference of
+its mean and the baseline's (no ratio exists; so too for a baseline with such a value).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import special
 
-from tunelab.stats.intervals import TestResult, t_p_value, welch_log_ratio
+from tunelab.stats.intervals import TestResult, t_p_value, unpaired_test
 from tunelab.stats.power import repeats_needed
 from tunelab.stats.results import (
     HETEROGENEITY_LEVEL,
@@ -64,8 +65,8 @@ class RoundTable:
     ``keys[i]`` in round ``rounds[j]`` (NaN: no value there). A point with any value
     <= 0 has no logs at all: dropping its non-positive runs would judge it on the rest
     (a point whose runs were 1.3, -0.5, 1.3 would pair as 1.3), so its comparison falls
-    back to Welch's test on the means of all its values, as :func:`~tunelab.stats.
-    intervals.compare` does."""
+    back to Welch's test on the difference of the means of all its values, as
+    :func:`~tunelab.stats.intervals.compare` does."""
 
     keys: tuple[str, ...]
     rounds: np.ndarray
@@ -162,7 +163,7 @@ def study_tests(groups: Mapping[str, Group], baseline: str, direction: str,
                 ) -> dict[str, TestResult | None]:
     """Every point but ``baseline`` against it on the study's pooled noise (module
     docstring), using the rounds before ``upto``; None for a point (or a baseline) with
-    fewer than two values (or a mean <= 0)."""
+    fewer than two values."""
     table = table or RoundTable.of(groups)
     keys = [k for k in groups if k != baseline]
     if table is None:
@@ -206,16 +207,17 @@ def _paired(mean: float, sd: float, pairs: int, noise: PooledNoise | None) -> Te
 
 
 def _welch(a: Group, b: Group, direction: str, upto: int | None) -> TestResult | None:
-    """Welch's test on the two groups' values in rounds before ``upto``."""
+    """Welch's test on the two groups' values in rounds before ``upto``: of the log ratio
+    of means, or of the difference of means where a value is <= 0."""
     def values(g: Group) -> np.ndarray:
         if upto is None or g.rounds is None:
             return g.values
         return g.values[g.rounds < upto]
 
     va, vb = values(a), values(b)
-    if va.size < 2 or vb.size < 2 or np.mean(va) <= 0 or np.mean(vb) <= 0:
+    if va.size < 2 or vb.size < 2:
         return None
-    return welch_log_ratio(va, vb, direction)
+    return unpaired_test(va, vb, direction)
 
 
 def noise_level(runs: pd.DataFrame, fom: str, change: float = 0.05,

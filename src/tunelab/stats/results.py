@@ -40,6 +40,9 @@ TEST_PAIRED = "paired t"
 """Per-round log ratio, its own noise."""
 TEST_WELCH = "Welch t"
 """Log ratio of means, delta method, Welch–Satterthwaite degrees of freedom."""
+TEST_WELCH_DIFF = "Welch t, difference of means"
+"""Difference of means in the figure of merit's own unit, Welch–Satterthwaite degrees of
+freedom: the test of a comparison with a run at or below zero, where no ratio exists."""
 
 ADJUST_NONE = "none"
 ADJUST_HOLM = "Holm"
@@ -72,6 +75,15 @@ def beyond_threshold(effect: float, noise_threshold: float) -> bool:
     measured on the log scale: 1.02 and 1/1.02 are the same size of change."""
     return (math.isfinite(effect) and effect > 0
             and abs(math.log(effect)) >= math.log1p(noise_threshold) - 1e-12)
+
+
+def verdict_for_difference(significant: bool, difference: float) -> Verdict:
+    """Better / worse by the sign of ``difference`` (> 0: B better) when the test rejects
+    equality; else indistinguishable. No noise threshold: it is a relative change, and a
+    figure of merit that crosses zero has no scale to measure one against."""
+    if not significant or not math.isfinite(difference) or difference == 0:
+        return Verdict.INDISTINGUISHABLE
+    return Verdict.BETTER if difference > 0 else Verdict.WORSE
 
 
 def verdict_for(significant: bool, effect: float, noise_threshold: float) -> Verdict:
@@ -157,6 +169,14 @@ class Comparison:
     ``decided`` (``repeats: auto`` studies) is False while more rounds could still decide
     the comparison, True once it is decided; None for fixed repeats. The values are NaN
     when a side has fewer than two values.
+
+    The interval is at ``ci_level`` (``confidence``).
+
+    A comparison with a run at or below zero on either side has no ratio: its test is
+    :data:`TEST_WELCH_DIFF`, ``speedup``, ``ci_low``, ``ci_high``, ``ratio_of_means`` and
+    ``detectable`` are NaN, and ``difference`` (B − A in the figure of merit's unit,
+    oriented so that > 0 means B is better) with ``diff_low``/``diff_high`` carry the
+    estimate and its interval.
     """
 
     speedup: float
@@ -178,6 +198,15 @@ class Comparison:
     detectable: float = math.nan
     repeats_needed: int | None = None
     decided: bool | None = None
+    ci_level: float = math.nan
+    difference: float = math.nan
+    diff_low: float = math.nan
+    diff_high: float = math.nan
+
+    @property
+    def on_difference(self) -> bool:
+        """Whether the test is on the difference of means (no ratio: a run <= 0)."""
+        return self.test == TEST_WELCH_DIFF
 
     @property
     def paired(self) -> bool:
@@ -189,6 +218,8 @@ class Comparison:
         """The verdict the test gives before the adjustment for many comparisons."""
         if self.verdict is Verdict.INSUFFICIENT:
             return self.verdict
+        if self.on_difference:
+            return verdict_for_difference(self.p_value < 1 - self.confidence, self.difference)
         return verdict_for(self.p_value < 1 - self.confidence, self.speedup,
                            self.noise_threshold)
 

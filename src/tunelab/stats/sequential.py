@@ -46,7 +46,7 @@ from scipy import special
 
 from tunelab.stats.intervals import TestResult
 from tunelab.stats.pooled import RoundTable, study_tests
-from tunelab.stats.results import MIN_PAIRS, StatsError
+from tunelab.stats.results import MIN_PAIRS, TEST_WELCH_DIFF, StatsError
 from tunelab.stats.summaries import Group
 
 __all__ = ["Decision", "SequentialPlan", "decide", "holm_adjust", "spending_levels"]
@@ -153,8 +153,8 @@ class Decision:
 def _equivalent(t: TestResult, confidence: float, noise_threshold: float) -> bool:
     """Two one-sided tests at ``1 - confidence``: the interval at ``1 − 2(1 − confidence)``
     lies inside ± the noise threshold (log scale)."""
-    if noise_threshold <= 0 or not math.isfinite(t.se):
-        return False
+    if noise_threshold <= 0 or not math.isfinite(t.se) or t.test == TEST_WELCH_DIFF:
+        return False  # a difference of means has no relative scale to hold it against
     half = float(special.stdtrit(t.df, confidence)) * t.se
     margin = math.log1p(noise_threshold)
     return -margin < t.estimate - half and t.estimate + half < margin

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tunelab.stats.intervals import compare
 from tunelab.stats.labels import failures_text
 from tunelab.stats.recommend import recommend
-from tunelab.stats.results import BestResult, StatsError, check_direction
+from tunelab.stats.results import BestResult, Comparison, StatsError, check_direction
 from tunelab.stats.summaries import check_runs, point_groups, point_summary, sort_key
 
 if TYPE_CHECKING:
@@ -77,17 +77,22 @@ def best(
     comparison = compare(a.values, b.values, direction, noise_threshold=noise_threshold,
                          confidence=confidence, rounds=rounds)
     return BestResult(name, direction, winner, runner_up, comparison,
-                      _confidence_better(comparison.speedup, comparison.se_log,
-                                         comparison.df), p_best)
+                      _confidence_better(comparison), p_best)
 
 
-def _confidence_better(speedup: float, se_log: float, df: float) -> float | None:
-    """P(T_df < log speedup / se): the one-sided confidence that B beats A."""
+def _confidence_better(c: Comparison) -> float | None:
+    """P(T_df < estimate / se): the one-sided confidence that B beats A, the estimate the
+    log speedup (or, without a ratio, the difference of means)."""
     from scipy import stats
 
-    if not (math.isfinite(speedup) and speedup > 0 and math.isfinite(se_log)
-            and math.isfinite(df)):
+    if c.on_difference:
+        estimate = c.difference
+    elif math.isfinite(c.speedup) and c.speedup > 0:
+        estimate = math.log(c.speedup)
+    else:
         return None
-    if se_log == 0:
-        return 1.0 if speedup > 1 else 0.0 if speedup < 1 else 0.5
-    return float(stats.t.cdf(math.log(speedup) / se_log, df))
+    if not (math.isfinite(estimate) and math.isfinite(c.se_log) and math.isfinite(c.df)):
+        return None
+    if c.se_log == 0:
+        return 1.0 if estimate > 0 else 0.0 if estimate < 0 else 0.5
+    return float(stats.t.cdf(estimate / c.se_log, c.df))
