@@ -92,3 +92,29 @@ def test_each_run_key_is_decoded_a_bounded_number_of_times(
     result = crossstudy.compare_studies(a, b, Objective("t", "minimize"))
     assert len(result.points) == 60
     assert calls <= 2 * (len(a) + len(b))  # was 60 points x 180 runs x 2 = 21,600
+
+
+def _excludes_one(c: object) -> bool:
+    return not (c.ci_low <= 1.0 <= c.ci_high)  # type: ignore[attr-defined]
+
+
+def test_each_interval_agrees_with_the_holm_verdict_beside_it() -> None:
+    """Field test (``compare DIR_A DIR_B``, ~300 points): '1.229× [1.142, 1.323] …
+    indistinguishable (Holm p 0.364)' — the interval was unadjusted, the p Holm's. Each
+    interval is now at the level Holm held its p to: it excludes 1 exactly when p < 5 %."""
+    rng = np.random.default_rng(3)
+    keys = [json.dumps({"x": i}) for i in range(40)]
+    shift = np.where(np.arange(40) < 8, 1.25, 1.0)
+    a = pd.DataFrame([{"point": k, "status": "ok", "repeat": r, "fom.wall_s": 10 * (1 + e)}
+                      for k in keys for r, e in enumerate(rng.normal(0, 0.08, 5))])
+    b = pd.DataFrame([{"point": k, "status": "ok", "repeat": r,
+                       "fom.wall_s": 10 * (1 + e) / shift[i]}
+                      for i, k in enumerate(keys) for r, e in enumerate(rng.normal(0, 0.08, 5))])
+    sc = crossstudy.compare_studies(a, b, OBJ)
+    cs = [cp.comparison for cp in sc.points]
+    assert any(c.p_value < 0.05 <= c.p_adjusted for c in cs)  # Holm held some raw p back
+    for c in cs:
+        assert _excludes_one(c) == (c.p_adjusted < 0.05), c
+        assert c.ci_level >= 0.95
+    title = render(cross_compare_view(sc), "text").splitlines()[0]
+    assert "CI at the level Holm held each p to" in title

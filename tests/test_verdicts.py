@@ -325,3 +325,19 @@ def test_the_p_shown_is_holms_adjusted_p() -> None:
     raw = [out[k].p_value for k in (1, 2, 3)]  # type: ignore[attr-defined]
     assert [out[k].p_adjusted for k in (1, 2, 3)] == pytest.approx(holm_adjust(raw))  # type: ignore[attr-defined]
     assert sum(out[k].verdict in CALLS for k in (1, 2, 3)) >= 2  # type: ignore[attr-defined]
+
+
+def test_each_interval_agrees_with_the_adjusted_p_beside_it() -> None:
+    """Within one study the interval was at 95 % while the p shown was Holm's: a point
+    could show [1.04, 1.20] beside 'indistinguishable (p 0.2)'. Each interval is now at the
+    level Holm held its p to, so it excludes 1 exactly when the adjusted p is under 5 %."""
+    rng = np.random.default_rng(5)
+    held = 0
+    for _ in range(30):
+        v = 10 * (1 + rng.normal(0, 0.05, (21, 3)))
+        v[1:6] /= 1.08
+        for c in verdicts(table(v)).values():
+            held += c.p_value < 0.05 <= c.p_adjusted  # type: ignore[attr-defined]
+            excludes = not (c.ci_low <= 1.0 <= c.ci_high)  # type: ignore[attr-defined]
+            assert excludes == (c.p_adjusted < 0.05)  # type: ignore[attr-defined]
+    assert held > 0

@@ -6,7 +6,9 @@ statistics as a comparison with the baseline inside one study (:func:`tunelab.st
 Welch's t of the log ratio of means — the two studies' rounds ran at different times, so
 nothing pairs them — its interval, p and verdict), and the verdicts of all common points are
 adjusted together by Holm (:func:`tunelab.stats.holm_adjust`), so at most ``1 - confidence``
-of comparisons of two equal studies call any point different; points measured by only one
+of comparisons of two equal studies call any point different, each interval at the level
+Holm held its p to (:func:`tunelab.stats.holm_levels`), so that it excludes no change exactly
+when the verdict is faster or slower; points measured by only one
 study are listed, not judged. Two studies whose figure of merit or direction differ cannot be
 compared: :func:`check_comparable` refuses them with one line. With ``exclude_disturbed`` the
 runs the noise watch flagged are left out of both sides, as in one study.
@@ -25,8 +27,10 @@ from tunelab.stats import (
     StatsError,
     Verdict,
     compare,
+    comparison_at_level,
     fom_column,
     holm_adjust,
+    holm_levels,
     summarize,
 )
 
@@ -109,13 +113,15 @@ def _values(runs: pd.DataFrame, fom: str, exclude: bool) -> dict[str, list[float
     return out
 
 
-def _holm(c: Comparison, p_adjusted: float) -> Comparison:
-    """``c`` with its Holm-adjusted p deciding the verdict."""
+def _holm(c: Comparison, p_adjusted: float, level: float) -> Comparison:
+    """``c`` with its Holm-adjusted p deciding the verdict, and its interval at the level
+    Holm held its raw p to."""
     if c.verdict is Verdict.INSUFFICIENT:
         return c
     keep = p_adjusted < 1 - c.confidence
     verdict = c.verdict if keep else Verdict.INDISTINGUISHABLE
-    return replace(c, p_adjusted=p_adjusted, adjustment="Holm", verdict=verdict)
+    return comparison_at_level(
+        replace(c, p_adjusted=p_adjusted, adjustment="Holm", verdict=verdict), level)
 
 
 def compare_studies(
@@ -151,8 +157,10 @@ def compare_studies(
             raise StatsError(f"point {key}: {exc}") from exc
         judged.append((key, comparison))
     if len(judged) > 1:
-        adjusted = holm_adjust([c.p_value for _, c in judged])
-        judged = [(key, _holm(c, p)) for (key, c), p in zip(judged, adjusted, strict=True)]
+        raw = [c.p_value for _, c in judged]
+        adjusted, levels = holm_adjust(raw), holm_levels(raw, 1 - confidence)
+        judged = [(key, _holm(c, p, level))
+                  for (key, c), p, level in zip(judged, adjusted, levels, strict=True)]
     judged.sort(key=lambda kc: (kc[1].speedup != kc[1].speedup,  # NaN last
                                 -kc[1].speedup if kc[1].speedup == kc[1].speedup else 0.0,
                                 kc[0]))

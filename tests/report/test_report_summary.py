@@ -38,7 +38,8 @@ def test_results_compare_with_the_baseline(
     assert not [n for n in results.notes if n.startswith(("No ", "The study names no"))]
     assert results.best_result().best.params["env"] == "am"
     text = _text(compare_view(results))
-    assert "95% CI" in text and "faster" in text and "env=am np=2" in text
+    assert "CI at the level Holm held each p to" in text
+    assert "faster" in text and "env=am np=2" in text
 
 
 def test_results_without_baseline_rank_by_mean_and_say_so(

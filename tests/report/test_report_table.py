@@ -57,7 +57,7 @@ def test_terminal_table_renders_every_point_and_value(
             assert part.strip("]") in text
         assert row.p_value in text and row.detectable in text
     assert injected in text  # rich markup in a value is printed, not interpreted
-    assert "95% CI" in text and "2 failed" in text
+    assert "CI at the level Holm held each p to" in text and "2 failed" in text
     # the header names the test and the adjustment behind the p column
     assert "p (Holm)" in text and "paired t, pooled noise" in text
     assert "Holm over the" in text and "Noise: runs of one point vary" in text

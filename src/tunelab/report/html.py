@@ -131,6 +131,15 @@ def _p_header(comparisons: Sequence[PointComparison]) -> str:
     return f"{tests}; adjusted: {adjustment}" if tests else "no test yet"
 
 
+def _ci_header(comparisons: Sequence[PointComparison], confidence: float) -> str:
+    """The interval's header: ``95% CI``, or, adjusted, at the level each p was held to."""
+    from tunelab.report.views import ci_words, p_header
+
+    adjustment = p_header([pc.comparison for pc in comparisons if not pc.is_baseline])[1]
+    words = ci_words(confidence, adjustment)
+    return words[0] if adjustment == "none" else words[1].strip("[]")
+
+
 def _headline(
     best: BestResult | None, comparisons: Sequence[PointComparison], objective: Objective
 ) -> str:
@@ -205,6 +214,8 @@ def render_html_report(
         compared=bool(comparisons),
         confidence=comparisons[0].comparison.confidence if comparisons else 0.95,
         p_header=_p_header(comparisons),
+        ci_header=_ci_header(
+            comparisons, comparisons[0].comparison.confidence if comparisons else 0.95),
         any_disturbed=any(row.disturbed for row in rows),
         noise=comparisons[0].comparison.noise_threshold if comparisons else 0.02,
         rows=rows,

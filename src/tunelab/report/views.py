@@ -112,6 +112,17 @@ def p_header(comparisons: Sequence[Comparison]) -> tuple[str, str]:
     return " / ".join(tests), " / ".join(adjustments) or "none"
 
 
+def ci_words(confidence: float, adjustment: str) -> tuple[str, str]:
+    """The interval column's header and the title's words on it: ``95% CI`` without an
+    adjustment; with one, the interval is at the level the adjustment held each p to
+    (:attr:`~tunelab.stats.results.Comparison.ci_level`), and the words say so."""
+    conf, alpha = f"{confidence:.0%}", f"{1 - confidence:.0%}"
+    if adjustment == "none":
+        return f"{conf} CI", f"[{conf} CI]"
+    return ("CI (adj.)", f"[CI at the level {adjustment} held each p to: it excludes 1 exactly "
+                         f"when p < {alpha}; {conf} for all of them together]")
+
+
 def _scale(tests: str) -> str:
     """``" (log scale)"`` unless every test named is on the difference of means."""
     return "" if tests == TEST_WELCH_DIFF else " (log scale)"
@@ -197,7 +208,7 @@ def compare_view(results: StudyResults) -> View:
     tests, adjustment = p_header(others)
     if compared:
         columns += [Column("speedup", "speedup", "right"),
-                    Column("ci", f"{conf} CI", "right", drop=7),
+                    Column("ci", ci_words(results.confidence, adjustment)[0], "right", drop=7),
                     Column("p", f"p ({adjustment})", "right", drop=3),
                     Column("verdict", "verdict"),
                     Column("detectable", "detectable", "right", drop=8)]
@@ -239,9 +250,10 @@ def compare_view(results: StudyResults) -> View:
     if compared:
         baseline = next((pc for pc in results.comparisons if pc.is_baseline), None)
         against = f" against {point_label(baseline.summary.params)}" if baseline else ""
-        tested = (f"[{conf} CI] and p of the {tests}{_scale(tests)}, p adjusted by "
-                  f"{adjustment}" if tests else f"[{conf} CI] and p: none yet (a test needs "
-                  "two ok runs of a point and of the baseline)")
+        tested = (f"{ci_words(results.confidence, adjustment)[1]} and p of the {tests}"
+                  f"{_scale(tests)}, p adjusted by {adjustment}" if tests
+                  else f"[{conf} CI] and p: none yet (a test needs two ok runs of a point and "
+                  "of the baseline)")
         title = (f"{fom} ({objective.direction}){against}: speedup > 1 is better, {tested}; "
                  "detectable: the smallest change seen in 80 % of studies")
     else:
@@ -291,15 +303,15 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
     objective = sc.objective
     fom = objective.fom.removeprefix("fom.")
     conf = f"{sc.confidence:.0%}"
+    tests, adjustment = p_header([cp.comparison for cp in sc.points])
     columns = (
         Column("rank", "#", "right", drop=5),
         Column("point", "point", wrap=True),
         Column("a", f"{sc.name_a} (A) mean ± sd", "right", drop=3),
         Column("b", f"{sc.name_b} (B) mean ± sd", "right", drop=4),
         Column("speedup", "B/A speedup", "right"),
-        Column("ci", f"{conf} CI", "right", drop=6),
-        Column("p", f"p ({p_header([cp.comparison for cp in sc.points])[1]})", "right",
-               drop=2),
+        Column("ci", ci_words(sc.confidence, adjustment)[0], "right", drop=6),
+        Column("p", f"p ({adjustment})", "right", drop=2),
         Column("verdict", "verdict"),
         Column("failed", "not ok (A; B)", drop=1),
     )
@@ -328,8 +340,8 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
                                            "difference_low", "difference_high", "p", "p_raw",
                                            "test", "adjustment", "verdict", "verdict_label")})
         records.append(record)
-    tests, adjustment = p_header([cp.comparison for cp in sc.points])
-    tested = (f"[{conf} CI] and p of the {tests}{_scale(tests)}, p adjusted by {adjustment}"
+    tested = (f"{ci_words(sc.confidence, adjustment)[1]} and p of the {tests}{_scale(tests)}"
+              f", p adjusted by {adjustment}"
               if tests else f"[{conf} CI] and p: none yet (a test needs two ok runs of a "
               "point in each study)")
     title = (f"{fom} ({objective.direction}): study {sc.name_b!r} (B) against {sc.name_a!r} "

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 # The constants are re-exported (``X as X``) without joining ``__all__``.
 from tunelab.stats.disturbance import Disturbance, disturbance
-from tunelab.stats.intervals import compare, paired_interval
+from tunelab.stats.intervals import compare, comparison_at_level, paired_interval
 from tunelab.stats.labels import verdict_label
 from tunelab.stats.multiplicity import compare_to_baseline, still_undecided
 from tunelab.stats.pooled import noise_level
@@ -70,7 +70,7 @@ from tunelab.stats.results import (
     StatsError,
     Verdict,
 )
-from tunelab.stats.sequential import SequentialPlan, holm_adjust, spending_levels
+from tunelab.stats.sequential import SequentialPlan, holm_adjust, holm_levels, spending_levels
 from tunelab.stats.summaries import DISTURBED_COLUMN as DISTURBED_COLUMN
 from tunelab.stats.summaries import fom_column, summarize
 from tunelab.stats.winner import best
@@ -90,11 +90,13 @@ __all__ = [
     "Verdict",
     "best",
     "compare",
+    "comparison_at_level",
     "compare_to_baseline",
     "detectable_change",
     "disturbance",
     "fom_column",
     "holm_adjust",
+    "holm_levels",
     "noise_level",
     "paired_interval",
     "posterior",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -42,7 +43,7 @@ from tunelab.stats.results import (
     verdict_for_difference,
 )
 
-__all__ = ["TestResult", "compare", "comparison_from_test",
+__all__ = ["TestResult", "compare", "comparison_at_level", "comparison_from_test",
            "paired_interval", "t_p_value", "welch_difference", "welch_log_ratio"]
 
 
@@ -166,6 +167,22 @@ def _interval(t: TestResult, confidence: float) -> tuple[float, float]:
     return math.exp(t.estimate - half), math.exp(t.estimate + half)
 
 
+def comparison_at_level(c: Comparison, level: float) -> Comparison:
+    """``c`` with its interval at confidence ``1 - level`` (the nominal level its raw p was
+    held against) and its minimum detectable change at that level."""
+    if not (math.isfinite(c.se_log) and math.isfinite(c.df) and 0 < level < 1):
+        return c
+    half = _half_width(c.se_log, c.df, 1 - level)
+    if c.on_difference:
+        return replace(c, diff_low=c.difference - half, diff_high=c.difference + half,
+                       ci_level=1 - level)
+    log = math.log(c.speedup)
+    return replace(c, ci_low=math.exp(log - half), ci_high=math.exp(log + half),
+                   ci_level=1 - level,
+                   detectable=detectable_change(c.se_log, c.df, level,
+                                                threshold=c.noise_threshold))
+
+
 def comparison_from_test(
     t: TestResult, a: np.ndarray, b: np.ndarray, direction: str, *,
     noise_threshold: float, confidence: float, p_adjusted: float | None = None,
@@ -177,19 +194,20 @@ def comparison_from_test(
     ``p_adjusted`` (default: the test's own p) decides the verdict against
     ``1 - confidence``; ``level`` is the nominal level the raw p needed (default:
     ``(1 - confidence) / comparisons``), at which the minimum detectable change is
-    computed; ``comparisons`` and ``points`` size the power hint."""
+    computed, and the interval at ``1 - level``, so that it excludes no change exactly when
+    ``p_adjusted < 1 - confidence``; ``comparisons`` and ``points`` size the power hint."""
     alpha = 1 - confidence
     p_adj = t.p if p_adjusted is None else p_adjusted
     at = alpha / comparisons if level is None else level
     if t.test == TEST_WELCH_DIFF:
-        half = _half_width(t.se, t.df, confidence)
+        half = _half_width(t.se, t.df, 1 - at)
         nan = math.nan
         return Comparison(
             nan, nan, nan, t.p, verdict_for_difference(p_adj < alpha, t.estimate),
             int(a.size), int(b.size), confidence, noise_threshold, t.test, p_adj, adjustment,
-            nan, t.se, t.df, 0, nan, None, decided, confidence, t.estimate,
+            nan, t.se, t.df, 0, nan, None, decided, 1 - at, t.estimate,
             t.estimate - half, t.estimate + half)
-    low, high = _interval(t, confidence)
+    low, high = _interval(t, 1 - at)
     speedup = math.exp(t.estimate)
     ma, mb = float(np.mean(a)), float(np.mean(b))
     ratio = ma / mb if direction == "minimize" else mb / ma
@@ -199,7 +217,7 @@ def comparison_from_test(
     return Comparison(
         speedup, low, high, t.p, verdict_for(p_adj < alpha, speedup, noise_threshold),
         int(a.size), int(b.size), confidence, noise_threshold, t.test, p_adj, adjustment,
-        ratio, t.se, t.df, t.n_pairs, detectable, needed, decided, confidence)
+        ratio, t.se, t.df, t.n_pairs, detectable, needed, decided, 1 - at)
 
 
 def check_settings(confidence: float, noise_threshold: float) -> None:

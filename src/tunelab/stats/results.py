@@ -170,7 +170,10 @@ class Comparison:
     the comparison, True once it is decided; None for fixed repeats. The values are NaN
     when a side has fewer than two values.
 
-    The interval is at ``ci_level`` (``confidence``).
+    The interval is at ``ci_level``: the confidence at which the verdict held this
+    comparison's raw p (``1 - level``: Holm's step, or the spent level of a look), so it
+    excludes no change exactly when ``p_adjusted < 1 - confidence``; ``confidence`` itself
+    without an adjustment.
 
     A comparison with a run at or below zero on either side has no ratio: its test is
     :data:`TEST_WELCH_DIFF`, ``speedup``, ``ci_low``, ``ci_high``, ``ratio_of_means`` and

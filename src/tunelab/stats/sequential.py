@@ -268,3 +268,21 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - step) * p_values[i]))
         out[i] = running
     return out
+
+
+def holm_levels(p_values: Sequence[float], alpha: float) -> list[float]:
+    """The nominal level Holm's step-down held each p of one family against (NaN ones are
+    left out and get NaN): ``alpha / (m - i)`` at the step that rejected it, else
+    ``alpha / (m - r)`` with r the rejections, where the procedure stopped. A p is under
+    its level exactly when its :func:`holm_adjust` p is under ``alpha``, so an interval at
+    ``1 - level`` excludes no change exactly when the comparison is rejected."""
+    index = sorted((i for i, p in enumerate(p_values) if not math.isnan(p)),
+                   key=lambda i: p_values[i])
+    out = [math.nan] * len(p_values)
+    m, rejected = len(index), 0
+    for step, i in enumerate(index):
+        level = alpha / (m - rejected)
+        if rejected == step and p_values[i] < level:
+            rejected += 1
+        out[i] = level
+    return out
