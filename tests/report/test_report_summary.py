@@ -186,3 +186,37 @@ def test_a_fom_that_crosses_zero_shows_a_difference_in_every_format(tmp_path: Pa
     assert doc["speedup"] is None and doc["detectable"] is None
     assert doc["difference"] == pytest.approx(0.136) and doc["test"].endswith("of means")
     assert best.document["comparison"]["difference"] == pytest.approx(0.094)
+
+
+@pytest.mark.parametrize(("shift", "said", "verdict"), [
+    (1.25, "Against the baseline (x=0): faster than it, 1.25", "better"),
+    (1.0, "Against the baseline (x=0): not distinguishable from it, ", "indistinguishable"),
+])
+def test_best_says_whether_the_best_point_beats_the_baseline(
+        tmp_path: Path, shift: float, said: str, verdict: str) -> None:
+    """Field test: ``best`` named the winner and its runner-up but never said whether the
+    winner beats the baseline. It now does in one line, text, JSON and the report, with
+    the very comparison ``compare`` shows for that point (its test, interval, Holm p)."""
+    import json
+
+    noise = [1.0, 1.01, 0.99, 1.0, 1.02]
+    rows = [{"point": json.dumps({"x": x}), "status": "ok", "repeat": r,
+             "fom.wall_s": 10 * noise[(r + x) % 5] * (1 / shift if x == 2 else 1)
+             * (1 - 0.002 * x)}
+            for x in range(4) for r in range(5)]
+    results = results_from_frame(pd.DataFrame(rows), Objective("wall_s", "minimize"),
+                                 json.dumps({"x": 0}))
+    view = best_view(results, results.best_result())
+    text = render(view, "text")
+    assert said in text
+    line = next(s for s in text.splitlines() if s.startswith("Against the baseline"))
+    assert "p (Holm)" not in line and "adjusted: Holm, as in compare" in line
+    doc = view.document
+    assert doc["baseline"]["point"] == {"x": 0}
+    assert doc["versus_baseline"]["verdict"] == verdict
+    assert doc["versus_baseline_line"] == line
+    compared = next(p for p in compare_view(results).document["points"]
+                    if p["point"] == doc["best"]["point"])
+    assert compared["p"] == doc["versus_baseline"]["p"]
+    from html import escape
+    assert escape(line) in write_report(results, tmp_path / "r.html").read_text(encoding="utf-8")

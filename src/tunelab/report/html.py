@@ -17,7 +17,13 @@ from tunelab.errors import TunelabError
 from tunelab.report.formats import point_label
 from tunelab.report.output import TextTable, View
 from tunelab.report.results import failed_runs
-from tunelab.report.table import best_lines, speedup_cells, table_rows
+from tunelab.report.table import (
+    against_baseline,
+    baseline_line,
+    best_lines,
+    speedup_cells,
+    table_rows,
+)
 from tunelab.stats import BestResult, PointComparison, PointSummary, verdict_label
 
 if TYPE_CHECKING:
@@ -208,7 +214,9 @@ def render_html_report(
         fom=objective.fom.removeprefix("fom."),
         direction=objective.direction,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        best_lines=best_lines(best) if best is not None else [],
+        best_lines=(best_lines(best, baseline_line(*against_baseline(best, comparisons),
+                                                   best.fom, best.direction))
+                    if best is not None else []),
         headline=_headline(best, comparisons, objective),
         best_verdict=(best.comparison.verdict.value if best and best.comparison else ""),
         compared=bool(comparisons),

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from tunelab.report.results import Exclusion
     from tunelab.workload import Objective
 
-__all__ = ["TableRow", "best_lines", "detectable_text", "exclusion_lines", "speedup_cells",
-           "table_rows"]
+__all__ = ["TableRow", "against_baseline", "baseline_line", "best_lines", "detectable_text",
+           "exclusion_lines", "speedup_cells", "table_rows"]
 
 class TableRow(NamedTuple):
     """One ranked line of a result table, every cell already formatted.
@@ -154,8 +154,41 @@ def detectable_text(change: float) -> str:
     return "∞" if math.isinf(change) else f"{change:.1%}"
 
 
-def best_lines(result: BestResult) -> list[str]:
-    """Plain sentences on the best point and how sure we are (terminal and HTML)."""
+def against_baseline(result: BestResult, comparisons: Sequence[PointComparison]
+                     ) -> tuple[PointComparison | None, PointComparison | None]:
+    """The best point's comparison with the baseline and the baseline's own row, both as
+    ``compare`` shows them (None: no baseline, or the best point was not compared)."""
+    base = next((pc for pc in comparisons if pc.is_baseline), None)
+    mine = next((pc for pc in comparisons if pc.point == result.best.point), None)
+    return (mine, base) if base is not None else (None, None)
+
+
+def baseline_line(mine: PointComparison | None, base: PointComparison | None,
+                  fom: str, direction: str) -> str:
+    """One sentence: whether the best point beats the baseline, by the comparison (test,
+    interval, adjusted p) ``compare`` shows for it; ``""`` without a baseline."""
+    if mine is None or base is None:
+        return ""
+    label = point_label(base.summary.params)
+    if mine.is_baseline:
+        return f"The best point is the baseline ({label})."
+    c = mine.comparison
+    if c.verdict is Verdict.INSUFFICIENT:
+        return (f"Against the baseline ({label}): insufficient data (fewer than 2 successful "
+                "runs on one side).")
+    speedup, interval = speedup_cells(c)
+    estimate = interval if c.on_difference else f"{speedup} {interval}".strip()
+    how = f"p {p_text(c.p_adjusted)} ({c.test}, adjusted: {c.adjustment}, as in compare)"
+    if c.verdict is Verdict.INDISTINGUISHABLE:
+        return (f"Against the baseline ({label}): not distinguishable from it, "
+                f"{estimate}, {how}.")
+    word = verdict_label(c.verdict, fom, direction)
+    return f"Against the baseline ({label}): {word} than it, {estimate}, {how}."
+
+
+def best_lines(result: BestResult, baseline: str = "") -> list[str]:
+    """Plain sentences on the best point and how sure we are (terminal and HTML);
+    ``baseline`` is :func:`baseline_line`'s sentence, said after the best point."""
     b, fom = result.best, result.fom
     lines = [
         f"Best point: {point_label(b.params)} — mean {fom} {fmt_number(b.mean)}"
@@ -164,6 +197,8 @@ def best_lines(result: BestResult) -> list[str]:
     ]
     if result.p_best is not None:
         lines.append(f"Probability that it is the best, given all runs: {result.p_best:.0%}.")
+    if baseline:
+        lines.append(baseline)
     if result.runner_up is None or result.comparison is None:
         lines.append("It is the only point with successful runs: nothing to compare it with.")
         return lines

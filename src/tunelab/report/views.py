@@ -23,7 +23,14 @@ from tunelab.report.formats import (
     point_label,
 )
 from tunelab.report.output import SCHEMA_VERSION, Cell, Column, Lines, TextTable, View
-from tunelab.report.table import best_lines, detectable_text, exclusion_lines, speedup_cells
+from tunelab.report.table import (
+    against_baseline,
+    baseline_line,
+    best_lines,
+    detectable_text,
+    exclusion_lines,
+    speedup_cells,
+)
 from tunelab.stats import (
     TEST_WELCH_DIFF,
     Comparison,
@@ -394,7 +401,8 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         document = {"schema": "tunelab.best", "version": SCHEMA_VERSION,
                     "study": results.name, "objective": _objective_doc(objective),
                     "best": None, "runner_up": None, "comparison": None,
-                    "p_beats_runner_up": None, "p_best": None,
+                    "p_beats_runner_up": None, "p_best": None, "baseline": None,
+                    "versus_baseline": None, "versus_baseline_line": None,
                     "excluded": _exclusions_doc(results),
                     "noise": _noise_doc(results), "disturbance": _disturbance_doc(results),
                     "notes": [text, *results.trust]}
@@ -402,6 +410,8 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
                     document, ())
     c = best.comparison
     style = VERDICT_STYLES.get(c.verdict, "") if c is not None else "green"
+    mine, base = against_baseline(best, results.comparisons)
+    versus = baseline_line(mine, base, objective.fom, objective.direction)
     document = {
         "schema": "tunelab.best",
         "version": SCHEMA_VERSION,
@@ -412,6 +422,10 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         "comparison": _comparison_doc(c, objective) if c is not None else None,
         "p_beats_runner_up": best.p_beats_runner_up,
         "p_best": best.p_best,
+        "baseline": (_summary_doc(base.summary) if base is not None else None),
+        "versus_baseline": (_comparison_doc(mine.comparison, objective)
+                            if mine is not None and not mine.is_baseline else None),
+        "versus_baseline_line": versus or None,
         "excluded": _exclusions_doc(results),
         "noise": _noise_doc(results),
         "disturbance": _disturbance_doc(results),
@@ -422,7 +436,7 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         records.append({"role": "runner_up", **_summary_doc(best.runner_up)})
     if c is not None:
         records[0].update(_comparison_doc(c, objective))
-    blocks: list[TextTable | Lines] = [Lines(tuple(best_lines(best)), style=style)]
+    blocks: list[TextTable | Lines] = [Lines(tuple(best_lines(best, versus)), style=style)]
     if results.trust:
         blocks.append(Lines(results.trust))
     if excluded:
