@@ -341,3 +341,15 @@ def test_each_interval_agrees_with_the_adjusted_p_beside_it() -> None:
             excludes = not (c.ci_low <= 1.0 <= c.ci_high)  # type: ignore[attr-defined]
             assert excludes == (c.p_adjusted < 0.05)  # type: ignore[attr-defined]
     assert held > 0
+
+
+def test_an_interval_at_an_early_looks_tiny_level_does_not_overflow() -> None:
+    """repeats: auto holds an early look to a tiny level (4e-8 at 3 of 10 rounds): its
+    interval at that level, on a noisy comparison's own 2 degrees of freedom, is wider than
+    a float; it raised OverflowError in compare_to_baseline."""
+    from tunelab.stats.intervals import TestResult, comparison_from_test
+
+    t = TestResult("paired t", 0.1, 0.5, 2.0, 0.8, 0.9, 3, 3)
+    c = comparison_from_test(t, np.ones(3), np.ones(3), "minimize", noise_threshold=0.02,
+                             confidence=0.95, level=1e-12)
+    assert c.ci_high == math.inf and c.ci_low >= 0

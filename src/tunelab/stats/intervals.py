@@ -162,9 +162,15 @@ def _half_width(se: float, df: float, confidence: float) -> float:
     return float(special.stdtrit(df, 0.5 + confidence / 2)) * se if se > 0 else 0.0
 
 
+def _exp(x: float) -> float:
+    """``exp(x)``, infinite past the largest float (an interval at the tiny level of an
+    early look of ``repeats: auto`` can be that wide)."""
+    return math.exp(x) if x < 709.0 else math.inf
+
+
 def _interval(t: TestResult, confidence: float) -> tuple[float, float]:
     half = _half_width(t.se, t.df, confidence)
-    return math.exp(t.estimate - half), math.exp(t.estimate + half)
+    return _exp(t.estimate - half), _exp(t.estimate + half)
 
 
 def comparison_at_level(c: Comparison, level: float) -> Comparison:
@@ -177,7 +183,7 @@ def comparison_at_level(c: Comparison, level: float) -> Comparison:
         return replace(c, diff_low=c.difference - half, diff_high=c.difference + half,
                        ci_level=1 - level)
     log = math.log(c.speedup)
-    return replace(c, ci_low=math.exp(log - half), ci_high=math.exp(log + half),
+    return replace(c, ci_low=_exp(log - half), ci_high=_exp(log + half),
                    ci_level=1 - level,
                    detectable=detectable_change(c.se_log, c.df, level,
                                                 threshold=c.noise_threshold))
