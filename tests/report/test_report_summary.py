@@ -188,6 +188,20 @@ def test_a_fom_that_crosses_zero_shows_a_difference_in_every_format(tmp_path: Pa
     assert best.document["comparison"]["difference"] == pytest.approx(0.094)
 
 
+def test_a_difference_that_beats_the_runner_up_claims_no_noise_threshold() -> None:
+    """The noise threshold is a relative change: a best point judged on the difference of
+    means was said to beat the runner-up 'beyond the noise threshold'."""
+    import json
+
+    err = {0: [-1.0, -1.1, -0.9], 1: [-0.5, -0.6, -0.4]}
+    runs = pd.DataFrame([{"point": json.dumps({"x": k}), "status": "ok", "repeat": r,
+                          "fom.err": x} for k, xs in err.items() for r, x in enumerate(xs)])
+    results = results_from_frame(runs, Objective(fom="err", direction="maximize"),
+                                 json.dumps({"x": 0}))
+    text = render(best_view(results, results.best_result()), "text")
+    assert "The best point beats the runner-up (better)." in text
+
+
 @pytest.mark.parametrize(("shift", "said", "verdict"), [
     (1.25, "Against the baseline (x=0): faster than it, 1.25", "better"),
     (1.0, "Against the baseline (x=0): not distinguishable from it, ", "indistinguishable"),

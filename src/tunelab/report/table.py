@@ -225,7 +225,8 @@ def best_lines(result: BestResult, baseline: str = "") -> list[str]:
             f"{detectable_text(c.detectable) or 'unknown size'} in 80 % of studies."
         )
     if c.verdict is Verdict.BETTER:
-        lines.append(f"The best point beats the runner-up ({verdict}, beyond the noise threshold).")
+        beyond = "" if c.on_difference else ", beyond the noise threshold"
+        lines.append(f"The best point beats the runner-up ({verdict}{beyond}).")
     else:
         lines.append("The best point cannot be told apart from the runner-up: pick either.")
     p = result.p_beats_runner_up
