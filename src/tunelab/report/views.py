@@ -122,12 +122,14 @@ def p_header(comparisons: Sequence[Comparison]) -> tuple[str, str]:
 def ci_words(confidence: float, adjustment: str) -> tuple[str, str]:
     """The interval column's header and the title's words on it: ``95% CI`` without an
     adjustment; with one, the interval is at the level the adjustment held each p to
-    (:attr:`~tunelab.stats.results.Comparison.ci_level`), and the words say so."""
+    (:attr:`~tunelab.stats.results.Comparison.ci_level`), and the words say so. They claim
+    no joint coverage: intervals at Holm's step levels are narrower than Bonferroni's, and
+    all of them together need not cover their true values 95 % of the time."""
     conf, alpha = f"{confidence:.0%}", f"{1 - confidence:.0%}"
     if adjustment == "none":
         return f"{conf} CI", f"[{conf} CI]"
     return ("CI (adj.)", f"[CI at the level {adjustment} held each p to: it excludes 1 exactly "
-                         f"when p < {alpha}; {conf} for all of them together]")
+                         f"when p < {alpha}]")
 
 
 def _scale(tests: str) -> str:
