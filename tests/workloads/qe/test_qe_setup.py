@@ -67,6 +67,15 @@ def _cli(*args: str | Path, env: dict[str, str] | None = None
                           env={**os.environ, **(env or {})})
 
 
+def _refused_alike(study: Path, run_dir: Path) -> set[str]:
+    """The one error line ``space``, ``run --dry-run`` and ``run`` each give for ``study``
+    (each exits 2): a set of one when they agree."""
+    results = [_cli("space", study), _cli("run", study, "--dry-run"),
+               _cli("run", study, "--dir", run_dir)]
+    assert [r.returncode for r in results] == [2, 2, 2]
+    return {r.stderr.strip() for r in results}
+
+
 # -- pseudopotentials ------------------------------------------------------------------
 
 
@@ -152,10 +161,7 @@ def test_a_pseudo_dir_that_is_not_a_directory_is_refused_alike_everywhere(
     study = tmp_path / "study.yaml"
     study.write_text("name: s\nworkload: {name: qe, options: {input: inputs/si.in, nk: 2}}\n"
                      "parameters: {np: [1]}\n")
-    results = [_cli("space", study), _cli("run", study, "--dry-run"),
-               _cli("run", study, "--dir", tmp_path / "d")]
-    assert [r.returncode for r in results] == [2, 2, 2]
-    assert {r.stderr.strip() for r in results} == {
+    assert _refused_alike(study, tmp_path / "d") == {
         f"tunelab: error: {study}:2: {tmp_path / 'inputs' / 'si.in'}:3: pseudo_dir './pp' "
         f"is not a directory ({tmp_path / 'inputs' / 'pp'}: tunelab takes a relative "
         "pseudo_dir from the input file's directory, not from the directory a run starts "
@@ -200,10 +206,7 @@ def test_a_cut_short_pseudopotential_is_refused_alike_everywhere(tmp_path: Path,
     study = tmp_path / "study.yaml"
     study.write_text("name: s\nworkload: {name: qe, options: {input: si.in, nk: 2}}\n"
                      "parameters: {np: [1]}\n")
-    results = [_cli("space", study), _cli("run", study, "--dry-run"),
-               _cli("run", study, "--dir", tmp_path / "d")]
-    assert [r.returncode for r in results] == [2, 2, 2]
-    assert {r.stderr.strip() for r in results} == {
+    assert _refused_alike(study, tmp_path / "d") == {
         f"tunelab: error: {study}:2: pseudopotential 'Si.team.UPF' of species 'Si' "
         f"({tmp_path / 'pp' / 'Si.team.UPF'}) {why}: pw.x would die reading it ('Fortran "
         "runtime error: End of file'); copy or download it again"}
