@@ -75,6 +75,16 @@ def test_generation_is_real_readable_and_idempotent(tmp_path: Path) -> None:
     assert max(len(line) for line in path.read_text().splitlines()) <= 1000
 
 
+def test_the_set_up_command_runs_without_runpy_s_warning() -> None:
+    """``make demo`` printed runpy's "'tunelab.workloads.qe.pseudo' found in sys.modules
+    after import of package … may result in unpredictable behaviour" during set-up: the
+    package imported the module before ``-m`` ran it."""
+    run = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m",
+                          "tunelab.workloads.qe.pseudo", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "RuntimeWarning" not in run.stderr, run.stderr
+
+
 @pytest.mark.slow
 @needs_ld1
 def test_module_entry_point(tmp_path: Path) -> None:

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from tunelab.errors import WorkloadError
 from tunelab.safeyaml import shorten
-from tunelab.workloads.qe.pseudo import GENERATED, ensure_pseudo, pseudo_cache_dir
 from tunelab.workloads.qe.pwinput import PwInput
 
 __all__ = [
@@ -86,6 +85,11 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
     """Find every pseudopotential of ``inp``; generate the project's own ones when
     ``generate`` (a real run). Raises :class:`WorkloadError` naming every place looked at
     for the first file found nowhere."""
+    # imported here, not with the package: ``python -m tunelab.workloads.qe.pseudo`` (the
+    # set-up's command) would otherwise find the module imported before it runs (runpy's
+    # RuntimeWarning "… may result in unpredictable behaviour")
+    from tunelab.workloads.qe.pseudo import GENERATED, ensure_pseudo, pseudo_cache_dir
+
     _check_pseudo_dir(inp)
     places = search_places(inp.pseudo_dir, option_dir)
     files: dict[str, Path] = {}
