@@ -197,7 +197,7 @@ def combine(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write the follow-up study: env sets that were better than the baseline, combined."""
-    from tunelab.report.combine import combine_better_options
+    from tunelab.report.combine import combine_better_options, left_out_text
     from tunelab.report.results import load_results
 
     if output.exists() and not force:
@@ -205,8 +205,11 @@ def combine(
     combination = combine_better_options(load_results(directory))
     write_text(output, combination.study_yaml)
     message(f"better than the baseline: {', '.join(combination.winners)}")
-    for name, verdict in combination.left_out:
-        message(f"left out: {name} ({verdict})")
+    if combination.left_out:
+        many = len(combination.left_out) > 8
+        message(f"left out{f' {len(combination.left_out)} env sets' if many else ''}: "
+                f"{left_out_text(combination.left_out)}"
+                + (f" (each is named in {output}'s header)" if many else ""))
     message(f"wrote {output}; run it with: tunelab run {output}")
 
 

@@ -11,6 +11,7 @@ study) and their combination.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from tunelab.report.results import StudyResults
 from tunelab.spec import ENV_AXIS
 from tunelab.stats import Verdict
 
-__all__ = ["Combination", "combine_better_options"]
+__all__ = ["Combination", "combine_better_options", "left_out_text"]
 
 COMBINED = "combined"
 
@@ -59,7 +60,7 @@ def combine_better_options(results: StudyResults) -> Combination:
         else:
             left_out.append((env_name, str(pc.comparison.verdict)))
     if not winners:
-        detail = ", ".join(f"{name}: {verdict}" for name, verdict in left_out) or "none tried"
+        detail = left_out_text(left_out) or "none tried"
         raise TunelabError(f"no env set of study {results.name!r} was better than the "
                            f"baseline {base_set!r} ({detail}); nothing to combine")
     merged = {k: str(v) for k, v in env_sets[base_set].items()}
@@ -82,3 +83,20 @@ def combine_better_options(results: StudyResults) -> Combination:
         header.append("# left out: " + ", ".join(f"{n} ({v})" for n, v in left_out))
     text = "\n".join(header) + "\n" + yaml.safe_dump(new, sort_keys=False)
     return Combination(tuple(winners), tuple(left_out), merged, text)
+
+
+def left_out_text(left_out: Sequence[tuple[str, str]], shown: int = 8) -> str:
+    """The env sets left out, with their verdicts, for one line: each named
+    (``a (slower), b (indistinguishable)``) up to ``shown`` of them, else counted by verdict
+    with the first few names (``230 indistinguishable (e1, e2, e3 and 227 more), 10 slower
+    (…)``); "" when none."""
+    if len(left_out) <= shown:
+        return ", ".join(f"{name} ({verdict})" for name, verdict in left_out)
+    by_verdict: dict[str, list[str]] = {}
+    for name, verdict in left_out:
+        by_verdict.setdefault(verdict, []).append(name)
+    first = 3
+    return ", ".join(
+        f"{len(names)} {verdict} ({', '.join(names[:first])}"
+        + (f" and {len(names) - first} more)" if len(names) > first else ")")
+        for verdict, names in by_verdict.items())
