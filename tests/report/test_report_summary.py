@@ -233,4 +233,6 @@ def test_best_says_whether_the_best_point_beats_the_baseline(
                     if p["point"] == doc["best"]["point"])
     assert compared["p"] == doc["versus_baseline"]["p"]
     from html import escape
-    assert escape(line) in write_report(results, tmp_path / "r.html").read_text(encoding="utf-8")
+    page = write_report(results, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert escape(line) in page  # leading the verdict section, and said once:
+    assert page.count("Against the baseline") == 1

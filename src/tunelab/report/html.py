@@ -14,17 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunelab.errors import TunelabError
-from tunelab.report.formats import point_label
 from tunelab.report.output import TextTable, View
 from tunelab.report.results import failed_runs
 from tunelab.report.table import (
     against_baseline,
     baseline_line,
     best_lines,
-    speedup_cells,
     table_rows,
 )
-from tunelab.stats import BestResult, PointComparison, PointSummary, verdict_label
+from tunelab.stats import BestResult, PointComparison, PointSummary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -146,31 +144,6 @@ def _ci_header(comparisons: Sequence[PointComparison], confidence: float) -> str
     return words[0] if adjustment == "none" else words[1].strip("[]")
 
 
-def _headline(
-    best: BestResult | None, comparisons: Sequence[PointComparison], objective: Objective
-) -> str:
-    """One sentence: how the best point compares with the baseline."""
-    if best is None or not comparisons:
-        return ""
-    base = next((pc for pc in comparisons if pc.is_baseline), None)
-    mine = next((pc for pc in comparisons if pc.point == best.best.point), None)
-    if base is None or mine is None:
-        return ""
-    if mine.is_baseline:
-        return f"The baseline ({point_label(base.summary.params)}) is the best point."
-    c = mine.comparison
-    word = verdict_label(c.verdict, objective.fom, objective.direction)
-    speedup, interval = speedup_cells(c)
-    if c.on_difference:
-        return (f"Against the baseline ({point_label(base.summary.params)}), the best point's "
-                f"difference of means is {interval.removeprefix('Δ ')} (no ratio: a run at or "
-                f"below zero): {word}.")
-    return (
-        f"Against the baseline ({point_label(base.summary.params)}), the best point's speedup "
-        f"is {speedup}{' ' + interval if interval else ''}: {word}."
-    )
-
-
 def render_html_report(
     *,
     title: str,
@@ -214,10 +187,10 @@ def render_html_report(
         fom=objective.fom.removeprefix("fom."),
         direction=objective.direction,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        best_lines=(best_lines(best, baseline_line(*against_baseline(best, comparisons),
-                                                   best.fom, best.direction))
-                    if best is not None else []),
-        headline=_headline(best, comparisons, objective),
+        best_lines=best_lines(best) if best is not None else [],
+        # the sentence best_lines would say after the best point leads the section instead
+        headline=(baseline_line(*against_baseline(best, comparisons), best.fom,
+                                best.direction) if best is not None else ""),
         best_verdict=(best.comparison.verdict.value if best and best.comparison else ""),
         compared=bool(comparisons),
         confidence=comparisons[0].comparison.confidence if comparisons else 0.95,
