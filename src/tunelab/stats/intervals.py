@@ -76,16 +76,22 @@ def welch_log_ratio(a: np.ndarray, b: np.ndarray, direction: str) -> TestResult:
     better; ``sd_log`` is the pooled relative sd of one run. Needs two values a side."""
     ma, mb = float(np.mean(a)), float(np.mean(b))
     rel_a, rel_b = float(np.var(a, ddof=1)) / (ma * ma), float(np.var(b, ddof=1)) / (mb * mb)
-    var_a, var_b = rel_a / a.size, rel_b / b.size
-    se = math.sqrt(var_a + var_b)
     estimate = math.log(ma / mb) if direction == "minimize" else math.log(mb / ma)
-    sd_run = math.sqrt(((a.size - 1) * rel_a + (b.size - 1) * rel_b) / (a.size + b.size - 2))
-    if se == 0.0:
-        df = float(a.size + b.size - 2)
-    else:
-        df = (var_a + var_b) ** 2 / (var_a**2 / (a.size - 1) + var_b**2 / (b.size - 1))
+    se, df, sd_run = _welch(rel_a, a.size, rel_b, b.size)
     return TestResult(TEST_WELCH, estimate, se, df, t_p_value(estimate, se, df), sd_run, 0,
                       int(min(a.size, b.size)))
+
+
+def _welch(var_a: float, n_a: int, var_b: float, n_b: int) -> tuple[float, float, float]:
+    """Welch's standard error of a difference of two means, its Welch–Satterthwaite degrees
+    of freedom and the pooled sd of one run, from each side's variance of one run."""
+    mean_a, mean_b = var_a / n_a, var_b / n_b
+    se = math.sqrt(mean_a + mean_b)
+    sd_run = math.sqrt(((n_a - 1) * var_a + (n_b - 1) * var_b) / (n_a + n_b - 2))
+    if se == 0.0:
+        return se, float(n_a + n_b - 2), sd_run
+    df = (mean_a + mean_b) ** 2 / (mean_a**2 / (n_a - 1) + mean_b**2 / (n_b - 1))
+    return se, df, sd_run
 
 
 def welch_difference(a: np.ndarray, b: np.ndarray, direction: str) -> TestResult:
@@ -93,15 +99,8 @@ def welch_difference(a: np.ndarray, b: np.ndarray, direction: str) -> TestResult
     B is better; ``sd_log`` is the pooled sd of one run (in that unit, not relative).
     Needs two values a side."""
     ma, mb = float(np.mean(a)), float(np.mean(b))
-    var_a, var_b = float(np.var(a, ddof=1)) / a.size, float(np.var(b, ddof=1)) / b.size
-    se = math.sqrt(var_a + var_b)
     estimate = mb - ma if direction == "maximize" else ma - mb
-    sd_run = math.sqrt((var_a * a.size * (a.size - 1) + var_b * b.size * (b.size - 1))
-                       / (a.size + b.size - 2))
-    if se == 0.0:
-        df = float(a.size + b.size - 2)
-    else:
-        df = (var_a + var_b) ** 2 / (var_a**2 / (a.size - 1) + var_b**2 / (b.size - 1))
+    se, df, sd_run = _welch(float(np.var(a, ddof=1)), a.size, float(np.var(b, ddof=1)), b.size)
     return TestResult(TEST_WELCH_DIFF, estimate, se, df, t_p_value(estimate, se, df), sd_run,
                       0, int(min(a.size, b.size)))
 
