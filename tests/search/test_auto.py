@@ -155,7 +155,8 @@ def test_a_budget_of_a_dozen_runs_measures_a_dozen_points(interaction: Landscape
 def test_a_budget_too_small_to_measure_every_point_once_spends_no_run_on_the_baseline(
         name: str) -> None:
     """4 runs on 8 points, from the worst point: every run explores (TPE may still draw the
-    baseline); from 8 runs on (every point) and above a dozen the baseline runs first."""
+    baseline); from 8 runs on (every point) and above a dozen the baseline runs in the first
+    round."""
     space = Space([("x", tuple(range(8)))])
     worst = Point({"x": 7})
     landscape = make_landscape(space, lambda p: 10.0 + p["x"], noise=0.05, baseline=worst)
@@ -171,7 +172,7 @@ def test_a_budget_too_small_to_measure_every_point_once_spends_no_run_on_the_bas
     for runs in (8, EXPLORE_ONLY + 1):
         strategy = make_run_strategy(SearchSettings(name), space, direction="minimize",
                                      repeats=1, baseline=worst, budget=Budget(runs))
-        assert strategy.ask_runs(1)[0].point == worst
+        assert worst in [r.point for r in strategy.ask_runs(100)]
 
 
 def test_the_contest_runs_the_leader_only_while_it_is_no_better_measured() -> None:

@@ -2,12 +2,12 @@
 
 * **The budget covers every point and a contest** (no ``max_runs``, ``max_runs`` at least
   :data:`GRID_BUDGET` runs per valid point, or one run per point of a space of at most
-  :data:`SMALL_SPACE` points): every point runs once (grid, the baseline first), then the
+  :data:`SMALL_SPACE` points): every point runs once (grid, in a shuffled order), then the
   runs left go to a contest among the points likely to be the best
   (:class:`~tunelab.search._endgame.Contest`) until the winner is certain — grid with
   racing. No point is skipped, so a lone good configuration (a needle) cannot be missed.
 * **A smaller budget**: Optuna TPE proposes new points over the joint space (``per_round``
-  per round, each run once, the baseline first), keeping a fifth of the runs
+  per round, each run once, the baseline in the first round), keeping a fifth of the runs
   (:data:`~tunelab.search._endgame.RESERVE`) for the contest — TPE with racing; a budget of
   fewer runs than the space has points keeps that fifth times its runs per point (a tenth at
   half a run per point): there, new points find the best more often than contest runs (on
@@ -17,8 +17,8 @@
   winner is certain before the budget is spent, TPE proposes more. A budget of at most
   :data:`EXPLORE_ONLY` runs keeps nothing for the contest: TPE's first ten proposals are
   random, and with a run or two left after so few points, measuring one more point once
-  finds the best more often than a second run of one already measured. Such a budget does
-  not run the study's baseline first either (:func:`baseline_first`): every point runs
+  finds the best more often than a second run of one already measured. Nor does such a
+  budget spend a run on the study's baseline up front (:func:`baseline_first`): every point runs
   once, so no run-to-run noise is measured and no verdict against the baseline can come of
   it, while its run is one point fewer explored — from the worst or median point of a small
   space, the odds of ending within 5 % of the best fell below plain TPE's by up to 0.14.
@@ -67,8 +67,9 @@ def covers(space: Space, budget: Budget) -> bool:
 
 
 def baseline_first(space: Space, budget: Budget) -> bool:
-    """Whether ``auto`` runs the study's baseline first: unless the budget is at most
-    :data:`EXPLORE_ONLY` runs and does not cover every point (see the module docstring)."""
+    """Whether ``auto`` measures the study's baseline in its first round: unless the budget
+    is at most :data:`EXPLORE_ONLY` runs and does not cover every point (see the module
+    docstring)."""
     runs = budget.max_runs
     return runs is None or runs > EXPLORE_ONLY or covers(space, budget)
 
@@ -102,14 +103,10 @@ class Auto(RoundStrategy):
                  baseline: Point | None = None, env_sets: dict[str, dict[str, str]] | None = None,
                  per_round: int = 2, sampler: str = "tpe") -> None:
         super().__init__(direction, seed, budget or Budget())
-        self.baseline = baseline if baseline_first(space, self.budget) else None
         self.settings = settings or RaceSettings()
         self.mode, self.endgame = plan(space, self.evidence, self.settings, self.budget,
                                        seed=seed, env_sets=env_sets, sampler=sampler,
                                        per_round=per_round, first=baseline)
-
-    def _first(self) -> Point | None:
-        return self.baseline
 
     def _next_round(self) -> list[RunRequest]:
         return self.endgame.next_round()

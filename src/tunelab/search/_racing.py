@@ -32,7 +32,6 @@ class Racing(RoundStrategy):
         self.proposer = proposer
         self.settings = settings or RaceSettings()
         self.race = Race(self.evidence, self.settings)
-        self.baseline = baseline
         self.per_round = max(1, per_round)
         self._untold: list[Point] = []
         if baseline is not None:
@@ -45,9 +44,6 @@ class Racing(RoundStrategy):
         self.race.enter(points)
         if self.proposer.adaptive:
             self._untold.extend(p for p in points if p not in self._untold)
-
-    def _first(self) -> Point | None:
-        return self.baseline
 
     def _tell_proposer(self) -> None:
         ev, need = self.evidence, self.settings.min_repeats

@@ -27,7 +27,6 @@ class Repeated(RoundStrategy):
         self.adaptive = proposer.adaptive
         self.proposer = proposer
         self.repeats = repeats
-        self.baseline = baseline
         self._points: list[Point] = []
         self._round = 0
         self._current: Point | None = None
@@ -36,9 +35,6 @@ class Repeated(RoundStrategy):
                 self._points.extend(batch)
             if baseline is not None and baseline not in self._points:
                 self._points.insert(0, baseline)
-
-    def _first(self) -> Point | None:
-        return self.baseline if self._round == 1 else None
 
     def _next_round(self) -> list[RunRequest]:
         if not self.proposer.adaptive:

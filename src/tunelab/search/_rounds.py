@@ -107,10 +107,6 @@ class RoundStrategy(RunStrategy):
     def _next_round(self) -> list[RunRequest]:
         """The runs of the next round (unordered); empty when the strategy is finished."""
 
-    def _first(self) -> Point | None:
-        """A point to put first in every round (the baseline), or None."""
-        return None
-
     def ask_runs(self, n: int) -> list[RunRequest]:
         if not self._queue and not self._outstanding and not self._finished:
             left = self.budget.left()
@@ -132,9 +128,10 @@ class RoundStrategy(RunStrategy):
                                                      ev.mean_loss(r.point), r.point.key))[:left]
         else:
             planned = sorted(planned, key=lambda r: (r.point.key, r.repeat))
+        # The baseline is shuffled too: a study's first run is often slower (cold caches),
+        # and a point always run first in its round would carry that cost into every
+        # comparison with it.
         self._rng.shuffle(planned)
-        first = self._first()
-        planned.sort(key=lambda r: r.point != first)  # stable: the rest keep their order
         return planned
 
     def tell_run(self, request: RunRequest, value: float | None) -> None:

@@ -56,6 +56,11 @@ class StructuredSearch(RoundStrategy):
         """Why the runs went to a search over the joint space (None: they did not)."""
 
     @abstractmethod
+    def _first(self) -> Point | None:
+        """The point the endgame's plan measures first when it starts with nothing measured
+        (the baseline, or the start point), or None."""
+
+    @abstractmethod
     def _needs(self) -> int:
         """The fewest runs the method's first phase needs."""
 
