@@ -91,13 +91,26 @@ def test_spin_polarised_input_doubles_the_kpoints(tmp_path: Path) -> None:
     assert inp.nk_bound == 2
 
 
+def test_a_relative_pseudo_dir_is_shown_as_the_folder_it_names(tmp_path: Path) -> None:
+    """'../pp' from inputs/ is the folder pp itself, not 'inputs/../pp' (as `space` and
+    every message printed it); a symlink loop on the way ends as a path, not an error."""
+    (tmp_path / "inputs").mkdir()
+    text = BASE.format(pd="../pp", extra="", kcard="K_POINTS gamma")
+    inp = read_pw_input(_write(tmp_path / "inputs", text))
+    assert inp.pseudo_dir == (tmp_path / "pp").resolve()
+    assert ".." not in inp.pseudo_dir.parts
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    looped = BASE.format(pd="../loop/pp", extra="", kcard="K_POINTS gamma")
+    assert read_pw_input(_write(tmp_path / "inputs", looped, "l.in")).pseudo_dir is not None
+
+
 def test_species_and_pseudo_dir(tmp_path: Path) -> None:
     text = BASE.format(pd="pp", extra="", kcard="K_POINTS gamma")
     inp = read_pw_input(_write(tmp_path, text))
     assert [(s.label, s.mass, s.pseudo) for s in inp.species] == [
         ("Si", 28.086, "Si.pz-vbc.UPF")
     ]
-    assert inp.pseudo_dir == tmp_path / "pp"  # relative to the input's directory
+    assert inp.pseudo_dir == (tmp_path / "pp").resolve()  # relative to the input's directory
     no_dir = read_pw_input(_write(tmp_path, text.replace('pseudo_dir = "pp"', ""), "y.in"))
     assert no_dir.pseudo_dir is None
 

@@ -337,9 +337,9 @@ def read_pw_input(path: Path) -> PwInput:
     pseudo_dir = None
     named = namelists.get("control", {}).get("pseudo_dir")
     if named:
-        pseudo_dir = Path(os.path.expanduser(named))
-        if not pseudo_dir.is_absolute():
-            pseudo_dir = path.parent / pseudo_dir
+        # where the kernel finds it, as it is shown: '../pp' from inputs/ is printed as
+        # the folder itself, not 'inputs/../pp' (realpath, unlike resolve, ends a loop)
+        pseudo_dir = Path(os.path.realpath(path.parent / os.path.expanduser(named)))
     return PwInput(
         path=path,
         text=raw,
