@@ -18,7 +18,7 @@ Rules for implementers:
   or be empty (:func:`fom_name_problem`).
 * ``invariants`` name FOMs that must agree across all runs of a study (for example the total
   energy of a pw.x input); a run whose value differs from the study's reference (the value
-  most runs agree on, see :func:`tunelab.execute.executor.check_invariants`) by more than
+  most runs agree on, see :func:`tunelab.execute.invariants.check_invariants`) by more than
   the tolerance is recorded as ``invalid``.
 * ``work`` (a classmethod, optional) declares what one run did against the machine's limits
   (:class:`Work`: FLOPs at a precision, bytes exchanged between ranks, bytes read from a

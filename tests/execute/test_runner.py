@@ -329,6 +329,37 @@ def test_a_first_run_that_is_the_odd_one_out_is_judged_again_by_the_majority(wri
     assert "excluded: value differs by" in res.stdout  # exit 1: a run did not succeed
 
 
+class TwoInvariantsWorkload(CommandWorkload):
+    """Two figures that must agree across runs; the first run parsed is off in both."""
+
+    parsed = 0
+
+    def invariants(self) -> dict[str, float]:
+        return {"value": 0.5, "second": 0.5}
+
+    def parse(self, stdout, stderr, run_dir):
+        foms = super().parse(stdout, stderr, run_dir)
+        self.parsed += 1
+        off = self.parsed == 1
+        return {**foms, "value": 10.0 if off else foms["value"],
+                "second": 10.0 if off else foms["value"]}
+
+
+def test_with_two_invariants_the_majority_is_found_and_no_reason_is_stale(write_study,
+                                                                          tmp_path):
+    """A run invalid for both invariants did not vote, so a first run off in both kept the
+    references for good (it stayed ok, every later run invalid); a reason named an
+    invariant the run agreed with once a reference had moved."""
+    study = prepare_study(load_study(write_study(study_text("[ok]", "[1, 1.05, 1.1, 1.15]", 1))))
+    study.workload = TwoInvariantsWorkload(study.workload.options, study.spec.path)
+    run_study(study, tmp_path / "d")
+    stored = runs(tmp_path / "d")
+    assert [r["status"] for r in stored] == ["invalid", "ok", "ok", "ok"]
+    parts = stored[0]["reason"].split("; ")
+    assert [p.split(" ")[0] for p in parts] == ["value", "second"]
+    assert all(r["reason"] is None for r in stored[1:])
+
+
 class RelabelWorkload(EnergyWorkload):
     """A program that reports having run x=1 when asked for x=3 (as pw.x reports the
     OpenMP threads, pools or diagonalisation group it really used)."""

@@ -25,7 +25,7 @@ import secrets
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +40,7 @@ from tunelab.execute.guards import (
     split_finite,
     write_fault,
 )
+from tunelab.execute.invariants import check_invariants
 from tunelab.execute.jobends import judge_run_end, scheduler_reason
 from tunelab.execute.launchers.base import (
     Job,
@@ -535,66 +536,3 @@ def parse_run(study: Study, rc: int | None,
         return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "
                           f"parsed: {have}"), foms
     return "ok", None, foms
-
-
-def check_invariants(study: Study, store: Store, params: Mapping[str, object],
-                     foms: dict[str, float]) -> tuple[str, str | None]:
-    """``invalid`` when the program reports having run another configuration than
-    ``params`` (:meth:`~tunelab.workload.Workload.configuration_problem`), or when a FOM
-    that must agree across runs differs from the study's reference by more than its
-    tolerance.
-
-    The reference is the value the most judged runs agree with: the first valid run sets
-    it, and when a run disagrees while more runs agree with it (itself included) than with
-    the reference, the reference moves to its value and the stored runs are judged again
-    (:func:`_move_reference`): the first run was the odd one out."""
-    other = study.workload.configuration_problem(params, foms)
-    if other is not None:
-        return "invalid", other
-    problems = []
-    for name, tolerance in study.workload.invariants().items():
-        if name not in foms:
-            continue
-        ref_raw = store.get_meta(f"reference.{name}")
-        if ref_raw is None:
-            store.set_meta({f"reference.{name}": repr(foms[name])})
-            continue
-        ref = _move_reference(store, name, foms[name], float(ref_raw), tolerance)
-        diff = abs(foms[name] - ref)
-        if diff > tolerance:
-            problems.append(_differs(name, foms[name], ref, tolerance))
-    return ("invalid", "; ".join(problems)) if problems else ("ok", None)
-
-
-def _differs(name: str, value: float, ref: float, tolerance: float, why: str = "") -> str:
-    return (f"{name} differs by {abs(value - ref):.2g} > {tolerance:g} from the study's "
-            f"reference ({value!r} vs {ref!r}){why}")
-
-
-def _move_reference(store: Store, name: str, value: float, ref: float,
-                    tolerance: float) -> float:
-    """The reference of ``name`` once a run of ``value`` is judged: ``ref``, or ``value``
-    when more judged runs agree with it (this one included) than with ``ref``, in which
-    case the stored runs are judged again in one transaction. Judged runs are those stored
-    ok and those invalid for this FOM alone; a run invalid for another reason keeps its
-    status (its figures measured another configuration, or another invariant differs)."""
-    if abs(value - ref) <= tolerance:
-        return ref
-    own = f"{name} differs by "
-    judged = [(i, st, why, v) for i, st, why, v in store.judged_runs(name)
-              if st == "ok" or (why.startswith(own) and "; " not in why)]
-    agree = 1 + sum(abs(v - value) <= tolerance for *_, v in judged)
-    confirm = sum(abs(v - ref) <= tolerance for *_, v in judged)
-    if agree <= confirm:
-        return ref
-    why = (f", which {agree} runs agree on: judged again when they outnumbered the "
-           f"{confirm} that agreed with the first valid run's {ref!r}")
-    verdicts: dict[int, tuple[str, str | None]] = {}
-    for run_id, status, _, v in judged:
-        if abs(v - value) <= tolerance:
-            if status != "ok":
-                verdicts[run_id] = ("ok", None)
-        else:
-            verdicts[run_id] = ("invalid", _differs(name, v, value, tolerance, why))
-    store.rejudge(verdicts, {f"reference.{name}": repr(value)})
-    return value
