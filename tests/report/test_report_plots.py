@@ -82,3 +82,24 @@ def test_charts_cap_the_number_of_points_drawn(
         return int.from_bytes(path.read_bytes()[20:24], "big")
 
     assert height(capped) < height(full) and height(short) < height(tall)
+
+
+def test_speedup_chart_says_its_bars_are_at_the_level_holm_held_each_p_to(
+    runs: pd.DataFrame, baseline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bars are the table's adjusted intervals; the axis called them '95% CI'."""
+    from matplotlib.axes import Axes
+
+    labels: list[str] = []
+    set_xlabel = Axes.set_xlabel
+
+    def record(ax: Axes, text: str, *args: object, **kwargs: object) -> object:
+        labels.append(text)
+        return set_xlabel(ax, text, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Axes, "set_xlabel", record)
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
+    assert "Holm" in {c.comparison.adjustment for c in comparisons}
+    speedup_bar_chart(comparisons, tmp_path / "speedup.png")
+    assert "95% CI" not in labels[-1]
+    assert "CI at the level Holm held each p to" in labels[-1]

@@ -135,15 +135,6 @@ def _p_header(comparisons: Sequence[PointComparison]) -> str:
     return f"{tests}; adjusted: {adjustment}" if tests else "no test yet"
 
 
-def _ci_header(comparisons: Sequence[PointComparison], confidence: float) -> str:
-    """The interval's header: ``95% CI``, or, adjusted, at the level each p was held to."""
-    from tunelab.report.views import ci_words, p_header
-
-    adjustment = p_header([pc.comparison for pc in comparisons if not pc.is_baseline])[1]
-    words = ci_words(confidence, adjustment)
-    return words[0] if adjustment == "none" else words[1].strip("[]")
-
-
 def render_html_report(
     *,
     title: str,
@@ -162,6 +153,7 @@ def render_html_report(
     """The report as an HTML string (see :func:`write_html_report`)."""
     import jinja2
 
+    from tunelab.report.views import ci_caption
     from tunelab.workload import Objective
 
     if objective is None:
@@ -195,7 +187,7 @@ def render_html_report(
         compared=bool(comparisons),
         confidence=comparisons[0].comparison.confidence if comparisons else 0.95,
         p_header=_p_header(comparisons),
-        ci_header=_ci_header(
+        ci_header=ci_caption(
             comparisons, comparisons[0].comparison.confidence if comparisons else 0.95),
         any_disturbed=any(row.disturbed for row in rows),
         noise=comparisons[0].comparison.noise_threshold if comparisons else 0.02,

@@ -163,6 +163,10 @@ def speedup_bar_chart(
     """Horizontal bars of each point's speedup over the baseline with CI error bars,
     a line at 1 and the noise band around it, coloured by verdict. Only the first
     ``max_bars`` points in rank order are drawn (the title says so). Writes a PNG."""
+    import textwrap
+
+    from tunelab.report.views import ci_caption
+
     plt = pyplot()
     all_bars = speedup_bars(comparisons)
     bars = all_bars[:max_bars]
@@ -217,7 +221,8 @@ def speedup_bar_chart(
             ax.set_yticks([])
             ax.text(1.0, 0.5, "no point to compare", ha="center", transform=ax.transData)
         fom = f" of {objective.fom.removeprefix('fom.')}" if objective else ""
-        ax.set_xlabel(f"speedup over baseline{fom}\n(> 1 is better), {confidence:.0%} CI")
+        caption = textwrap.wrap(ci_caption(comparisons, confidence), 2 * LABEL_LINE)
+        ax.set_xlabel("\n".join([f"speedup over baseline{fom} (> 1 is better)", *caption]))
         ax.set_title(title or "Speedup over the baseline")
         handles, names = ax.get_legend_handles_labels()  # below: the bars keep the width
         fig.legend(handles, names, loc="outside lower center", ncols=3,

@@ -132,6 +132,14 @@ def ci_words(confidence: float, adjustment: str) -> tuple[str, str]:
                          f"when p < {alpha}]")
 
 
+def ci_caption(comparisons: Sequence[PointComparison], confidence: float) -> str:
+    """What the intervals of ``comparisons`` are, for a figure's axis or a table's header:
+    ``95% CI``, or, when the p values were adjusted, at the level each p was held to."""
+    adjustment = p_header([pc.comparison for pc in comparisons if not pc.is_baseline])[1]
+    words = ci_words(confidence, adjustment)
+    return words[0] if adjustment == "none" else words[1].strip("[]")
+
+
 def _scale(tests: str) -> str:
     """``" (log scale)"`` unless every test named is on the difference of means."""
     return "" if tests == TEST_WELCH_DIFF else " (log scale)"

@@ -10,7 +10,13 @@ import pandas as pd
 import pytest
 
 from tunelab.workloads.qe.parser import parse_pw_output
-from tunelab.workloads.qe.plots import ndiag_table, plot_qe_study, scaling_table, timer_table
+from tunelab.workloads.qe.plots import (
+    ndiag_table,
+    plot_qe_study,
+    scaling_table,
+    timer_bars,
+    timer_table,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -76,6 +82,15 @@ def test_timer_table_adds_up_to_the_pwscf_wall_time() -> None:
     base = runs[(runs["np"] == 1) & (runs["status"] == "ok")]
     assert table.loc["baseline"].sum() == pytest.approx(base["fom.pwscf_wall_s"].mean())
     assert (table.to_numpy() >= 0).all()
+
+
+def test_a_baseline_that_is_the_best_is_one_timer_bar() -> None:
+    """The demo's baseline (np=1) was its best: the chart drew the same bar twice, as
+    'baseline' and 'best'."""
+    base, other = _key(np=1, npool=1, ndiag=1), _key(np=4, npool=1, ndiag=4)
+    assert timer_bars(best=base, baseline=base) == [(base, "baseline = best")]
+    assert timer_bars(best=other, baseline=base) == [(base, "baseline"), (other, "best")]
+    assert timer_bars(best=other, baseline=None) == [(other, "best")]
 
 
 def test_plot_files_are_pngs(tmp_path: Path) -> None:

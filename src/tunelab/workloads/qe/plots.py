@@ -25,6 +25,7 @@ __all__ = [
     "np_figure",
     "plot_qe_study",
     "scaling_table",
+    "timer_bars",
     "timer_table",
 ]
 
@@ -115,6 +116,14 @@ def timer_table(runs: pd.DataFrame, points: Sequence[str], labels: Sequence[str]
     return pd.DataFrame(rows, index=list(labels)).fillna(0.0)
 
 
+def timer_bars(*, best: str | None, baseline: str | None) -> list[tuple[str, str]]:
+    """(point key, label) of the bars of ``qe_timers.png``: the baseline, then the best,
+    or one bar ``baseline = best`` when the baseline is the best (not the same bar twice)."""
+    if best is not None and baseline is not None and _key(best) == _key(baseline):
+        return [(best, "baseline = best")]
+    return [(p, n) for p, n in ((baseline, "baseline"), (best, "best")) if p is not None]
+
+
 def plot_qe_study(runs: pd.DataFrame, out_dir: Path, *, best: str | None = None,
                   baseline: str | None = None, metric: str | None = None) -> list[Path]:
     """Write ``qe_wall_vs_np.png``, ``qe_wall_vs_ndiag.png`` (when ndiag varies) and
@@ -145,7 +154,7 @@ def plot_qe_study(runs: pd.DataFrame, out_dir: Path, *, best: str | None = None,
         plt.close(fig)
         written.append(path)
 
-    pairs = [(p, n) for p, n in ((baseline, "baseline"), (best, "best")) if p is not None]
+    pairs = timer_bars(best=best, baseline=baseline)
     if pairs and "fom.pwscf_wall_s" in runs.columns:
         timers = timer_table(runs, [p for p, _ in pairs], [n for _, n in pairs])
         fig, ax = plt.subplots(figsize=(6.5, 4))
