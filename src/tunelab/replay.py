@@ -213,6 +213,7 @@ class ReplayWorkload(Workload):
     name: ClassVar[str] = "replay"
     description: ClassVar[str] = "a finished study replayed: each run answers with a recorded one"
     Options: ClassVar[type[WorkloadOptions]] = ReplayOptions
+    measures_machine: ClassVar[bool] = False
 
     def __init__(self, options: WorkloadOptions, study_file: Path | None = None) -> None:
         super().__init__(options, study_file)

@@ -269,6 +269,10 @@ class Workload(ABC):
     """The parameter names the workload's command uses, for a workload that has a fixed set
     (None: any name, e.g. argv templates). A study parameter outside them would make points
     that run the same command, so it is refused when the study is loaded."""
+    measures_machine: ClassVar[bool] = True
+    """False for a workload whose figures were measured elsewhere (``replay`` answers with
+    recorded runs): the noise watch then neither flags its runs nor waits for quiet cores,
+    since this machine's load changes nothing its runs report."""
     dry_run: bool = False
     """Set by the engine when the study is only looked at (``space``, ``run --dry-run``):
     the workload must then start no program (no probe, no preparation), only describe."""

@@ -270,6 +270,17 @@ def test_bad_input_is_one_line_and_exit_2(write_study, tmp_path, text, message):
     assert not (tmp_path / "d" / "tunelab.db").exists()
 
 
+def test_a_run_strategy_study_has_every_run_watched_for_noise(write_study, tmp_path):
+    """A strategy that decides the runs (racing) goes through the same noise watch as a
+    fixed plan: every run has its noise sample."""
+    path = write_study(study_text("[ok]", "[1, 2, 3]", extra=(
+        "baseline: {mode: ok, x: 1}\nsearch: {strategy: racing, max_runs: 6}\n")))
+    assert tunelab("run", path, "--dir", tmp_path / "d", "-q").returncode == 0
+    with open_store(tmp_path / "d") as store:
+        frame = store.runs_frame()
+    assert len(frame) == 6 and frame["noise.load_before"].notna().all()
+
+
 def test_dry_run_prints_commands_and_runs_nothing(write_study, tmp_path):
     res = tunelab("run", write_study(study_text("[ok]")), "--dir", tmp_path / "d", "--dry-run")
     assert res.returncode == 0

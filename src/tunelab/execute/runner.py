@@ -332,7 +332,8 @@ def _rerun_disturbed(study: Study, store: Store, executor: Executor, times: int,
 
 def _watch(study: Study, launcher: Launcher, wait_quiet: bool) -> RunWatch | None:
     """The noise watch (and pruner) for runs this process executes: given to a local
-    launcher that has none yet; None for batch launchers (their runs run elsewhere)."""
+    launcher that has none yet; None for batch launchers (their runs run elsewhere). A
+    workload that measures nothing of this machine (a replay) gets no noise watch."""
     if not isinstance(launcher, LocalLauncher):
         return None
     if launcher.watch is None:
@@ -343,7 +344,8 @@ def _watch(study: Study, launcher: Launcher, wait_quiet: bool) -> RunWatch | Non
             from tunelab.search import RunPruner
 
             pruner = RunPruner(study.objective.direction)
-        launcher.watch = RunWatch(study.objective.fom, noise=NoiseWatch(), pruner=pruner,
+        noise = NoiseWatch() if study.workload.measures_machine else None
+        launcher.watch = RunWatch(study.objective.fom, noise=noise, pruner=pruner,
                                   wait_quiet=wait_quiet)
     return launcher.watch
 
