@@ -24,7 +24,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -42,6 +42,9 @@ from tunelab.workload import (
     fom_name_problem,
     last_json_object,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "MAX_RECORDED_RUNS",
@@ -308,7 +311,8 @@ def landscape_from_study(directory: str | Path) -> dict[str, Any]:
                        "created_at": created, "host": info.get("host", ""),
                        "cpu_model": info.get("cpu_model", ""),
                        "logical_cores": info.get("logical_cores"),
-                       "loadavg_at_start": info.get("loadavg")},
+                       "loadavg_at_start": info.get("loadavg"),
+                       "runs": len(runs), "disturbed_runs": _disturbed(runs)},
             "points": points,
         }},
     }
@@ -327,15 +331,26 @@ def landscape_from_study(directory: str | Path) -> dict[str, Any]:
     return out
 
 
-def write_replay_study(directory: str | Path, output: str | Path) -> Path:
-    """Write the replay study of ``directory`` to ``output`` (YAML); returns the path."""
+def _disturbed(runs: pd.DataFrame) -> int:
+    """How many of the recorded runs the noise watch flagged disturbed."""
+    from tunelab.stats import DISTURBED_COLUMN
+
+    if DISTURBED_COLUMN not in runs:
+        return 0
+    return int(runs[DISTURBED_COLUMN].fillna(0).astype(bool).sum())
+
+
+def write_replay_study(directory: str | Path, output: str | Path) -> dict[str, Any]:
+    """Write the replay study of ``directory`` to ``output`` (YAML); returns its ``source``
+    (where and how the runs were recorded: ``runs``, ``disturbed_runs`` …)."""
     data = landscape_from_study(directory)
     output = Path(output)
     try:
         output.write_text(_dump(data))
     except OSError as exc:
         raise TunelabError(f"cannot write {output}: {exc.strerror}") from exc
-    return output
+    source: dict[str, Any] = data["workload"]["options"]["source"]
+    return source
 
 
 def _dump(data: dict[str, Any]) -> str:

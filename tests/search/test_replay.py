@@ -50,6 +50,14 @@ def test_replay_of_a_finished_study_answers_with_its_recorded_runs(write_study, 
     _run(path, tmp_path / "d")
     res = tunelab("replay", tmp_path / "d", "-o", tmp_path / "replay.yaml")
     assert res.returncode == 0, res.stderr
+    conn = sqlite3.connect(tmp_path / "d" / "tunelab.db")
+    with conn:  # the noise watch flagged two runs: the replay says its noise is partly theirs
+        conn.execute("UPDATE noise SET disturbed = (run_id IN (1, 2))")
+    conn.close()
+    flagged = tunelab("replay", tmp_path / "d", "-o", tmp_path / "flagged.yaml")
+    assert "2 of its 6 recorded runs were disturbed by other processes" in flagged.stderr
+    source = yaml.safe_load((tmp_path / "flagged.yaml").read_text())["workload"]["options"]
+    assert source["source"]["disturbed_runs"] == 2 and source["source"]["runs"] == 6
     again = tunelab("replay", tmp_path / "d", "-o", tmp_path / "replay.yaml")
     assert again.returncode == 2 and "pass --force" in again.stderr
     landscape = load_landscape(tmp_path / "replay.yaml")

@@ -223,8 +223,12 @@ def replay(
 
     if output.exists() and not force:
         raise TunelabError(f"{output} exists; pass --force to overwrite it")
-    write_replay_study(directory, output)
+    source = write_replay_study(directory, output)
     message(f"wrote {output}; run any strategy on it offline: tunelab run {output}")
+    if source["disturbed_runs"]:
+        message(f"note: {source['disturbed_runs']} of its {source['runs']} recorded runs were "
+                "disturbed by other processes; the replay answers with them as recorded, so "
+                "its noise is partly theirs")
 
 
 def export(
