@@ -5,7 +5,7 @@
 statistics as a comparison with the baseline inside one study (:func:`tunelab.stats.compare`:
 Welch's t of the log ratio of means — the two studies' rounds ran at different times, so
 nothing pairs them — its interval, p and verdict), and the verdicts of all common points are
-adjusted together by Holm (:func:`tunelab.stats.holm_adjust`), so at most ``1 - confidence``
+adjusted together by Holm (:func:`tunelab.stats.holm_family`), so at most ``1 - confidence``
 of comparisons of two equal studies call any point different, each interval at the level
 Holm held its p to (:func:`tunelab.stats.holm_levels`), so that it excludes no change exactly
 when the verdict is faster or slower; points measured by only one
@@ -17,7 +17,7 @@ runs the noise watch flagged are left out of both sides, as in one study.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tunelab.stats import (
@@ -25,12 +25,9 @@ from tunelab.stats import (
     Comparison,
     PointSummary,
     StatsError,
-    Verdict,
     compare,
-    comparison_at_level,
     fom_column,
-    holm_adjust,
-    holm_levels,
+    holm_family,
     summarize,
 )
 
@@ -113,17 +110,6 @@ def _values(runs: pd.DataFrame, fom: str, exclude: bool) -> dict[str, list[float
     return out
 
 
-def _holm(c: Comparison, p_adjusted: float, level: float) -> Comparison:
-    """``c`` with its Holm-adjusted p deciding the verdict, and its interval at the level
-    Holm held its raw p to."""
-    if c.verdict is Verdict.INSUFFICIENT:
-        return c
-    keep = p_adjusted < 1 - c.confidence
-    verdict = c.verdict if keep else Verdict.INDISTINGUISHABLE
-    return comparison_at_level(
-        replace(c, p_adjusted=p_adjusted, adjustment="Holm", verdict=verdict), level)
-
-
 def compare_studies(
     runs_a: pd.DataFrame,
     runs_b: pd.DataFrame,
@@ -156,11 +142,8 @@ def compare_studies(
         except StatsError as exc:
             raise StatsError(f"point {key}: {exc}") from exc
         judged.append((key, comparison))
-    if len(judged) > 1:
-        raw = [c.p_value for _, c in judged]
-        adjusted, levels = holm_adjust(raw), holm_levels(raw, 1 - confidence)
-        judged = [(key, _holm(c, p, level))
-                  for (key, c), p, level in zip(judged, adjusted, levels, strict=True)]
+    judged = list(zip([key for key, _ in judged], holm_family([c for _, c in judged]),
+                      strict=True))
     judged.sort(key=lambda kc: (kc[1].speedup != kc[1].speedup,  # NaN last
                                 -kc[1].speedup if kc[1].speedup == kc[1].speedup else 0.0,
                                 kc[0]))

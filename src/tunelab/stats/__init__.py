@@ -70,7 +70,13 @@ from tunelab.stats.results import (
     StatsError,
     Verdict,
 )
-from tunelab.stats.sequential import SequentialPlan, holm_adjust, holm_levels, spending_levels
+from tunelab.stats.sequential import (
+    SequentialPlan,
+    holm_adjust,
+    holm_family,
+    holm_levels,
+    spending_levels,
+)
 from tunelab.stats.summaries import DISTURBED_COLUMN as DISTURBED_COLUMN
 from tunelab.stats.summaries import fom_column, summarize
 from tunelab.stats.winner import best
@@ -96,6 +102,7 @@ __all__ = [
     "disturbance",
     "fom_column",
     "holm_adjust",
+    "holm_family",
     "holm_levels",
     "noise_level",
     "paired_interval",

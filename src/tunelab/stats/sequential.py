@@ -39,17 +39,25 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import special
 
-from tunelab.stats.intervals import TestResult
+from tunelab.stats.intervals import TestResult, comparison_at_level
 from tunelab.stats.pooled import RoundTable, study_tests
-from tunelab.stats.results import MIN_PAIRS, TEST_WELCH_DIFF, StatsError
+from tunelab.stats.results import (
+    ADJUST_HOLM,
+    MIN_PAIRS,
+    TEST_WELCH_DIFF,
+    Comparison,
+    StatsError,
+    Verdict,
+)
 from tunelab.stats.summaries import Group
 
-__all__ = ["Decision", "SequentialPlan", "decide", "holm_adjust", "spending_levels"]
+__all__ = ["Decision", "SequentialPlan", "decide", "holm_adjust", "holm_family",
+           "holm_levels", "spending_levels"]
 
 _GRID = 401
 
@@ -267,6 +275,28 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
     for step, i in enumerate(index):
         running = max(running, min(1.0, (m - step) * p_values[i]))
         out[i] = running
+    return out
+
+
+def holm_family(comparisons: Sequence[Comparison]) -> list[Comparison]:
+    """One family of comparisons (each decided by its own test, at its own ``confidence``)
+    judged together by Holm: each gets its adjusted p, a verdict that stands only when that
+    p is under ``1 - confidence``, and its interval at the level Holm held its raw p to (so
+    that it excludes no change exactly when the verdict stands). A family of one is left as
+    it is."""
+    if len(comparisons) < 2:
+        return list(comparisons)
+    alpha = 1 - comparisons[0].confidence
+    raw = [c.p_value for c in comparisons]
+    out = []
+    for c, p, level in zip(comparisons, holm_adjust(raw), holm_levels(raw, alpha),
+                           strict=True):
+        if c.verdict is Verdict.INSUFFICIENT:
+            out.append(c)
+            continue
+        verdict = c.verdict if p < 1 - c.confidence else Verdict.INDISTINGUISHABLE
+        out.append(comparison_at_level(
+            replace(c, p_adjusted=p, adjustment=ADJUST_HOLM, verdict=verdict), level))
     return out
 
 
