@@ -340,6 +340,35 @@ def test_a_first_run_that_is_the_odd_one_out_is_judged_again_by_the_majority(wri
     assert "excluded: value differs by" in res.stdout  # exit 1: a run did not succeed
 
 
+def test_a_strategy_decides_on_runs_as_judged_again(write_study, tmp_path, monkeypatch):
+    """A racing study whose first run is the odd one out: once the reference moved, that run
+    is invalid in the store, but the strategy had been told its value and went on deciding
+    with it. It now starts over from the store (as a resumed study does)."""
+    from tunelab.execute.study import Study
+
+    made = []
+    new_run_strategy = Study.new_run_strategy
+
+    def record(self):
+        made.append(new_run_strategy(self))
+        return made[-1]
+
+    monkeypatch.setattr(Study, "new_run_strategy", record)
+    study = prepare_study(load_study(write_study(study_text(
+        "[ok]", "[1, 1.05]", 1,
+        extra="baseline: {mode: ok, x: 1}\nsearch: {strategy: racing, max_runs: 6}\n"))))
+    study.workload = OddFirstWorkload(study.workload.options, study.spec.path)
+    before = len(made)
+    run_study(study, tmp_path / "d")
+    stored = runs(tmp_path / "d")  # round 1: the odd run, one disagreeing; round 2 moves it
+    assert [r["status"] for r in stored][:3] == ["invalid", "ok", "ok"]
+    assert len(made) - before == 2  # the strategy started over once the reference moved
+    evidence = made[-1].evidence
+    for run in stored:  # what the strategy decided on is what the store says
+        told = evidence.runs(Point.from_key(run["key"])).get(run["repeat"])
+        assert (told is None) == (run["status"] != "ok"), run
+
+
 class TwoInvariantsWorkload(CommandWorkload):
     """Two figures that must agree across runs; the first run parsed is off in both."""
 

@@ -257,6 +257,7 @@ def run_study(
                 executor.execute(todo)
             else:
                 strategy = study.new_strategy()
+                references = _references(study, store)
                 while not strategy.done and (batch := strategy.ask(1)):
                     point = batch[0]
                     executor.execute([(point, r) for r in range(study.spec.repeats)])
@@ -264,6 +265,9 @@ def run_study(
                         break  # an adaptive search needs the results: resume collects them
                     if fail_fast.stop_reason is not None:
                         break
+                    if _moved(references, references := _references(study, store)):
+                        strategy = study.new_strategy()  # told runs were judged again
+                        continue
                     strategy.tell(point, store.objective_mean(point.key, study.objective.fom))
             if rerun_disturbed and not executor.detached:
                 _rerun_disturbed(study, store, executor, rerun_disturbed, fail_fast)
@@ -279,12 +283,28 @@ def _race(study: Study, store: Store, executor: Executor, fail_fast: FailFast) -
     resumes."""
     fom = study.objective.fom
     runner = study.new_run_strategy()
+    references = _references(study, store)
     while not runner.done and (requests := runner.ask_runs(64)):
         executor.execute([(r.point, r.repeat) for r in requests])
         if (executor.detached and executor.active) or fail_fast.stop_reason is not None:
             return  # the strategy needs the results: resuming collects them
+        if _moved(references, references := _references(study, store)):
+            runner = study.new_run_strategy()  # told runs were judged again (below)
+            continue
         for request in requests:
             runner.tell_run(request, store.run_value(request.point.key, request.repeat, fom))
+
+
+def _references(study: Study, store: Store) -> dict[str, str | None]:
+    """The stored reference of each of the workload's invariants (None: not set yet)."""
+    return {name: store.get_meta(f"reference.{name}") for name in study.workload.invariants()}
+
+
+def _moved(before: dict[str, str | None], now: dict[str, str | None]) -> bool:
+    """Whether a reference that was set has moved, so that stored runs were judged again
+    (:mod:`tunelab.execute.invariants`): a strategy told their old verdicts then starts
+    over from the store, as a resumed study does, and decides on what the store now says."""
+    return any(value is not None and now.get(name) != value for name, value in before.items())
 
 
 def _auto_rounds(study: Study, store: Store, executor: Executor, fail_fast: FailFast) -> None:
