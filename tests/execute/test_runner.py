@@ -517,7 +517,12 @@ def test_usage_errors_exit_2_without_a_traceback(tmp_path):
     assert res.returncode == 2 and "No such option: --no-such-option" in res.stderr
     assert "Traceback" not in res.stderr
     missing = tunelab("status", tmp_path / "nothing")
-    assert missing.returncode == 2 and "not a tunelab study directory" in missing.stderr
+    assert missing.returncode == 2 and "nothing: no such directory" in missing.stderr
+    (tmp_path / "a-file").write_text("x")
+    a_file = tunelab("best", tmp_path / "a-file")
+    assert a_file.returncode == 2 and "a-file: a file, not a study directory" in a_file.stderr
+    empty = tunelab("report", tmp_path)
+    assert empty.returncode == 2 and "not a tunelab study directory" in empty.stderr
 
 
 def test_combine_writes_the_follow_up_study_of_the_better_options(write_study, tmp_path):

@@ -50,7 +50,10 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
     path = study_dir / DB_NAME
     if not create or write:
         if not path.is_file():
-            raise StoreError(f"{study_dir}: not a tunelab study directory (no {DB_NAME})")
+            what = ("no such directory" if not study_dir.exists()
+                    else "a file, not a study directory" if not study_dir.is_dir()
+                    else f"not a tunelab study directory (no {DB_NAME})")
+            raise StoreError(f"{study_dir}: {what}")
         if not write:
             return Store(_connect_readonly(path), path)
     try:
