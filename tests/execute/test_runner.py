@@ -349,8 +349,8 @@ def test_a_strategy_decides_on_runs_as_judged_again(write_study, tmp_path, monke
     made = []
     new_run_strategy = Study.new_run_strategy
 
-    def record(self):
-        made.append(new_run_strategy(self))
+    def record(self, started=None):
+        made.append(new_run_strategy(self, started))
         return made[-1]
 
     monkeypatch.setattr(Study, "new_run_strategy", record)

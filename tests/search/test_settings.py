@@ -34,6 +34,12 @@ def test_run_strategy_settings_reach_the_strategy(write_study) -> None:
     assert settings.race(0.02).indifference == 0.05
     assert study.decides_repeats and study.planned_runs == 12
     assert study.new_run_strategy().name == "racing"
+    # a strategy made again in the same process (runs judged again) keeps the wall clock
+    # of the first: max_wall is not granted twice
+    import time
+
+    again = study.new_run_strategy(started=time.monotonic() - 300.0)
+    assert again.ask_runs(10) == []
 
 
 @pytest.mark.parametrize(("search", "message"), [

@@ -15,6 +15,7 @@ import json
 import random
 import re
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -282,14 +283,15 @@ def _race(study: Study, store: Store, executor: Executor, fail_fast: FailFast) -
     store — runs stored by an earlier invocation answer at once, which is how such a study
     resumes."""
     fom = study.objective.fom
-    runner = study.new_run_strategy()
+    started = time.monotonic()  # max_wall counts from here, whatever strategy is made again
+    runner = study.new_run_strategy(started)
     references = _references(study, store)
     while not runner.done and (requests := runner.ask_runs(64)):
         executor.execute([(r.point, r.repeat) for r in requests])
         if (executor.detached and executor.active) or fail_fast.stop_reason is not None:
             return  # the strategy needs the results: resuming collects them
         if _moved(references, references := _references(study, store)):
-            runner = study.new_run_strategy()  # told runs were judged again (below)
+            runner = study.new_run_strategy(started)  # told runs were judged again (below)
             continue
         for request in requests:
             runner.tell_run(request, store.run_value(request.point.key, request.repeat, fom))

@@ -24,6 +24,7 @@ from tunelab.execute.launchers import LauncherConfig, launcher_config, make_laun
 from tunelab.limits import LIMITS
 from tunelab.search import (
     RUN_STRATEGIES,
+    Budget,
     RunStrategy,
     SearchSettings,
     Strategy,
@@ -76,12 +77,17 @@ class Study:
         return SearchSettings(strategy=self.spec.strategy, seed=self.spec.seed,
                               samples=self.spec.samples, **options)
 
-    def new_run_strategy(self) -> RunStrategy:
-        """A fresh run strategy (it replays its history from the store)."""
-        return make_run_strategy(self.search_settings(), self.space,
+    def new_run_strategy(self, started: float | None = None) -> RunStrategy:
+        """A fresh run strategy (it replays its history from the store); its ``max_wall``
+        counts from ``started`` (a :func:`time.monotonic` reading), else from its first
+        request."""
+        settings = self.search_settings()
+        return make_run_strategy(settings, self.space,
                                  direction=self.objective.direction, repeats=self.spec.repeats,
                                  baseline=self.baseline, env_sets=self.spec.env_sets,
-                                 noise_threshold=self.spec.noise_threshold)
+                                 noise_threshold=self.spec.noise_threshold,
+                                 budget=Budget(settings.max_runs, settings.max_wall_s,
+                                               started=started))
 
     def new_strategy(self) -> Strategy:
         """A fresh strategy (adaptive searches replay their history from the store)."""

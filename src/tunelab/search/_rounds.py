@@ -64,11 +64,14 @@ class Budget:
     """Runs and wall-clock seconds a strategy may still spend (None: unlimited).
 
     The wall clock starts at the first request of this process (a resumed study gets its
-    full ``max_wall`` again); ``clock`` is injectable for simulations.
+    full ``max_wall`` again), or at ``started`` (a reading of ``clock``: a strategy made
+    again within one process keeps the clock of the first); ``clock`` is injectable for
+    simulations.
     """
 
     def __init__(self, max_runs: int | None = None, max_wall_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 started: float | None = None) -> None:
         if max_runs is not None and max_runs < 1:
             raise StudyError(f"search: max_runs must be at least 1, got {max_runs}")
         if max_wall_s is not None and max_wall_s <= 0:
@@ -76,7 +79,7 @@ class Budget:
         self.max_runs = max_runs
         self.max_wall_s = max_wall_s
         self._clock = clock
-        self._started: float | None = None
+        self._started = started
         self.used = 0
 
     def left(self) -> int | None:
