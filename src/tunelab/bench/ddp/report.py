@@ -61,6 +61,9 @@ def _layout_text(cfg: DDPConfig) -> str:
     text = f"{cfg.nodes} node(s) x {cfg.workers_per_node} worker(s), {cfg.placement}"
     if cfg.placement == "vnodes":
         text += f", link {cfg.link_gbit:g} Gbit/s" if cfg.link_gbit else ", link unlimited"
+        if cfg.workers > 1 and cfg.allreduce_mode != "real":
+            text += (f" (carries no gradients: the all-reduce is {cfg.allreduce_mode}; "
+                     "--allreduce real sends them over the links)")
     return text
 
 

@@ -1,0 +1,38 @@
+"""The DDP benchmark's table: what it tells a user about the run it measured."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from tunelab.bench.ddp.config import DDPConfig
+from tunelab.bench.ddp.metrics import RankRecord, StepRecord, summarize
+from tunelab.bench.ddp.report import render_table
+
+
+def _result(workers: int, allreduce: str) -> dict[str, Any]:
+    step = StepRecord(step_s=0.2, compute_s=0.17, allreduce_s=0.01, exposed_s=0.01,
+                      other_s=0.0, bytes=100)
+    ranks = [RankRecord(r, 0, 1.0, (step,)) for r in range(workers)]
+    return {"summary": asdict(summarize(ranks, 64 * workers)), "unit": "images",
+            "params": 25, "backend": "gloo", "threads": 1, "allreduce": allreduce,
+            "setup": {}}
+
+
+def _layout_row(cfg: DDPConfig, allreduce: str) -> str:
+    table = render_table(cfg, _result(cfg.workers, allreduce))
+    return next(line for line in table.splitlines() if line.startswith("Workers"))
+
+
+def test_a_link_limit_that_carries_no_gradients_says_so() -> None:
+    # the docs' first command: emulated compute on virtual nodes with 10 Gbit/s links; the
+    # all-reduce defaults to the emulated fabric, so the links carry no gradient at all
+    cfg = DDPConfig(model="resnet50", workers=8, nodes=2, batch_size=512,
+                    compute="emulate:0.17", placement="vnodes", link_gbit=10).validate()
+    row = _layout_row(cfg, cfg.allreduce_mode)
+    assert "link 10 Gbit/s (carries no gradients: the all-reduce is emulate;" in row
+    assert "--allreduce real" in row
+    real = DDPConfig(model="resnet50", workers=8, nodes=2, batch_size=512,
+                     compute="emulate:0.17", placement="vnodes", link_gbit=10,
+                     allreduce="real").validate()
+    assert "carries no gradients" not in _layout_row(real, "real")
