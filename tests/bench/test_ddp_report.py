@@ -7,7 +7,7 @@ from typing import Any
 
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.metrics import RankRecord, StepRecord, summarize
-from tunelab.bench.ddp.report import render_table
+from tunelab.bench.ddp.report import fom_record, render_table
 
 
 def _result(workers: int, allreduce: str) -> dict[str, Any]:
@@ -16,7 +16,8 @@ def _result(workers: int, allreduce: str) -> dict[str, Any]:
     ranks = [RankRecord(r, 0, 1.0, (step,)) for r in range(workers)]
     return {"summary": asdict(summarize(ranks, 64 * workers)), "unit": "images",
             "params": 25, "backend": "gloo", "threads": 1, "allreduce": allreduce,
-            "setup": {}}
+            "setup": {}, "device": "cpu", "emulated": False, "amp": False,
+            "host_cores": 2, "hosts": 1}
 
 
 def _layout_row(cfg: DDPConfig, allreduce: str) -> str:
@@ -36,3 +37,23 @@ def test_a_link_limit_that_carries_no_gradients_says_so() -> None:
                      compute="emulate:0.17", placement="vnodes", link_gbit=10,
                      allreduce="real").validate()
     assert "carries no gradients" not in _layout_row(real, "real")
+
+
+def _row(cfg: DDPConfig, name: str) -> str:
+    table = render_table(cfg, {**_result(cfg.workers, "real"), "threads": 1})
+    return next(line for line in table.splitlines() if line.startswith(name))
+
+
+def test_more_workers_than_cores_is_flagged_oversubscribed() -> None:
+    # 8 workers on the 2 cores of the field test ran, with 41 % of the step "all-reduce"
+    # that was mostly the workers waiting for a core; nothing said so
+    eight = DDPConfig(model="leopard", workers=8, batch_size=64).validate()
+    assert "OVERSUBSCRIBED: 4 threads per core (8 workers on 2 cores)" in _row(eight, "Backend")
+    rec = fom_record(eight, {**_result(8, "real"), "threads": 1})
+    assert rec["oversubscribed"] is True and rec["cpu_demand"] == 4.0
+    two = DDPConfig(model="leopard", workers=2, batch_size=64).validate()
+    assert "OVERSUBSCRIBED" not in _row(two, "Backend")
+    rec = fom_record(two, {**_result(2, "real"), "threads": 1})
+    assert rec["oversubscribed"] is False and rec["cpu_demand"] == 1.0
+    # two threads each make two workers oversubscribed too
+    assert fom_record(two, {**_result(2, "real"), "threads": 2})["oversubscribed"] is True

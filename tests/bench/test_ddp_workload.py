@@ -119,6 +119,12 @@ def test_parse_reads_the_input_pipeline_figures(tmp_path: Path) -> None:
     assert "device_share" not in foms and "cache" not in foms
 
 
+def test_parse_records_an_oversubscribed_run(tmp_path: Path) -> None:
+    line = {**LINE, "workers": 8, "cpu_demand": 4.0, "oversubscribed": True}
+    foms = DDPWorkload(DDPOptions()).parse(json.dumps(line) + "\n", "", tmp_path)
+    assert (foms["oversubscribed"], foms["cpu_demand"]) == (1.0, 4.0)
+
+
 def test_training_flops_are_judged_per_gpu_and_per_host() -> None:
     """The GEMM bound is one GPU's (or one host's cores); the run's throughput is every
     worker's together: 8 GPUs at 0.5 of their peak each read as 4.0 of the bound. The work

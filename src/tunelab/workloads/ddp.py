@@ -47,11 +47,12 @@ FOMS = (
     "read_MBps_per_worker", "proc_rchar_Bps", "proc_device_Bps", "io_check", "device_share",
     "corrupt_samples", "epochs", "loader_workers", "prefetch", "dataset_samples",
     "mean_sample_bytes", "read_limit_Bps", "compute_step_s", "flops_per_sample", "threads",
+    "cpu_demand",
     # GPU energy over the timed steps (NVML; absent without it)
     "energy_J", "energy_J_per_sample", "power_W",
 )
 #: Yes/no facts of the JSON line, recorded as FOMs 1.0 or 0.0 (always present).
-FOM_FLAGS = ("compute_emulated", "gpu", "input_bound", "amp")
+FOM_FLAGS = ("compute_emulated", "gpu", "input_bound", "amp", "oversubscribed")
 
 
 class DDPOptions(WorkloadOptions):

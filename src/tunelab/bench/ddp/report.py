@@ -17,7 +17,7 @@ from typing import Any
 
 from tunelab.bench.ddp.config import DDPConfig
 
-__all__ = ["fom_line", "fom_record", "render_table"]
+__all__ = ["cpu_demand", "fom_line", "fom_record", "render_table"]
 
 
 MB = 1e6
@@ -77,7 +77,8 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
         ("Workers", f"{cfg.workers}: {_layout_text(cfg)}"),
         ("Batch", f"{cfg.batch_size} global = {cfg.local_batch} per worker"),
         ("Compute", _compute_text(cfg, result)),
-        ("Backend", f"{result['backend']}, {result.get('threads', '?')} thread(s) per worker"),
+        ("Backend", f"{result['backend']}, {result.get('threads', '?')} thread(s) per worker"
+                    f"{_cores_text(cfg, result)}"),
         ("Steps", f"{s['steps']} timed, {_warmup_text(cfg)}"),
         ("Throughput", f"{s['throughput']:.2f} {unit}/s total, "
                        f"{s['throughput_per_worker']:.2f} per worker"),
@@ -103,6 +104,26 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
     lines += [f"{name:<16}| {value}" for name, value in rows]
     lines.append("-" * 72)
     return "\n".join(lines)
+
+
+def cpu_demand(cfg: DDPConfig, result: dict[str, Any]) -> float | None:
+    """Threads the workers of one host run per core of it (the virtual nodes of
+    ``--placement vnodes`` all share this host); None where unknown. Above 1 the run is
+    oversubscribed: the workers take turns on the cores."""
+    cores, threads = result.get("host_cores"), result.get("threads")
+    if str(result.get("device", "cpu")) != "cpu" or not cores or not threads:
+        return None
+    per_host = cfg.workers / max(1, int(result.get("hosts") or 1))
+    return float(per_host * threads / cores)
+
+
+def _cores_text(cfg: DDPConfig, result: dict[str, Any]) -> str:
+    demand = cpu_demand(cfg, result)
+    if demand is None or demand <= 1.0:
+        return ""
+    return (f"; OVERSUBSCRIBED: {demand:g} threads per core ({cfg.workers} workers on "
+            f"{result['host_cores']} cores): the workers take turns on the cores, so compute "
+            "and all-reduce times include waiting for a core")
 
 
 def _warmup_text(cfg: DDPConfig) -> str:
@@ -203,6 +224,8 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "threads": result.get("threads"),
         "hosts": result.get("hosts", 1),
         "host_cores": result.get("host_cores"),
+        "cpu_demand": cpu_demand(cfg, result),
+        "oversubscribed": (cpu_demand(cfg, result) or 0.0) > 1.0,
         "gpu": str(result["device"]) != "cpu",
         "workers": cfg.workers,
         "nodes": cfg.nodes,
