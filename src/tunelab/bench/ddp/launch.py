@@ -139,7 +139,7 @@ class _Run:
         self.result_file = str(tmp / "result.json")
         os.mkdir(self.status_dir)
         master = slots[0].address
-        port = cfg.port or slots[0].free_port()
+        port = slots[0].rendezvous_port(cfg.port)
         threads = worker_threads(cfg, os.cpu_count() or 1)
         absent = cfg.fault.node if cfg.fault and cfg.fault.action == "absent" else -1
         self.procs: list[subprocess.Popen[str] | None] = []
@@ -257,8 +257,23 @@ class _Run:
             return f"{self._where(rank)} exited with status {code}"
         bad = [(n, c) for n, c in enumerate(codes) if c not in (0, None)]
         if bad:
-            return f"the torchrun of node {bad[0][0]} exited with status {bad[0][1]}"
+            why = _last_error(text)
+            return (f"the torchrun of node {bad[0][0]} exited with status {bad[0][1]}"
+                    f"{': ' + why if why else ''}")
         return "the workers finished without a result (see the messages above)"
+
+
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception)): (.+)$", re.M)
+
+
+def _last_error(text: str) -> str:
+    """The last ``SomeError: message`` line of torchrun's output (e.g. its store's
+    ``DistNetworkError: … EADDRINUSE``), at most 300 characters; "" when none."""
+    found = _ERROR_LINE.findall(text)
+    if not found:
+        return ""
+    kind, message = found[-1]
+    return f"{kind}: {' '.join(message.split())}"[:300]
 
 
 def _keep_log(text: str) -> str:

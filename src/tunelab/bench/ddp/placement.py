@@ -48,6 +48,26 @@ class NodeSlot:
             s.bind((self.address, 0))
             return int(s.getsockname()[1])
 
+    def rendezvous_port(self, requested: int) -> int:
+        """``requested`` (``--port``) once it is free on this node's address, else a free
+        one (0); :class:`WorkloadError` naming the port when another process holds it (the
+        node's torchrun would fail to listen there). A node in a namespace of its own is
+        fresh: nothing listens there."""
+        if not requested:
+            return self.free_port()
+        if self.prefix:
+            return requested
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+            try:
+                s.bind((self.address, requested))
+            except OSError as exc:
+                raise WorkloadError(
+                    f"--port {requested}: {self.address}:{requested} cannot be bound "
+                    f"({exc.strerror or exc}): another process holds it; choose another "
+                    "port, or 0 for a free one") from None
+        return requested
+
 
 @contextlib.contextmanager
 def open_placement(cfg: DDPConfig) -> Iterator[list[NodeSlot]]:
