@@ -309,6 +309,20 @@ def check_devices(cfg: DDPConfig) -> None:
         check_gpu_layout(cfg.workers_per_node, gpus, rt.backend)
 
 
+def _check_host_memory(cfg: DDPConfig) -> None:
+    """On the CPU, refuse a run whose workers would not fit this host's available memory
+    (:mod:`tunelab.bench.ddp.memory`); a GPU run's activations live on its GPUs."""
+    if cfg.device != "cpu":
+        import torch
+
+        if cfg.device == "cuda" or torch.cuda.device_count() > 0:
+            return
+    from tunelab.bench.ddp.memory import check_memory
+    from tunelab.sysinfo import mem_available
+
+    check_memory(cfg, mem_available())
+
+
 def _storage(cfg: DDPConfig, stack: contextlib.ExitStack[Any]) -> dict[str, Any]:
     """Check the dataset, prepare the page cache, apply the read limit (for the block);
     what was found and done, for the result."""
@@ -344,6 +358,7 @@ def launch(cfg: DDPConfig) -> int:
     from tunelab.bench.ddp.report import fom_line, render_table
 
     check_devices(cfg)
+    _check_host_memory(cfg)
     with contextlib.ExitStack() as stack:
         storage = _storage(cfg, stack)
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tunelab-ddp-"))
