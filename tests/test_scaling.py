@@ -377,3 +377,28 @@ def test_a_layout_that_cannot_exist_is_refused_not_computed() -> None:
         assert f.throughput is None and "a layout needs at least 1 worker" in f.cannot
     f = forecast(obs, 4, 2)
     assert type(f.throughput) is float and type(f.low) is float
+
+
+def test_the_scale_out_gap_is_said_in_words_in_compare_and_the_report_notes() -> None:
+    """The seed's question (scale-out vs scale-up at equal workers) was answered only by a
+    bar chart in the HTML report: compare and the report's notes said nothing of it (field
+    test: 2 and 4 workers on 1 and 2 virtual nodes)."""
+    from tunelab.report.output import Lines, View
+    from tunelab.report.scaling import scaling_notes
+    from tunelab.report.views import with_layouts
+
+    runs = make_runs(TRUE.with_(link_bw=0.2e9), LAYOUTS, noise=0.005)
+    said = [line for line in scaling_notes(runs) if line.startswith("Scale-out vs scale-up")]
+    assert len(said) == 5
+    eight = next(line for line in said if line.startswith("Scale-out vs scale-up, 8 workers: "
+                                                          "2 nodes vs 1: "))
+    assert "% slower), worse (n 4 and 4)." in eight
+    view = with_layouts(View((), {"study": "x"}, (), ("a",)), runs, "throughput")
+    assert view.fields == ("a",) and view.document["study"] == "x"
+    lines = view.blocks[-1]
+    assert isinstance(lines, Lines) and lines.lines[0].startswith(
+        "Scale-out vs scale-up, 2 workers: 2 nodes vs 1: ")
+    assert [(g["workers"], g["nodes"], g["verdict"]) for g in view.document["layout_gaps"]][
+        -1] == (8, 4, "worse")
+    one_node = make_runs(TRUE, [(1, 1), (2, 1)])
+    assert with_layouts(View((), {}), one_node, "throughput").blocks == ()

@@ -42,7 +42,12 @@ def compare(
     """
     from tunelab.report.headroom import with_headroom
     from tunelab.report.results import load_results
-    from tunelab.report.views import compare_view, cross_compare_view, with_storage
+    from tunelab.report.views import (
+        compare_view,
+        cross_compare_view,
+        with_layouts,
+        with_storage,
+    )
 
     if len(directories) > 2 or (baseline_study is not None and len(directories) != 1):
         raise TunelabError("compare takes one study directory, or two (DIR_A DIR_B), or one "
@@ -51,7 +56,9 @@ def compare(
         directories = [baseline_study, *directories]
     if len(directories) == 1:
         results = load_results(directories[0], exclude_disturbed=exclude_disturbed)
-        emit(with_headroom(with_storage(compare_view(results), results.runs), results), fmt)
+        view = with_layouts(compare_view(results), results.runs, results.objective.fom,
+                            results.objective.direction)
+        emit(with_headroom(with_storage(view, results.runs), results), fmt)
         exit_if_failed(status_counts(results), f"study {results.name!r}")
         return
     a, b = (load_results(d, exclude_disturbed=exclude_disturbed) for d in directories)

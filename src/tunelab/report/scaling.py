@@ -33,7 +33,8 @@ from tunelab.stats import StatsError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ScalingPlotData", "scaling_notes", "scaling_plot_data", "scaling_plots"]
+__all__ = ["ScalingPlotData", "gap_lines", "scaling_notes", "scaling_plot_data",
+           "scaling_plots"]
 
 
 class ScalingPlotData(NamedTuple):
@@ -90,6 +91,22 @@ def scaling_plot_data(runs: pd.DataFrame, fom: str = "throughput", *,
     return ScalingPlotData(fom, points, gaps, model, tuple(predicted), note, tuple(forecasts))
 
 
+def gap_lines(gaps: Sequence[LayoutGap]) -> list[str]:
+    """The seed's question in words, one line per worker count measured in several layouts:
+    scale-out (more nodes) against scale-up (the fewest) at equal workers, the ratio of
+    means with its interval, how much slower (or faster) scale-out is, and the verdict."""
+    out = []
+    for g in gaps:
+        who = f"{g.series}, " if g.series else ""
+        interval = ("" if math.isnan(g.ci_low) else f" [{g.ci_low:.3f}, {g.ci_high:.3f}]")
+        pct = (1.0 - g.ratio) * 100
+        how = f"{pct:.1f}% slower" if pct >= 0 else f"{-pct:.1f}% faster"
+        out.append(f"Scale-out vs scale-up, {who}{g.workers} workers: {g.nodes} nodes vs "
+                   f"{g.ref_nodes}: {g.ratio:.3f}x{interval} ({how}), {g.verdict} "
+                   f"(n {g.n} and {g.n_ref})")
+    return out
+
+
 def scaling_notes(runs: pd.DataFrame, fom: str = "throughput") -> list[str]:
     """What the model's curve in the throughput plot rests on, for the HTML report: per
     layout, the predictions outside the measured sizes with their intervals and notes
@@ -99,7 +116,8 @@ def scaling_notes(runs: pd.DataFrame, fom: str = "throughput") -> list[str]:
         data = scaling_plot_data(runs, fom)
     except StatsError:
         return []
-    lines = []
+    lines: list[str] = []
+    lines.extend(f"{line}." for line in gap_lines(data.gaps))
     if data.model is not None:
         m = data.model
         lines.append(f"Scaling model (the dashed curves): fitted on {len(m.fitted_on)} "

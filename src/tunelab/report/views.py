@@ -10,6 +10,7 @@ changes meaning or disappears (adding a field keeps it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,7 @@ __all__ = [
     "compare_view",
     "cross_compare_view",
     "storage_blocks",
+    "with_layouts",
     "with_storage",
 ]
 
@@ -499,6 +501,25 @@ def storage_blocks(runs: Any) -> tuple[tuple[TextTable | Lines, ...], dict[str, 
                             "labels": [list(x) for x in b.labels], "shift_at": b.shift_at,
                             "shift": b.shift} for b in data.bottlenecks]}
     return (table,), doc
+
+
+def with_layouts(view: View, runs: Any, fom: str, direction: str = "maximize") -> View:
+    """``view`` with the scale-out vs scale-up comparison at equal workers appended (lines
+    and a ``layout_gaps`` key in the JSON document), or unchanged for runs with no worker
+    count measured on several node counts."""
+    from tunelab.report.scaling import gap_lines
+    from tunelab.scaling import layout_gaps
+    from tunelab.stats import StatsError
+
+    try:
+        gaps = layout_gaps(runs, fom, direction)
+    except (StatsError, ValueError):  # no worker count, or one that is not a number
+        return view
+    if not gaps:
+        return view
+    doc = [{**g.__dict__, "verdict": str(g.verdict)} for g in gaps]
+    return dataclasses.replace(view, blocks=(*view.blocks, Lines(tuple(gap_lines(gaps)))),
+                               document={**view.document, "layout_gaps": doc})
 
 
 def with_storage(view: View, runs: Any) -> View:
