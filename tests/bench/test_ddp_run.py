@@ -166,6 +166,42 @@ def test_sigterm_stops_the_workers_and_what_the_run_set_up(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux's setpriv")
+def test_a_launcher_killed_outright_takes_torchrun_and_the_workers_with_it() -> None:
+    """Field test: after ``kill -9`` of the launcher, torchrun and its two workers (each in
+    a session of its own) trained on, reparented to init, for the rest of their steps."""
+    import signal
+    import time
+
+    import psutil
+
+    env = {k: v for k, v in env_with_pythonpath(Path(__file__).resolve().parents[2] / "src")
+           .items() if k not in ("LOCAL_RANK", "WORLD_SIZE")}
+    family: list[psutil.Process] = []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tunelab.bench.ddp", "--model", "leopard", "--window", "256",
+         "-n", "2", "-b", "4", "--steps", "100000", "--warmup", "0", "--device", "cpu"],
+        env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            family = psutil.Process(proc.pid).children(recursive=True)
+            if len(family) >= 3:  # (setpriv exec'd into) torchrun, 2 workers
+                break
+            time.sleep(0.2)
+        assert len(family) >= 3, family
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        _, alive = psutil.wait_procs(family, timeout=45)  # torchrun's own grace is 30 s
+        assert not alive, alive
+    finally:
+        for child in family:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+
+
+@pytest.mark.slow
 def test_rendezvous_that_never_completes_names_the_missing_ranks() -> None:
     proc = bench("--model", "resnet18", "-n", "2", "--nodes", "2", "-b", "2", "--steps", "1",
                  "--rendezvous-timeout", "4", "--inject-fault", "node=1,action=absent",

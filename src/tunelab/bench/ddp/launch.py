@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,6 +131,15 @@ def _kill(proc: subprocess.Popen[str], wait_s: float = 10.0) -> None:
     proc.wait()
 
 
+def _with_launcher(argv: list[str]) -> list[str]:
+    """``argv`` run so that it gets SIGTERM when the launcher dies, however it dies (``kill
+    -9``, the OOM killer): torchrun then stops its workers. Without it a launcher killed
+    outright left torchrun and the workers — each in a session of its own — training for
+    the rest of their steps. ``setpriv --pdeathsig`` (util-linux) where it is installed."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", *argv] if setpriv else argv
+
+
 class _Run:
     """The torchrun processes of one benchmark run."""
 
@@ -151,8 +161,9 @@ class _Run:
                 continue
             env = {**os.environ, **slot.env, "OMP_NUM_THREADS": str(threads),
                    "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
-            argv = [*slot.prefix, *node_argv(cfg, slot.index, master, port, slot.address,
-                                             self.status_dir, self.result_file)]
+            argv = [*slot.prefix, *_with_launcher(node_argv(
+                cfg, slot.index, master, port, slot.address, self.status_dir,
+                self.result_file))]
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, errors="replace",
                                     start_new_session=True)
