@@ -150,8 +150,8 @@ def test_the_wait_for_a_late_worker_is_told_apart_from_the_emulated_allreduce(
     sizes = [4_000_000, 4_000_000]
     plan = plan_allreduce(sizes, 2, NVLINK, 0.02)
     step = emulated_step(0.02, "emulate", 2, bucket_bytes=sizes, link=NVLINK)
-    compute, window, exposed, other, nbytes, peer = step(None, None)
-    assert (window, nbytes, other) == (plan.window, plan.bytes, 0.0)
+    compute, window, exposed, other, nbytes, peer, busy = step(None, None)
+    assert (window, nbytes, other, busy) == (plan.window, plan.bytes, 0.0, plan.fabric_s)
     assert late / 2 <= peer <= exposed and exposed >= peer + plan.exposed - 1e-6
     # with no late peer nothing is counted as waiting for one
     monkeypatch.setattr(dist, "all_reduce", _Peers(0.0))
@@ -175,7 +175,7 @@ def test_a_peer_late_by_less_than_the_backward_part_holds_the_others_up(
     peers = _Peers(late)
     monkeypatch.setattr(dist, "all_reduce", peers)
     step = emulated_step(seconds, "emulate", 4, bucket_bytes=[1_000_000], link=NVLINK)
-    compute, _, exposed, _, _, peer = step(None, None)
+    compute, _, exposed, _, _, peer, _ = step(None, None)
     assert peers.calls == 1 and compute >= seconds
     assert late / 2 <= peer <= exposed
 

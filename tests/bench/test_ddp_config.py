@@ -147,16 +147,16 @@ def test_device_selection() -> None:
 
 def test_summary_formulas() -> None:
     step = StepRecord(step_s=0.5, compute_s=0.2, allreduce_s=0.25, exposed_s=0.25,
-                      other_s=0.05, bytes=100)
+                      other_s=0.05, bytes=100, comm_busy_s=0.25)
     slow = StepRecord(step_s=0.6, compute_s=0.2, allreduce_s=0.35, exposed_s=0.35,
-                      other_s=0.05, bytes=100)
+                      other_s=0.05, bytes=100, comm_busy_s=0.35)
     ranks = [RankRecord(0, 0, 1.0, (step, step)), RankRecord(1, 0, 1.2, (slow, step))]
     s = summarize(ranks, samples_per_step=64)
     assert s.throughput == pytest.approx(64 * 2 / 1.2)   # slowest worker's elapsed time
     assert s.throughput_per_worker == pytest.approx(s.throughput / 2)
     assert s.step_s == pytest.approx((0.6 + 0.5) / 2)     # each step: its slowest worker
     assert s.allreduce_s == pytest.approx((0.25 * 3 + 0.35) / 4)
-    assert s.algbw == pytest.approx(100 / s.allreduce_s)
+    assert s.algbw == pytest.approx(100 / s.allreduce_busy_s)
     assert s.busbw == pytest.approx(s.algbw * ring_factor(2))
     assert ring_factor(8) == pytest.approx(1.75)
 
@@ -206,7 +206,26 @@ def test_the_loop_times_only_the_steps_after_the_raised_warmup(
     monkeypatch.setattr(dist, "barrier", lambda: barriers.append(source.asked))
     cfg = DDPConfig(data="memory", loader_workers=3, prefetch=2, warmup=1, steps=4,
                     compute="emulate:0.01")
-    marks, parts, start = _loop(cfg, 0, source, lambda x, y: (0.0, 0.0, 0.0, 0.0, 0, 0.0),
+    marks, parts, start = _loop(cfg, 0, source, lambda x, y: (0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0),
                                 StatusFile(None, 0, 0), True)
     assert source.asked == len(parts) == 6 + 4
     assert barriers == [6]  # the timed steps begin after the 6 batches read ahead
+
+
+def test_the_bandwidth_divides_by_the_all_reduce_s_own_time_not_its_window() -> None:
+    """Field test (2 Leopard workers, gloo): the buckets took 1.5 and 3.8 ms, but the window
+    from the first launch to the last done spanned 37 ms of backward pass between them, and
+    the bandwidth was bytes / window: 0.08 GiB/s where the same bytes all-reduced alone took
+    3.6 ms (0.5 GB/s)."""
+    from tunelab.bench.ddp.comm import busy_time
+
+    # two buckets: launched at 0 and 30 ms, done at 1.5 and 33.8 ms
+    assert busy_time([0.0, 0.030], [0.0015, 0.0338]) == pytest.approx(0.0053)
+    # overlapping (queued) buckets count once; completions paired in launch order
+    assert busy_time([0.0, 0.001], [0.004, 0.002]) == pytest.approx(0.004)
+    step = StepRecord(step_s=0.2, compute_s=0.16, allreduce_s=0.0338, exposed_s=0.004,
+                      other_s=0.01, bytes=1_896_068, comm_busy_s=0.0053)
+    s = summarize([RankRecord(0, 0, 0.2, (step,)), RankRecord(1, 0, 0.2, (step,))], 32)
+    assert s.allreduce_s == pytest.approx(0.0338)  # the window is still reported as such
+    assert s.allreduce_busy_s == pytest.approx(0.0053)
+    assert s.algbw == pytest.approx(1_896_068 / 0.0053)

@@ -36,7 +36,8 @@ __all__ = ["FOM_FLAGS", "FOMS", "DDPOptions", "DDPWorkload"]
 #: Numeric figures of merit read from the benchmark's JSON line.
 FOMS = (
     "throughput", "images_per_s", "windows_per_s", "throughput_per_worker", "step_s",
-    "step_s_std", "compute_s", "allreduce_s", "exposed_s", "other_s", "grad_bytes",
+    "step_s_std", "compute_s", "allreduce_s", "allreduce_busy_s", "exposed_s", "other_s",
+    "grad_bytes",
     "allreduce_algbw", "allreduce_busbw", "params", "workers", "nodes", "workers_per_node",
     "batch_size", "local_batch", "link_gbit", "hosts", "host_cores", "steps", "warmup",
     # the input pipeline (--data memory / files:DIR)

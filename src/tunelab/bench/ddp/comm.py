@@ -14,6 +14,7 @@ same buffers, in the same order, as the real thing.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,20 +24,38 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
 
-__all__ = ["FIRST_BUCKET_BYTES", "CommTimer", "StepComm", "bucket_sizes", "emulated_allreduce"]
+__all__ = ["FIRST_BUCKET_BYTES", "CommTimer", "StepComm", "bucket_sizes", "busy_time",
+           "emulated_allreduce"]
 
 FIRST_BUCKET_BYTES = 1 << 20  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
 
 
 @dataclass(frozen=True)
 class StepComm:
-    """One step's all-reduce, seconds on the step's clock (``perf_counter``)."""
+    """One step's all-reduce, seconds on the step's clock (``perf_counter``); ``busy`` the
+    time some bucket was being reduced (the union of each bucket's launch-to-done
+    interval): the all-reduce's own time, without the backward pass between buckets that
+    the window from the first launch to the last done spans."""
 
     first_launch: float
     last_launch: float
     done: float
     bytes: int
     buckets: int
+    busy: float = 0.0
+
+
+def busy_time(launches: Sequence[float], done: Sequence[float]) -> float:
+    """The length of the union of the buckets' intervals, the i-th launch paired with the
+    i-th completion in time (a process group reduces its buckets in the order they were
+    launched)."""
+    total, end = 0.0, -math.inf
+    for a, b in zip(sorted(launches), sorted(done), strict=False):
+        a = max(a, end)
+        if b > a:
+            total += b - a
+            end = b
+    return total
 
 
 def bucket_sizes(numels: Sequence[int], element_size: int, bucket_mb: float) -> list[int]:
@@ -113,7 +132,7 @@ class CommTimer:
             launches, done = list(self._launches), list(self._done)
         rec = StepComm(first_launch=min(launches), last_launch=max(launches),
                        done=max(done) if done else max(launches), bytes=self._bytes,
-                       buckets=len(launches))
+                       buckets=len(launches), busy=busy_time(launches, done))
         self._launches, self._done, self._bytes = [], [], 0
         return rec
 
@@ -135,4 +154,4 @@ def emulated_allreduce(buckets: Sequence[torch.Tensor], world: int,
         b.div_(world)
     done = time.perf_counter()
     nbytes = sum(b.numel() * b.element_size() for b in buckets)
-    return StepComm(first, last, done, nbytes, len(buckets))
+    return StepComm(first, last, done, nbytes, len(buckets), done - first)

@@ -25,7 +25,9 @@ waited for data more than 10 % of its timed steps.
 A step ends for all workers together (the all-reduce synchronises them), so a step's time is
 the slowest worker's; throughput is the samples delivered in the timed steps over the slowest
 worker's elapsed time. Bandwidths follow the NCCL-tests convention: *algorithm bandwidth* =
-bytes / time; *bus bandwidth* = algorithm bandwidth x 2(N-1)/N, the bytes each worker's
+bytes / the all-reduce's own time (``comm_busy_s``: some bucket being reduced; not the window
+from the first bucket to the last, which spans the backward pass between them); *bus
+bandwidth* = algorithm bandwidth x 2(N-1)/N, the bytes each worker's
 link carries in a ring all-reduce, comparable with the link's rate.
 """
 
@@ -65,6 +67,7 @@ class StepRecord:
     device_bytes: int = 0
     corrupt: int = 0
     peer_s: float = 0.0
+    comm_busy_s: float = 0.0
 
     @property
     def accel_s(self) -> float:
@@ -150,6 +153,7 @@ class Summary:
     corrupt: int = 0
     peer_s: float = 0.0
     peer_frac: float = math.nan
+    allreduce_busy_s: float = 0.0
 
 
 def ring_factor(workers: int) -> float:
@@ -175,8 +179,9 @@ def summarize(ranks: Sequence[RankRecord], samples_per_step: int) -> Summary:
                     for r in ranks for s in r.steps)
     throughput = delivered / elapsed
     allreduce = mean_of("allreduce_s")
+    busy = mean_of("comm_busy_s")
     grad_bytes = ranks[0].steps[-1].bytes
-    algbw = grad_bytes / allreduce if allreduce > 0 and grad_bytes else 0.0
+    algbw = grad_bytes / busy if busy > 0 and grad_bytes else 0.0
     shares = [_shares(r.steps) for r in ranks]
     read = sum(s.read_bytes for r in ranks for s in r.steps)
     known = all(s.rchar >= 0 for r in ranks for s in r.steps)
@@ -231,6 +236,7 @@ def summarize(ranks: Sequence[RankRecord], samples_per_step: int) -> Summary:
         corrupt=sum(a.corrupt for a in runs),
         peer_s=mean_of("peer_s"),
         peer_frac=statistics.fmean(sh.peer for sh in shares),
+        allreduce_busy_s=busy,
     )
 
 

@@ -90,7 +90,9 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
         ("  other", f"{s['other_s'] * 1e3:.1f} ms (optimizer)"),
         ("Gradient bytes", f"{s['grad_bytes']:,} per step"),
         ("All-reduce bw", f"{s['algbw'] / gib:.3f} GiB/s algorithm, "
-                          f"{s['busbw'] / gib:.3f} GiB/s bus"),
+                          f"{s['busbw'] / gib:.3f} GiB/s bus (bytes / "
+                          f"{s.get('allreduce_busy_s', 0.0) * 1e3:.1f} ms of the buckets' own "
+                          "all-reduce time)"),
     ]
     e = result.get("energy")
     if e:
@@ -244,6 +246,7 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "step_s_std": s["step_s_std"],
         "compute_s": s["compute_s"],
         "allreduce_s": s["allreduce_s"],
+        "allreduce_busy_s": s.get("allreduce_busy_s", 0.0),
         "exposed_s": s["exposed_s"],
         "peer_s": s.get("peer_s", 0.0),
         "other_s": s["other_s"],

@@ -30,10 +30,12 @@ if TYPE_CHECKING:
 
 __all__ = ["StepParts", "StepSetup", "TrainStep", "emulated_step", "training_step"]
 
-#: (compute_s, allreduce_s, exposed_s, other_s, bytes all-reduced, peer_s): ``peer_s`` is the
-#: part of ``exposed_s`` spent waiting for the other workers at the step's meeting, beyond the
-#: all-reduce's own time (known under ``--allreduce emulate`` only; 0 otherwise)
-StepParts = tuple[float, float, float, float, int, float]
+#: (compute_s, allreduce_s, exposed_s, other_s, bytes all-reduced, peer_s, comm_busy_s):
+#: ``peer_s`` is the part of ``exposed_s`` spent waiting for the other workers at the step's
+#: meeting, beyond the all-reduce's own time (known under ``--allreduce emulate`` only; 0
+#: otherwise); ``comm_busy_s`` the all-reduce's own time (some bucket being reduced, or the
+#: emulated fabric's), where ``allreduce_s`` is the window from the first bucket to the last
+StepParts = tuple[float, float, float, float, int, float, float]
 
 
 @dataclass(frozen=True)
@@ -129,10 +131,10 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
         t2 = time.perf_counter()
         comm = timer.take(t0, ev0) if timer is not None else None
         if comm is None:
-            return t1 - t0, 0.0, 0.0, t2 - t1, 0, 0.0
+            return t1 - t0, 0.0, 0.0, t2 - t1, 0, 0.0, 0.0
         compute_end = min(comm.last_launch, t1)
         return (compute_end - t0, comm.done - comm.first_launch, max(0.0, t1 - compute_end),
-                t2 - t1, comm.bytes, 0.0)
+                t2 - t1, comm.bytes, 0.0, comm.busy)
 
     setup = StepSetup("fp16-amp" if amp else "fp32",
                       "channels_last" if channels_last else "contiguous",
@@ -180,8 +182,9 @@ def emulated_step(seconds: float, mode: str, world: int, *, buckets: Sequence[An
             if mode == "real":
                 comm = emulated_allreduce(buckets, world)
                 t1 = time.perf_counter()
-                return t_c - t0, comm.done - comm.first_launch, t1 - t_c, 0.0, comm.bytes, 0.0
-            return t_c - t0, 0.0, 0.0, 0.0, 0, 0.0
+                return (t_c - t0, comm.done - comm.first_launch, t1 - t_c, 0.0, comm.bytes,
+                        0.0, comm.busy)
+            return t_c - t0, 0.0, 0.0, 0.0, 0, 0.0, 0.0
         ends = torch.tensor([time.time() + seconds], dtype=torch.float64, device=device)
         _sleep_until(t0 + forward)
         work = dist.all_reduce(ends, op=dist.ReduceOp.MAX, async_op=True)
@@ -194,7 +197,7 @@ def emulated_step(seconds: float, mode: str, world: int, *, buckets: Sequence[An
         t_m = time.perf_counter()  # every worker has its last bucket: the tail goes on the ring
         _sleep_until(t_m + plan.exposed)
         t1 = time.perf_counter()
-        return t_c - t0, plan.window, t1 - t_c, 0.0, plan.bytes, t_m - t_c
+        return t_c - t0, plan.window, t1 - t_c, 0.0, plan.bytes, t_m - t_c, plan.fabric_s
 
     return step
 

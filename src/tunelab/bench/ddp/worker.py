@@ -276,11 +276,12 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     marks.append(t_end)
     steps = [StepRecord(step_s=marks[k + 1] - marks[k], compute_s=c, allreduce_s=a,
                         exposed_s=e, other_s=o, bytes=nb, data_s=d, drop_s=dr, peer_s=pw,
+                        comm_busy_s=cb,
                         samples=int(info.get("samples", -1)),
                         read_bytes=int(info.get("bytes", 0)), rchar=int(info.get("rchar", -1)),
                         device_bytes=int(info.get("device_bytes", -1)),
                         corrupt=int(info.get("corrupt", 0)))
-             for k, (d, dr, c, a, e, o, nb, pw, info) in enumerate(parts)]
+             for k, (d, dr, c, a, e, o, nb, pw, cb, info) in enumerate(parts)]
     run = RunAccount(run_s=t_close - marks[0], compute_s=sum(s.accel_s for s in steps),
                      wait_s=sum(s.data_s for s in steps), drop_s=sum(s.drop_s for s in steps),
                      first_wait_s=steps[0].data_s, shutdown_s=t_close - t_end,
@@ -345,8 +346,8 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
             raise LoaderFailure(f"every sample of a batch of worker {rank} was corrupt "
                                 f"(first: {(info.get('corrupt_files') or ['?'])[0]})")
         drop = source.drop_s
-        c, a, e, o, nbytes, peer = step_fn(x, y)
-        parts.append((t1 - t_req - drop, drop, c, a, e, o, nbytes, peer, info))
+        c, a, e, o, nbytes, peer, busy = step_fn(x, y)
+        parts.append((t1 - t_req - drop, drop, c, a, e, o, nbytes, peer, busy, info))
     return marks, parts, start
 
 
