@@ -186,3 +186,18 @@ def test_report_draws_au_and_read_plots(tmp_path: Path) -> None:
     assert notes[0] == f"AU >= 90%: {line}"
     assert any("up to 2 worker(s) of the 8 measured" in n for n in notes)
     assert storage_notes(make_runs().drop(columns=["fom.au"])) == []
+
+
+def test_runs_that_read_nothing_draw_no_read_plot_and_no_warning(tmp_path: Path) -> None:
+    """A ddp scaling study on synthetic data (field test): the report drew an empty read
+    MB/s chart and matplotlib warned "No artists with labels found to put in legend"."""
+    import warnings
+
+    from tunelab.report.storage import storage_plots
+
+    runs = make_runs()
+    memory = runs[runs["source"] == "memory"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        paths = storage_plots(memory, tmp_path)
+    assert [p.name for p in paths] == ["storage-au.png"]

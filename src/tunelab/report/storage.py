@@ -97,13 +97,18 @@ def _err(points: list[StoragePoint], mean: str, low: str, high: str,
 def storage_plots(runs: pd.DataFrame, out_dir: str | Path, *, prefix: str = "storage",
                   ) -> list[Path]:
     """Write ``<prefix>-au.png`` and ``<prefix>-read.png``; their paths (none without
-    input-pipeline figures)."""
+    input-pipeline figures; no read plot when no run read anything — synthetic or
+    in-memory data — where it was an empty chart and matplotlib warned of an empty
+    legend on stderr)."""
     data = storage_plot_data(runs)
     if data is None or not data.points:
         return []
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return [_au_plot(data, out / f"{prefix}-au.png"), _read_plot(data, out / f"{prefix}-read.png")]
+    paths = [_au_plot(data, out / f"{prefix}-au.png")]
+    if data.needed or any(p.read_Bps > 0 for p in data.points):
+        paths.append(_read_plot(data, out / f"{prefix}-read.png"))
+    return paths
 
 
 def _au_plot(data: StorageAnalysis, path: Path) -> Path:
