@@ -104,6 +104,10 @@ def gap_lines(gaps: Sequence[LayoutGap]) -> list[str]:
         out.append(f"Scale-out vs scale-up, {who}{g.workers} workers: {g.nodes} nodes vs "
                    f"{g.ref_nodes}: {g.ratio:.3f}x{interval} ({how}), {g.verdict} "
                    f"(n {g.n} and {g.n_ref})")
+    if any(g.adjusted for g in gaps):
+        out.append(f"Scale-out vs scale-up: the {len(gaps)} comparisons judged together by "
+                   "Holm, each interval at the level Holm held its p to (it excludes 1 "
+                   "exactly when the verdict is faster or slower)")
     return out
 
 
