@@ -131,3 +131,15 @@ def test_notes_name_several_tests_apart(runs_factory: Callable[..., pd.DataFrame
         "Welch t", "paired t, pooled noise"}
     (line,) = [n for n in results.notes if n.startswith("Verdicts:")]
     assert line.startswith("Verdicts: Welch t / paired t, pooled noise on the log scale;")
+
+
+def test_a_detectable_change_past_1000_percent_is_shown_as_such() -> None:
+    """Two runs a side, Welch's one degree of freedom and Holm's level: the merge field test
+    printed '14648245875426918400.0%' as the change its runs could detect."""
+    from tunelab.report.formats import detectable_text
+    from tunelab.report.results import _about
+
+    assert detectable_text(1.4648245875426918e17) == ">1000%"
+    assert detectable_text(0.125) == "12.5%" and detectable_text(10.0) == "1000.0%"
+    assert detectable_text(float("inf")) == "∞" and detectable_text(float("nan")) == ""
+    assert _about(">1000%") == "more than 1000%" and _about("12.5%") == "about 12.5%"

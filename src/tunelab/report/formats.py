@@ -8,8 +8,8 @@ from typing import Any
 
 from tunelab.spec import value_text
 
-__all__ = ["VERDICT_STYLES", "fmt_mean_sd", "fmt_number", "fmt_ratio", "fmt_spread", "p_text",
-           "point_label"]
+__all__ = ["DETECTABLE_SHOWN", "VERDICT_STYLES", "detectable_text", "fmt_mean_sd", "fmt_number",
+           "fmt_ratio", "fmt_spread", "p_text", "point_label"]
 
 VERDICT_STYLES: dict[str, str] = {  # keyed by a Verdict's value (a Verdict is a str): the
     "better": "bold green",        # listings (status, space) import these formats, and
@@ -67,3 +67,18 @@ def p_text(p: float) -> str:
     if math.isnan(p):
         return "–"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+DETECTABLE_SHOWN = 10.0
+"""Detectable changes above this (1000 %) are shown as ``>1000%``: with two runs a side and
+Welch's few degrees of freedom the figure runs to 10^19 %, which says no more than that."""
+
+
+def detectable_text(change: float) -> str:
+    """A minimum detectable change as a percentage (empty: unknown; ∞: none; ``>1000%``
+    beyond :data:`DETECTABLE_SHOWN`)."""
+    if math.isnan(change):
+        return ""
+    if math.isinf(change):
+        return "∞"
+    return f">{DETECTABLE_SHOWN:.0%}" if change > DETECTABLE_SHOWN else f"{change:.1%}"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from tunelab.report.formats import fmt_number, point_label
+from tunelab.report.formats import detectable_text, fmt_number, point_label
 from tunelab.stats import (
     TEST_WELCH_DIFF,
     BestResult,
@@ -308,13 +308,18 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
         need = (f"about {noise.repeats_needed} repeats per point" if noise.repeats_needed
                 else "more repeats than is practical")
         have = max((s.n for s in summaries), default=0)
-        seen = (f"; the smallest change these runs detect in 80 % of studies is about "
-                f"{noise.detectable:.1%} (median over the points)"
+        seen = (f"; the smallest change these runs detect in 80 % of studies is "
+                f"{_about(detectable_text(noise.detectable))} (median over the points)"
                 if math.isfinite(noise.detectable) else "")
         notes.append(f"Noise: runs of one point vary by about {noise.sd_log:.1%} (sd){seen}; a "
                      f"{noise.change:.0%} change needs {need} to be seen in 80 % of studies "
                      f"(up to {have} here).")
     return notes
+
+
+def _about(text: str) -> str:
+    """``about 12.5%``, or ``more than 1000%`` for a figure shown as ``>1000%``."""
+    return f"more than {text[1:]}" if text.startswith(">") else f"about {text}"
 
 
 def _unfinished_line(runs: pd.DataFrame, planned: int) -> str:

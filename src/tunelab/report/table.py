@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from tunelab.report.formats import (
+    detectable_text,
     fmt_mean_sd,
     fmt_number,
     fmt_ratio,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from tunelab.report.results import Exclusion
     from tunelab.workload import Objective
 
-__all__ = ["TableRow", "against_baseline", "baseline_line", "best_lines", "detectable_text",
+__all__ = ["TableRow", "against_baseline", "baseline_line", "best_lines",
            "exclusion_lines", "speedup_cells", "table_rows"]
 
 class TableRow(NamedTuple):
@@ -145,13 +146,6 @@ def speedup_cells(c: Comparison) -> tuple[str, str]:
     speedup = "–" if math.isnan(c.speedup) else f"{fmt_ratio(c.speedup)}×"
     ci = "" if math.isnan(c.ci_low) else f"[{fmt_ratio(c.ci_low)}, {fmt_ratio(c.ci_high)}]"
     return speedup, ci
-
-
-def detectable_text(change: float) -> str:
-    """A minimum detectable change as a percentage (empty: unknown; ∞: none)."""
-    if math.isnan(change):
-        return ""
-    return "∞" if math.isinf(change) else f"{change:.1%}"
 
 
 def against_baseline(result: BestResult, comparisons: Sequence[PointComparison]

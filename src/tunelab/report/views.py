@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunelab.report.formats import (
     VERDICT_STYLES,
+    detectable_text,
     fmt_mean_sd,
     fmt_number,
     p_text,
@@ -28,7 +29,6 @@ from tunelab.report.table import (
     against_baseline,
     baseline_line,
     best_lines,
-    detectable_text,
     exclusion_lines,
     speedup_cells,
 )
