@@ -16,6 +16,7 @@ from tunelab.bench.merge import data
 from tunelab.bench.merge.backend import MASK_WORKERS, PandasBackend
 from tunelab.bench.merge.buffers import BufferPool
 from tunelab.bench.merge.comm import WorkerFailure
+from tunelab.bench.merge.runner import flip_one_payload, merged_checksum
 from tunelab.bench.merge.tcp import TcpComm
 
 
@@ -162,3 +163,32 @@ def test_buffer_pool_grows_and_keeps_names_apart() -> None:
     assert len(c) == 1_000 and not np.shares_memory(a, c)
     assert not np.shares_memory(c, pool.get("y", 10, np.int64))
     assert pool.nbytes() >= 1_000 * 8
+
+
+def test_row_checksum_sees_any_single_change_and_ignores_order() -> None:
+    rng = np.random.default_rng(0)
+    key, pl, pr = (rng.integers(0, 2**62, 500, dtype=np.int64) for _ in range(3))
+    base = data.row_checksum(key, pl, pr)
+    order = rng.permutation(500)
+    assert data.row_checksum(key[order], pl[order], pr[order]) == base
+    for col in (key, pl, pr):
+        for bit in (0, 31, 62):
+            col[7] ^= 1 << bit
+            assert data.row_checksum(key, pl, pr) != base
+            col[7] ^= 1 << bit
+
+
+def test_expected_checksums_sum_to_the_merged_rows_checksum() -> None:
+    workers, n, frac, seed = 3, 1000, 0.3, 7
+    import pandas as pd
+
+    lefts = [data.left_chunk(r, workers, n, seed) for r in range(workers)]
+    rights = [data.right_chunk(r, workers, n, frac, seed) for r in range(workers)]
+    left = pd.DataFrame({"key": np.concatenate([k for k, _ in lefts]),
+                         "payload": np.concatenate([p for _, p in lefts])})
+    right = pd.DataFrame({"key": np.concatenate([k for k, _ in rights]),
+                          "payload": np.concatenate([p for _, p in rights])})
+    merged = PandasBackend().merge(left, right)
+    want = sum(data.expected_checksum(workers, n, seed, k, p) for k, p in rights) % 2**64
+    assert merged_checksum(merged) == want
+    assert merged_checksum(flip_one_payload(merged)) != want

@@ -87,7 +87,7 @@ def test_tcp_count_only_verification_for_large_sizes(tmp_path: Path) -> None:
     proc = run_bench("-n", "2", "-c", "3000", "-i", "2", "--verify-limit", "100",
                      "--records", str(rec))
     check_run(proc, rec, 2, 3000, 2)
-    assert "row count only" in proc.stdout
+    assert "no row-by-row comparison" in proc.stdout
 
 
 @needs_mpi
@@ -209,6 +209,18 @@ def test_wrong_result_is_an_error_not_a_number(verify: str) -> None:
     assert res["verified"] is False and "throughput" not in res
     assert "iteration 1" in res["error"]
     assert "merge: verification failed" in proc.stderr
+
+
+@pytest.mark.parametrize("transport", ["tcp", pytest.param("mpi", marks=needs_mpi)])
+def test_a_changed_payload_fails_the_run_at_count_only_sizes(transport: str) -> None:
+    # The seed's size (2 x 10^6 rows) is past --verify-limit: verification used to count rows
+    # only, so a payload damaged on the way passed and the run was ranked as fast.
+    proc = run_bench("-t", transport, "-n", "2", "-c", "2000", "-i", "2", "--verify", "count",
+                     "--inject-fault", "rank=1,phase=merge,iteration=1,action=flip")
+    assert proc.returncode == 3, proc.stderr
+    res = result_line(proc.stdout)
+    assert res["verified"] is False and "throughput" not in res
+    assert "iteration 1" in res["error"] and "checksum" in res["error"]
 
 
 @needs_mpi

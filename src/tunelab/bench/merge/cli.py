@@ -55,7 +55,8 @@ def merge(
     records: Annotated[str | None, typer.Option(
         help="Also write every worker's per-iteration measurements to this JSON file.")] = None,
     inject_fault: Annotated[str | None, typer.Option(
-        hidden=True, help="Testing: rank=R,phase=P,iteration=I,action=kill|hang|corrupt.")] = None,
+        hidden=True,
+        help="Testing: rank=R,phase=P,iteration=I,action=kill|hang|corrupt|flip.")] = None,
     worker_config: Annotated[str | None, typer.Option(hidden=True)] = None,
     status_dir: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:

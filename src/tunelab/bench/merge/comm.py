@@ -136,17 +136,19 @@ class Comm(ABC):
         if self._status is not None:
             self._status.write(phase, self.iteration)
         f = self._fault
-        if f is not None and f.action != "corrupt" and f.rank == self.rank and f.phase == phase \
+        if f is not None and f.action in ("kill", "hang") and f.rank == self.rank \
+                and f.phase == phase \
                 and (f.iteration == self.iteration or phase in ("start", "connect", "generate")):
             if f.action == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             while True:  # "hang": stop answering until killed
                 time.sleep(3600)
 
-    def corrupts(self, phase: str) -> bool:
-        """Whether an injected ``corrupt`` fault applies to this worker, phase and iteration."""
+    def corrupts(self, phase: str, action: str = "corrupt") -> bool:
+        """Whether an injected ``corrupt`` (or ``flip``) fault applies to this worker, phase
+        and iteration."""
         f = self._fault
-        return (f is not None and f.action == "corrupt" and f.rank == self.rank
+        return (f is not None and f.action == action and f.rank == self.rank
                 and f.phase == phase and f.iteration == self.iteration)
 
     def failure(self, peer: int | None, what: str) -> WorkerFailure:

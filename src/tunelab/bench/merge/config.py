@@ -47,8 +47,9 @@ PHASES = (
 @dataclass(frozen=True)
 class Fault:
     """A fault to inject for tests: worker ``rank`` dies (``kill``), stops answering
-    (``hang``) or, in phase ``merge``, drops a merged row (``corrupt``) on entering ``phase``
-    of iteration ``iteration`` (counted from 0, warm-up iterations included)."""
+    (``hang``) or, in phase ``merge``, drops a merged row (``corrupt``) or flips one bit of a
+    merged payload (``flip``) on entering ``phase`` of iteration ``iteration`` (counted from
+    0, warm-up iterations included)."""
 
     rank: int
     phase: str
@@ -72,8 +73,8 @@ def parse_fault(text: str | None) -> Fault | None:
         raise WorkloadError(f"--inject-fault: bad value in {text!r} ({exc})") from exc
     if fault.phase not in PHASES:
         raise WorkloadError(f"--inject-fault: unknown phase {fault.phase!r}; one of {PHASES}")
-    if fault.action not in ("kill", "hang", "corrupt"):
-        raise WorkloadError(f"--inject-fault: action must be kill, hang or corrupt, "
+    if fault.action not in ("kill", "hang", "corrupt", "flip"):
+        raise WorkloadError(f"--inject-fault: action must be kill, hang, corrupt or flip, "
                             f"got {fault.action!r}")
     return fault
 

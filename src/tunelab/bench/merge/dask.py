@@ -41,6 +41,17 @@ def _right(rank: int, workers: int, chunk_size: int, frac: float, seed: int) -> 
     return pd.DataFrame({"key": key, "payload": payload})
 
 
+def _expected_checksum(rank: int, workers: int, chunk_size: int, frac: float,
+                       seed: int) -> int:
+    key, payload = data.right_chunk(rank, workers, chunk_size, frac, seed)
+    return data.expected_checksum(workers, chunk_size, seed, key, payload)
+
+
+def _checksum(part: Any) -> int:
+    return data.row_checksum(part["key"].to_numpy(), part["payload_left"].to_numpy(),
+                             part["payload_right"].to_numpy())
+
+
 def _clear_logs(dask_worker: Any) -> None:
     dask_worker.transfer_outgoing_log.clear()
     if hasattr(dask_worker.digests_total, "clear"):
@@ -81,6 +92,7 @@ def run_dask(cfg: MergeConfig) -> int:
     """Run the benchmark on a Dask cluster; print the report. Returns the exit status."""
     import sys
 
+    import dask
     import dask.dataframe as dd
     from distributed import wait
 
@@ -102,6 +114,9 @@ def run_dask(cfg: MergeConfig) -> int:
         wait([left, right], timeout=cfg.timeout)
         expected = data.expected_matches(n, cfg.chunk_size, cfg.frac_match)
         reference = reference_merge(cfg, None) if cfg.full_verify else None
+        want_sum = sum(dask.compute(*[
+            dask.delayed(_expected_checksum)(r, n, cfg.chunk_size, cfg.frac_match, cfg.seed)
+            for r in range(n)])) % (1 << 64)
         records: list[WorkerIteration] = []
         for it in range(cfg.total_iterations):
             client.run(_clear_logs)
@@ -124,6 +139,12 @@ def run_dask(cfg: MergeConfig) -> int:
             if rows != expected:
                 raise VerificationError(f"iteration {it}: the merge has {rows} rows in all, "
                                         f"expected {expected} matching keys")
+            got_sum = sum(dask.compute(*[dask.delayed(_checksum)(p)
+                                         for p in merged.to_delayed()])) % (1 << 64)
+            if got_sum != want_sum:
+                raise VerificationError(f"iteration {it}: the merged rows' checksum differs "
+                                        "from the generated data's: a key or payload changed "
+                                        "on the way")
             if reference is not None:
                 problem = compare_with_reference(merged.compute(), reference)
                 if problem:

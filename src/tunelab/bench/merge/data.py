@@ -9,7 +9,9 @@ On worker ``r`` of ``N`` with ``n`` rows per chunk:
   (``≥ N·n``), shuffled.
 
 So the global inner merge has exactly ``N·M`` rows (:func:`expected_matches`), and any worker
-can rebuild any other worker's chunk from the seed (used by the full verification).
+can rebuild any other worker's chunk from the seed (used by the full verification). The
+merged rows' :func:`row_checksum` summed over all workers must equal the sum of every
+worker's :func:`expected_checksum` (the content check that runs at every size).
 """
 
 from __future__ import annotations
@@ -19,15 +21,20 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "expected_checksum",
     "expected_matches",
     "left_chunk",
     "match_counts",
     "destinations",
     "partition_ids",
     "right_chunk",
+    "row_checksum",
 ]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_MOD = 1 << 64
 
 
 def match_counts(workers: int, chunk_size: int, frac_match: float) -> np.ndarray:
@@ -97,3 +104,35 @@ def destinations(key: np.ndarray, workers: int, scratch: np.ndarray) -> np.ndarr
     np.remainder(h, np.uint64(workers), out=h)
     return h.astype(np.uint8 if workers <= 256 else np.uint16 if workers <= 65536
                     else np.uint32)
+
+
+def row_checksum(key: np.ndarray, payload_left: np.ndarray, payload_right: np.ndarray) -> int:
+    """Order-independent checksum of merged rows: the sum modulo 2⁶⁴ of a 64-bit mix of each
+    row's key and both payloads. Every step of the mix is a bijection of the value it takes
+    in, so one changed key or payload always changes the sum."""
+    h = np.multiply(np.asarray(key, dtype=np.int64).view(np.uint64), _GOLDEN)
+    h ^= np.asarray(payload_left, dtype=np.int64).view(np.uint64) * _MIX1
+    h ^= h >> np.uint64(31)
+    h *= _MIX2
+    h ^= np.asarray(payload_right, dtype=np.int64).view(np.uint64)
+    h ^= h >> np.uint64(29)
+    h *= _MIX1
+    h ^= h >> np.uint64(32)
+    return int(h.sum(dtype=np.uint64))
+
+
+def expected_checksum(workers: int, chunk_size: int, seed: int, right_key: np.ndarray,
+                      right_payload: np.ndarray) -> int:
+    """:func:`row_checksum` of the merged rows a right chunk (``right_key``,
+    ``right_payload``) takes part in: each of its keys below ``workers · chunk_size`` meets
+    the left row of that key, whose payload is regenerated from the seed one left chunk at a
+    time (O(workers · chunk_size) time, O(chunk_size) memory)."""
+    total = 0
+    for i in range(workers):
+        lo = i * chunk_size
+        sel = (right_key >= lo) & (right_key < lo + chunk_size)
+        keys = right_key[sel]
+        if keys.size:
+            payload = left_chunk(i, workers, chunk_size, seed)[1]
+            total += row_checksum(keys, payload[keys - lo], right_payload[sel])
+    return total % _MOD

@@ -8,9 +8,10 @@ either is exchanged, as in UCX-Py's ``cudf_merge`` benchmark the seed ran, and o
 each peer swaps the row counts of both exchanges: the workers meet once per iteration, at the
 left exchange (timed as part of it), so how much longer one worker's partitioning took is
 waited for once, not at both exchanges. Then, outside the timed section, verify: the global
-merged row count must equal the number of matching keys, and for small sizes every worker's
-rows must equal those of a single-process pandas merge. A wrong result raises
-:class:`VerificationError`.
+merged row count must equal the number of matching keys, the merged rows' checksum summed over
+all workers must equal the one computed from the generated data (a changed key or payload is
+caught at any size), and for small sizes every worker's rows must equal those of a
+single-process pandas merge. A wrong result raises :class:`VerificationError`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from tunelab.bench.merge.comm import Comm, VerificationError
 from tunelab.bench.merge.config import MergeConfig
 from tunelab.bench.merge.metrics import WorkerIteration
 
-__all__ = ["compare_with_reference", "reference_merge", "run_worker"]
+__all__ = ["compare_with_reference", "flip_one_payload", "merged_checksum", "reference_merge",
+           "run_worker"]
+
+_MOD = 1 << 64
 
 
 def reference_merge(cfg: MergeConfig, rank: int | None) -> Any:
@@ -60,6 +64,21 @@ def compare_with_reference(got: Any, want: Any) -> str | None:
     return None
 
 
+def merged_checksum(merged: Any) -> int:
+    """:func:`~tunelab.bench.merge.data.row_checksum` of a merged pandas frame."""
+    return data.row_checksum(merged["key"].to_numpy(), merged["payload_left"].to_numpy(),
+                             merged["payload_right"].to_numpy())
+
+
+def flip_one_payload(merged: Any) -> Any:
+    """Fault injection: a copy of ``merged`` with one bit of its first right payload flipped
+    (the kind of damage a row count cannot see)."""
+    merged = merged.copy()
+    col = merged.columns.get_loc("payload_right")
+    merged.iat[0, col] = merged.iat[0, col] ^ 1
+    return merged
+
+
 def _partition(comm: Comm, backend: Backend, df: Any, side: str,
                it: int) -> tuple[list[Any], Any]:
     """Partition ``df`` into one bin per worker: the host column buffers (rows grouped by
@@ -87,8 +106,12 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
         raise VerificationError(f"the transport has {comm.size} workers, --workers is {n}")
     comm.enter("generate", -1)
     left = backend.frame(*data.left_chunk(rank, n, cfg.chunk_size, cfg.seed))
-    right = backend.frame(*data.right_chunk(rank, n, cfg.chunk_size, cfg.frac_match, cfg.seed))
+    right_key, right_payload = data.right_chunk(rank, n, cfg.chunk_size, cfg.frac_match,
+                                                cfg.seed)
+    right = backend.frame(right_key, right_payload)
     expected = data.expected_matches(n, cfg.chunk_size, cfg.frac_match)
+    my_checksum = data.expected_checksum(n, cfg.chunk_size, cfg.seed, right_key, right_payload)
+    del right_key, right_payload
     reference = reference_merge(cfg, rank) if cfg.full_verify else None
     records: list[WorkerIteration] = []
     for it in range(cfg.total_iterations):
@@ -113,18 +136,26 @@ def run_worker(comm: Comm, cfg: MergeConfig, backend: Backend) -> list[WorkerIte
             merged = merged.iloc[1:]
         comm.enter("verify", it)
         rows = backend.num_rows(merged)
+        host = backend.to_pandas(merged)
+        if comm.corrupts("merge", "flip"):  # fault injection: one payload bit flipped
+            host = flip_one_payload(host)
+        checksum = merged_checksum(host)
         problem = None
         if reference is not None:
-            problem = compare_with_reference(backend.to_pandas(merged), reference)
-        verdicts = comm.allgather((rows, problem))
-        total = sum(r for r, _ in verdicts)
-        bad = [(w, p) for w, (_, p) in enumerate(verdicts) if p]
+            problem = compare_with_reference(host, reference)
+        verdicts = comm.allgather((rows, problem, checksum, my_checksum))
+        del host
+        total = sum(v[0] for v in verdicts)
+        bad = [(w, v[1]) for w, v in enumerate(verdicts) if v[1]]
         if bad:
             w, p = bad[0]
             raise VerificationError(f"iteration {it}: worker {w}: {p}")
         if total != expected:
             raise VerificationError(f"iteration {it}: the merge has {total} rows in all, "
                                     f"expected {expected} matching keys")
+        if sum(v[2] for v in verdicts) % _MOD != sum(v[3] for v in verdicts) % _MOD:
+            raise VerificationError(f"iteration {it}: the merged rows' checksum differs from "
+                                    "the generated data's: a key or payload changed on the way")
         records.append(WorkerIteration(
             rank=rank, iteration=it - cfg.warmup, warmup=it < cfg.warmup, wall_s=wall,
             exchange_left_s=w_left + t_left, exchange_right_s=t_right,
