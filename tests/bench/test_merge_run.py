@@ -105,14 +105,50 @@ def test_mpi_ucx_pml_with_ucx_variables(tmp_path: Path) -> None:
     proc = run_bench("--transport", "mpi", "--mpi-pml", "ucx", "-n", "2", "-c", "2000",
                      "-i", "2", "--records", str(rec),
                      env={"UCX_RNDV_SCHEME": "am", "UCX_TLS": "tcp,self",
-                          "UCX_NO_SUCH_KNOB": "1", "UCX_ALSO_BOGUS": "2"})
+                          "UCX_RNDV_THRESH": "8k"})
     res = check_run(proc, rec, 2, 2000, 2)
     assert res["mpi_pml"] == "ucx"
-    # UCX's own warning about the unknown names is surfaced as one line
-    warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("merge: warning:")]
-    assert len(warning) == 1
-    assert "UCX did not use UCX_ALSO_BOGUS, UCX_NO_SUCH_KNOB" in warning[0]
-    assert "UCX_RNDV_SCHEME" not in warning[0]
+    assert "merge: error" not in proc.stderr
+
+
+def one_verdict(proc: subprocess.CompletedProcess[str]) -> str:
+    """The launcher's one error line (the run's failure reason in a study)."""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("merge: error:")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@needs_mpi
+@pytest.mark.parametrize(("env", "needles"), [
+    # misspelt / unknown names: UCX ran its defaults; the run used to be ranked as the setting
+    ({"UCX_TLSS": "tcp", "UCX_ALSO_BOGUS": "2", "UCX_RNDV_SCHEME": "am"},
+     ["UCX did not use UCX_ALSO_BOGUS, UCX_TLSS", "measured UCX's defaults"]),
+    # a network device that is not here: UCX warned and moved the data over shared memory
+    ({"UCX_NET_DEVICES": "mlx5_0:1"},
+     ["network device 'mlx5_0:1' is not available", "measured UCX's defaults"]),
+])
+def test_ucx_setting_ucx_ignored_fails_the_run(env: dict[str, str],
+                                               needles: list[str]) -> None:
+    proc = run_bench("-t", "mpi", "--mpi-pml", "ucx", "-n", "2", "-c", "500", "-i", "1",
+                     env=env)
+    assert proc.returncode == 2
+    line = one_verdict(proc)
+    assert all(n in line for n in needles), line
+    assert "UCX_RNDV_SCHEME" not in line
+
+
+@needs_mpi
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"UCX_RNDV_THRESH": "banana"}, "Invalid value for RNDV_THRESH: 'banana'"),
+    ({"UCX_TLS": "nosuchtl"}, "no usable transports/devices (asked nosuchtl"),
+])
+def test_ucx_refusal_is_the_reason_not_open_mpi_s_banner(env: dict[str, str],
+                                                          needle: str) -> None:
+    proc = run_bench("-t", "mpi", "--mpi-pml", "ucx", "-n", "2", "-c", "500", "-i", "1",
+                     env=env)
+    assert proc.returncode == 2
+    line = one_verdict(proc)
+    assert line.startswith("merge: error: UCX refused the configuration: ") and needle in line
 
 
 def test_ucx_variables_without_ucx_transport_are_flagged() -> None:

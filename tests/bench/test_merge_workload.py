@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import env_with_pythonpath
-from tunelab.errors import ParseError, WorkloadError
+from tunelab.errors import ParseError, RunReportedError, WorkloadError
 from tunelab.workload import RunContext
 from tunelab.workloads import get_workload
 from tunelab.workloads.merge import MergeOptions, MergeWorkload
@@ -104,14 +104,20 @@ def test_env_set_reaches_mpi_ranks_over_ucx(tmp_path: Path) -> None:
     assert w.parse(good.stdout, good.stderr, tmp_path)["throughput"] > 0
     bad = run_like_engine(cmd, {"UCX_TLS": "cma"})  # no active-message transport: no UCX
     assert bad.returncode != 0
-    with pytest.raises(ParseError):
+    # the failure reason is UCX's own, not a line of Open MPI's banner
+    with pytest.raises(RunReportedError, match="UCX refused the configuration: .*transport"):
         w.parse(bad.stdout, bad.stderr, tmp_path)
+    ignored = run_like_engine(cmd, {"UCX_TLSS": "tcp"})  # misspelt: UCX ran its defaults
+    with pytest.raises(RunReportedError, match="UCX did not use UCX_TLSS"):
+        w.parse(ignored.stdout, ignored.stderr, tmp_path)
 
 
 def test_parse_errors() -> None:
     w = workload()
-    with pytest.raises(ParseError, match=r"no merge result line.*worker 1 .*died"):
+    with pytest.raises(RunReportedError, match=r"^merge: worker 1 .*died"):
         w.parse("table only\n", "merge: worker 1 (pid 3) died: killed by SIGKILL\n", Path())
+    with pytest.raises(ParseError, match="no merge result line"):
+        w.parse("table only\n", "merge: warning: UCX_X\n", Path())
     failed = json.dumps({"benchmark": "merge", "verified": False, "error": "iteration 0: bad"})
     with pytest.raises(ParseError, match="verification failed: iteration 0: bad"):
         w.parse(f"x\n{failed}\n", "", Path())

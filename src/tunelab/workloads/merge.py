@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from tunelab.errors import ParseError, WorkloadError
+from tunelab.errors import ParseError, RunReportedError, WorkloadError
 from tunelab.workload import (
     Command,
     Needs,
@@ -199,11 +199,16 @@ class MergeWorkload(Workload):
                      "exchange bandwidth per worker")]
 
     def parse(self, stdout: str, stderr: str, run_dir: Path) -> dict[str, float]:
+        """The FOMs of the JSON line; the benchmark's own one-line verdict on a failed run
+        (a dead worker, UCX's refusal, a ``UCX_*`` setting UCX ignored) is raised as
+        :class:`~tunelab.errors.RunReportedError`, the run's failure reason."""
+        verdicts = [ln.strip() for ln in stderr.splitlines() if ln.startswith("merge:")
+                    and not ln.startswith(("merge: warning:", "merge: note:"))]
+        if verdicts:
+            raise RunReportedError(verdicts[-1])
         record = last_json_object(stdout, lambda r: r.get("benchmark") == "merge")
         if record is None:
-            errors = [ln for ln in stderr.splitlines() if ln.startswith("merge:")]
-            hint = f" ({errors[-1]})" if errors else ""
-            raise ParseError(f"no merge result line in the output{hint}")
+            raise ParseError("no merge result line in the output")
         if not record.get("verified", False):
             raise ParseError(f"merge verification failed: {record.get('error', 'no reason')}")
         foms: dict[str, float] = {}

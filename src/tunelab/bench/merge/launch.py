@@ -10,6 +10,13 @@
 
 When a worker dies, the launcher ends the others and exits non-zero with a line naming the
 worker, the phase and the iteration it was in (read from the workers' status files).
+
+UCX's own words are read from the workers' output: a run UCX refused (``UCX  ERROR Invalid
+value for RNDV_THRESH: 'banana'``, ``no usable transports/devices``) ends with that reason,
+and a run in which UCX ignored what was asked (a variable it reports unused — misspelt,
+unknown to this version, or for hardware not present — or a network device it reports not
+available) exits 2 (:data:`EXIT_NOT_APPLIED`) naming it, although it finished: its figures
+are of UCX's defaults, not of the setting asked for, and must not be ranked as that setting.
 """
 
 from __future__ import annotations
@@ -33,7 +40,11 @@ from tunelab.bench.merge.worker import EXIT_FAILURE, EXIT_VERIFY
 from tunelab.cluster.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
 from tunelab.errors import WorkloadError
 
-__all__ = ["launch", "mpi_command", "ucx_env_note", "uses_ucx", "worker_argv"]
+__all__ = ["EXIT_NOT_APPLIED", "launch", "mpi_command", "ucx_env_note", "uses_ucx",
+           "worker_argv"]
+
+#: Exit status of a run UCX refused, or one in which it ignored a ``UCX_*`` setting.
+EXIT_NOT_APPLIED = 2
 
 #: Needed for Open MPI's UCX PML on a machine without InfiniBand (see the docs).
 UCX_PML_ENV = {"OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_devices": "any"}
@@ -41,6 +52,8 @@ UCX_PML_ENV = {"OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_devices": "any"}
 _MPI_DEATH = re.compile(r"rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _WAITED = re.compile(r"timed out after \S+ s waiting for worker (\d+)")
 _UCX_UNUSED = re.compile(r"unused env variables?: (UCX_[\w,]+)")
+_UCX_ERROR = re.compile(r"\bUCX\s+ERROR\s+(.+?)\s*$")
+_UCX_NO_DEVICE = re.compile(r"\bUCX\s+WARN\s+(network device '[^']*' is not available.*?)\s*$")
 
 
 class _Pump:
@@ -50,6 +63,8 @@ class _Pump:
     def __init__(self, stream: IO[str], target: IO[str]) -> None:
         self.deaths: list[tuple[int, int]] = []
         self.unused: set[str] = set()
+        self.ucx_errors: list[str] = []
+        self.missing_devices: set[str] = set()
         self.waited_for: list[int] = []
         self._stream = stream
         self._target = target
@@ -68,18 +83,38 @@ class _Pump:
             m = _UCX_UNUSED.search(line)
             if m:
                 self.unused.update(n for n in m.group(1).split(",") if n)
+            m = _UCX_ERROR.search(line)
+            if m and len(self.ucx_errors) < 8:
+                self.ucx_errors.append(m.group(1))
+            m = _UCX_NO_DEVICE.search(line)
+            if m:
+                self.missing_devices.add(m.group(1))
         self._target.flush()
 
     def join(self) -> None:
         self._thread.join(timeout=5)
 
 
-def _report_unused(pumps: list[_Pump]) -> None:
+def _ucx_verdict(pumps: list[_Pump], rc: int) -> int | None:
+    """After the workers ended with ``rc``: print UCX's reason and return
+    :data:`EXIT_NOT_APPLIED` when UCX refused the configuration (``rc`` non-zero and a
+    ``UCX ERROR`` line) or ignored part of it; None when UCX has nothing to say."""
     unused = sorted(set().union(*(p.unused for p in pumps)))
+    devices = sorted(set().union(*(p.missing_devices for p in pumps)))
+    errors = [e for p in pumps for e in p.ucx_errors]
+    if rc != 0 and errors:
+        print(f"merge: error: UCX refused the configuration: {errors[0]}", file=sys.stderr)
+        return EXIT_NOT_APPLIED
+    ignored = []
     if unused:
-        print(f"merge: warning: UCX did not use {', '.join(unused)} (misspelt, unknown to this "
-              "UCX version, or for a transport not present here); they had no effect",
-              file=sys.stderr)
+        ignored.append(f"UCX did not use {', '.join(unused)} (misspelt, unknown to this UCX "
+                       "version, or for a transport not present here)")
+    ignored += [f"UCX: {d}" for d in devices]
+    if rc != 0 or not ignored:
+        return None
+    print(f"merge: error: {'; '.join(ignored)}: the run measured UCX's defaults instead, "
+          "so it is not reported as the setting asked for", file=sys.stderr)
+    return EXIT_NOT_APPLIED
 
 
 def uses_ucx(cfg: MergeConfig) -> bool:
@@ -157,11 +192,10 @@ def _run_mpirun(cfg: MergeConfig, status_dir: str) -> int:
     rc = proc.wait()
     for p in pumps:
         p.join()
-    _report_unused(pumps)
     deaths = [d for p in pumps for d in p.deaths]
     waited = [w for p in pumps for w in p.waited_for]
     if rc == 0:
-        return 0
+        return _ucx_verdict(pumps, rc) or 0
     if deaths:
         rank, sig = deaths[0]
         print(f"merge: worker {rank} {_where(status_dir, rank)} died: killed by "
@@ -171,6 +205,11 @@ def _run_mpirun(cfg: MergeConfig, status_dir: str) -> int:
         print(f"merge: worker {waited[0]} {_where(status_dir, waited[0])} stopped answering: "
               "the other workers timed out waiting for it", file=sys.stderr)
         return EXIT_FAILURE
+    refused = _ucx_verdict(pumps, rc)
+    if refused is not None:
+        return refused
+    if rc == EXIT_VERIFY:  # rank 0 said what was wrong
+        return rc
     print(f"merge: mpirun exited with status {rc} (see the worker messages above)",
           file=sys.stderr)
     return rc
@@ -210,10 +249,9 @@ def _run_local(cfg: MergeConfig, status_dir: str, address_dir: str) -> int:
                 p.wait()
     for pump in pumps:
         pump.join()
-    _report_unused(pumps)
     codes: list[int] = [p.returncode for p in procs]
     if all(c == 0 for c in codes):
-        return 0
+        return _ucx_verdict(pumps, 0) or 0
     if all(c in (0, EXIT_VERIFY) for c in codes):
         return EXIT_VERIFY
     # The root cause: a worker killed by a signal (not by us), else the first that failed.
@@ -221,6 +259,8 @@ def _run_local(cfg: MergeConfig, status_dir: str, address_dir: str) -> int:
     failed = [(r, c) for r, c in enumerate(codes) if c > 0]
     rank, code = (signalled or failed or [(r, c) for r, c in enumerate(codes) if c != 0])[0]
     waited = [w for p in pumps for w in p.waited_for]
+    if not signalled and not waited and (refused := _ucx_verdict(pumps, 1)) is not None:
+        return refused
     if not signalled and waited:
         print(f"merge: worker {waited[0]} {_where(status_dir, waited[0])} stopped answering: "
               "the other workers timed out waiting for it", file=sys.stderr)
