@@ -147,3 +147,14 @@ def test_typer_app_runs_the_benchmark() -> None:
     res = CliRunner().invoke(app, ["merge", "-n", "2", "-c", "300", "-i", "1"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output.strip().splitlines()[-1])["verified"] is True
+
+
+def test_memory_need_is_refused_before_anything_is_allocated() -> None:
+    from tunelab.bench.merge.config import MergeConfig, check_memory, memory_need
+
+    cfg = MergeConfig(workers=4, chunk_size=10**6)
+    assert memory_need(cfg, 4) == 4 * ((128 << 20) + 192 * 10**6)
+    check_memory(cfg, 4, memory_need(cfg, 4))  # exactly enough: runs
+    with pytest.raises(WorkloadError, match=r"--chunk-size 1000000 with 4 worker\(s\) on this "
+                                            r"host needs about 1\.2 GiB .* 1\.0 GiB is available"):
+        check_memory(cfg, 4, 1 << 30)

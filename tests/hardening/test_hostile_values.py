@@ -400,3 +400,23 @@ def test_yaml_errors_name_the_line_of_the_fault(cli, text, fragment):
     assert_clean(answer, 2)
     assert re.search(rf"s\.yaml:{line_of(text, fragment)}: ", answer["stderr"]), (
         text, answer["stderr"])
+
+
+# --- the merge benchmark ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    # 10^12 rows: each worker died on a MemoryError traceback (about 100 lines); 2 x 10^9
+    # rows would have been allocated and filled until the machine ran out of memory
+    (["-c", str(10**12)], "--chunk-size 1000000000000 with 2 worker(s) on this host needs"),
+    (["-t", "mpi", "-c", str(2 * 10**11)], "with 2 worker(s) on this host needs about"),
+    (["-n", "100000", "-c", "10"], "with 100000 worker(s) on this host needs"),
+])
+def test_a_merge_run_that_cannot_fit_in_memory_is_refused_before_it_starts(cli, args,
+                                                                           fragment):
+    answer = cli.run({}, ["bench", "merge", *args, "-i", "1"])
+    assert answer["rc"] == 2, answer["stderr"][-2000:]
+    lines = answer["stderr"].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("merge: error: "), lines
+    assert fragment in lines[0] and "GiB is available" in lines[0]
+    assert answer["maxrss_mb"] < 400, answer["maxrss_mb"]

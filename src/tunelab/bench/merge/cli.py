@@ -82,6 +82,12 @@ def merge(
         if worker_config is not None or rank is not None or under_mpirun:
             from tunelab.bench.merge.worker import worker_main
 
+            if rank is not None and worker_config is None:  # one worker started by hand
+                from tunelab.bench.merge.config import check_memory
+                from tunelab.sysinfo import mem_available
+
+                check_memory(cfg, 1, mem_available())
+
             code = worker_main(cfg, rank, status_dir, address_dir)
         else:
             from tunelab.bench.merge.launch import launch
