@@ -227,6 +227,20 @@ def test_hung_worker_is_timed_out_not_waited_for() -> None:
     assert "merge: worker 1 (pid" in proc.stderr and "stopped answering" in proc.stderr
 
 
+@pytest.mark.parametrize("transport", ["tcp", pytest.param("mpi", marks=needs_mpi)])
+def test_a_worker_s_exception_ends_the_run_at_once_naming_it(transport: str) -> None:
+    # Under mpirun the other rank used to wait the whole --timeout (600 s here, past the
+    # 120 s this test allows) and then blamed the failed worker for "not answering".
+    proc = run_bench("-t", transport, "-n", "2", "-c", "1000", "-i", "2", "--timeout", "600",
+                     "--inject-fault", "rank=1,phase=exchange-left,iteration=0,action=raise",
+                     timeout=120)
+    assert proc.returncode == 4
+    last = [ln for ln in proc.stderr.splitlines() if ln.startswith("merge:")][-1]
+    assert last == ("merge: worker 1 failed in phase exchange-left of iteration 0: "
+                    "RuntimeError: injected fault"), proc.stderr[-2000:]
+    assert "stopped answering" not in proc.stderr
+
+
 @needs_mpi
 def test_killed_worker_mpi_names_worker_and_phase() -> None:
     proc = run_bench("--transport", "mpi", "-n", "2", "-c", "1000", "-i", "2", "--timeout",

@@ -56,7 +56,7 @@ def merge(
         help="Also write every worker's per-iteration measurements to this JSON file.")] = None,
     inject_fault: Annotated[str | None, typer.Option(
         hidden=True,
-        help="Testing: rank=R,phase=P,iteration=I,action=kill|hang|corrupt|flip.")] = None,
+        help="Testing: rank=R,phase=P,iteration=I,action=kill|hang|raise|corrupt|flip.")] = None,
     worker_config: Annotated[str | None, typer.Option(hidden=True)] = None,
     status_dir: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:

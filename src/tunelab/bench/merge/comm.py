@@ -136,11 +136,13 @@ class Comm(ABC):
         if self._status is not None:
             self._status.write(phase, self.iteration)
         f = self._fault
-        if f is not None and f.action in ("kill", "hang") and f.rank == self.rank \
+        if f is not None and f.action in ("kill", "hang", "raise") and f.rank == self.rank \
                 and f.phase == phase \
                 and (f.iteration == self.iteration or phase in ("start", "connect", "generate")):
             if f.action == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if f.action == "raise":
+                raise RuntimeError("injected fault")
             while True:  # "hang": stop answering until killed
                 time.sleep(3600)
 

@@ -57,9 +57,9 @@ PHASES = (
 @dataclass(frozen=True)
 class Fault:
     """A fault to inject for tests: worker ``rank`` dies (``kill``), stops answering
-    (``hang``) or, in phase ``merge``, drops a merged row (``corrupt``) or flips one bit of a
-    merged payload (``flip``) on entering ``phase`` of iteration ``iteration`` (counted from
-    0, warm-up iterations included)."""
+    (``hang``), raises an exception (``raise``) or, in phase ``merge``, drops a merged row
+    (``corrupt``) or flips one bit of a merged payload (``flip``) on entering ``phase`` of
+    iteration ``iteration`` (counted from 0, warm-up iterations included)."""
 
     rank: int
     phase: str
@@ -83,8 +83,8 @@ def parse_fault(text: str | None) -> Fault | None:
         raise WorkloadError(f"--inject-fault: bad value in {text!r} ({exc})") from exc
     if fault.phase not in PHASES:
         raise WorkloadError(f"--inject-fault: unknown phase {fault.phase!r}; one of {PHASES}")
-    if fault.action not in ("kill", "hang", "corrupt", "flip"):
-        raise WorkloadError(f"--inject-fault: action must be kill, hang, corrupt or flip, "
+    if fault.action not in ("kill", "hang", "raise", "corrupt", "flip"):
+        raise WorkloadError(f"--inject-fault: action must be kill, hang, raise, corrupt or flip, "
                             f"got {fault.action!r}")
     return fault
 

@@ -52,6 +52,7 @@ UCX_PML_ENV = {"OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_devices": "any"}
 
 _MPI_DEATH = re.compile(r"rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _WAITED = re.compile(r"timed out after \S+ s waiting for worker (\d+)")
+_FAULT = re.compile(r"merge: worker \d+ failed in phase ")  # a worker's own exception
 _UCX_UNUSED = re.compile(r"unused env variables?: (UCX_[\w,]+)")
 _UCX_ERROR = re.compile(r"\bUCX\s+ERROR\s+(.+?)\s*$")
 _UCX_NO_DEVICE = re.compile(r"\bUCX\s+WARN\s+(network device '[^']*' is not available.*?)\s*$")
@@ -67,6 +68,7 @@ class _Pump:
         self.ucx_errors: list[str] = []
         self.missing_devices: set[str] = set()
         self.waited_for: list[int] = []
+        self.reported: list[str] = []
         self._stream = stream
         self._target = target
         self._thread = threading.Thread(target=self._pump, daemon=True)
@@ -75,6 +77,8 @@ class _Pump:
     def _pump(self) -> None:
         for line in self._stream:
             self._target.write(line)
+            if _FAULT.match(line):
+                self.reported.append(line.strip())
             m = _WAITED.search(line)
             if m:
                 self.waited_for.append(int(m.group(1)))
@@ -206,6 +210,8 @@ def _run_mpirun(cfg: MergeConfig, status_dir: str) -> int:
         print(f"merge: worker {waited[0]} {_where(status_dir, waited[0])} stopped answering: "
               "the other workers timed out waiting for it", file=sys.stderr)
         return EXIT_FAILURE
+    if rc == EXIT_FAILURE and any(p.reported for p in pumps):
+        return rc  # the failed worker named itself, its phase and the fault
     refused = _ucx_verdict(pumps, rc)
     if refused is not None:
         return refused
@@ -257,6 +263,10 @@ def _run_local(cfg: MergeConfig, status_dir: str, address_dir: str) -> int:
         return EXIT_VERIFY
     # The root cause: a worker killed by a signal (not by us), else the first that failed.
     signalled = [(r, c) for r, c in enumerate(codes) if c < 0 and r not in killed]
+    faults = [line for p in pumps for line in p.reported]
+    if faults and not signalled:  # a worker's exception, not the peers that lost it
+        print(faults[0], file=sys.stderr)
+        return EXIT_FAILURE
     failed = [(r, c) for r, c in enumerate(codes) if c > 0]
     rank, code = (signalled or failed or [(r, c) for r, c in enumerate(codes) if c != 0])[0]
     waited = [w for p in pumps for w in p.waited_for]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,6 +71,13 @@ def emit_report(cfg: MergeConfig, records: Sequence[WorkerIteration], extra_desc
     print(report.fom_line(cfg, summary, **extra), flush=True)
 
 
+def _abort(comm: Comm | None) -> None:
+    """End every worker of the job (MPI_Abort) after this one reported its failure."""
+    abort = getattr(comm, "abort", None)
+    if abort is not None:
+        abort(EXIT_FAILURE)
+
+
 def worker_main(cfg: MergeConfig, rank: int | None, status_dir: str | None,
                 address_dir: str | None) -> int:
     """Run one worker; rank 0 prints the report. Returns the process exit status."""
@@ -90,9 +98,19 @@ def worker_main(cfg: MergeConfig, rank: int | None, status_dir: str | None,
         return EXIT_VERIFY
     except WorkerFailure as exc:
         print(f"merge: {exc}", file=sys.stderr, flush=True)
-        abort = getattr(comm, "abort", None)
-        if abort is not None:
-            abort(EXIT_FAILURE)
+        _abort(comm)
+        return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - any other fault of this worker ends the job
+        # Under mpirun a rank that merely exited left its peers waiting the whole --timeout,
+        # which then blamed it for "not answering": name the fault and end every rank now.
+        where = "" if comm is None else f" in phase {comm.phase}"
+        if comm is not None and comm.iteration >= 0:
+            where += f" of iteration {comm.iteration}"
+        rank_text = "?" if comm is None else str(comm.rank)
+        traceback.print_exc()
+        print(f"merge: worker {rank_text} failed{where}: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        _abort(comm)
         return EXIT_FAILURE
     finally:
         if comm is not None:
