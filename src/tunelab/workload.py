@@ -133,10 +133,12 @@ class Command:
 
 @dataclass(frozen=True)
 class Objective:
-    """The figure of merit a study optimises, and in which direction."""
+    """The figure of merit a study optimises, and in which direction (``unit``: the FOM's
+    unit when the workload declares one, :attr:`Workload.fom_units`; "" otherwise)."""
 
     fom: str
     direction: Direction = "minimize"
+    unit: str = field(default="", compare=False)
 
     def better(self, a: float, b: float) -> bool:
         """True when value ``a`` is strictly better than value ``b``."""
@@ -269,6 +271,10 @@ class Workload(ABC):
     """The parameter names the workload's command uses, for a workload that has a fixed set
     (None: any name, e.g. argv templates). A study parameter outside them would make points
     that run the same command, so it is refused when the study is loaded."""
+    fom_units: ClassVar[Mapping[str, str]] = {}
+    """The unit of a figure of merit whose name does not say it (``throughput``: ``B/s``),
+    by name: stored with the study and shown beside the objective by compare, best and the
+    report."""
     measures_machine: ClassVar[bool] = True
     """False for a workload whose figures were measured elsewhere (``replay`` answers with
     recorded runs): the noise watch then neither flags its runs nor waits for quiet cores,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -306,6 +307,33 @@ def test_invariant_violations_are_invalid_runs(write_study, tmp_path):
     bad = [r for r in runs(tmp_path / "d") if r["status"] == "invalid"][0]
     assert json.loads(bad["key"])["x"] == 3
     assert "value differs by 4 > 0.5 from the study's reference (6.0 vs 2.0)" in bad["reason"]
+
+
+class UnitWorkload(CommandWorkload):
+    """The command workload with a unit on its figure (as merge's throughput in B/s)."""
+
+    fom_units = {"value": "B/s"}
+
+
+def test_a_figure_s_unit_is_stored_and_shown_beside_the_objective(write_study, tmp_path):
+    """merge's throughput read '1.548e+08' in compare, best and the report, in no unit."""
+    from tunelab.report.results import _unit
+
+    study = prepare_study(load_study(write_study(study_text(
+        "[ok]", "[1, 2]", extra="baseline: {mode: ok, x: 1}\n"
+                                "objective: {fom: value, direction: maximize}\n"))))
+    study.workload = UnitWorkload(study.workload.options, study.spec.path)
+    run_study(study, tmp_path / "d")
+    shown = tunelab("compare", tmp_path / "d")
+    assert "value in B/s (maximize) against mode=ok x=1" in shown.stdout
+    best = tunelab("best", tmp_path / "d")
+    assert re.search(r"Best point: .* mean value [0-9.e+]+ ± \S+ B/s \(n=2", best.stdout)
+    doc = json.loads(tunelab("compare", tmp_path / "d", "--format", "json").stdout)
+    assert doc["objective"] == {"fom": "value", "direction": "maximize", "unit": "B/s"}
+    # a unit is only ever shown: a stored value that is not a mapping of short names is none
+    assert _unit('{"value": "B/s"}', "value") == "B/s"
+    assert _unit("[1, 2]", "value") == _unit("{", "value") == _unit(None, "value") == ""
+    assert _unit('{"value": "x\\u001b[31m"}', "value") == ""
 
 
 class OddFirstWorkload(EnergyWorkload):

@@ -219,6 +219,7 @@ def run_study(
             "repeats_auto": json.dumps(list(study.spec.auto_repeats))
             if study.spec.auto_repeats else "",
             "workload": study.workload.name,
+            "fom_units": json.dumps(dict(study.workload.fom_units)),
             **({"created_at": _now()} if store.get_meta("created_at") is None else {}),
         })
         done = store.completed()

@@ -153,7 +153,7 @@ def render_html_report(
     """The report as an HTML string (see :func:`write_html_report`)."""
     import jinja2
 
-    from tunelab.report.views import ci_caption
+    from tunelab.report.views import ci_caption, fom_title
     from tunelab.workload import Objective
 
     if objective is None:
@@ -176,10 +176,10 @@ def render_html_report(
     failed = failed_runs(runs)
     return template.render(
         title=title,
-        fom=objective.fom.removeprefix("fom."),
+        fom=fom_title(objective),
         direction=objective.direction,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        best_lines=best_lines(best) if best is not None else [],
+        best_lines=best_lines(best, unit=objective.unit) if best is not None else [],
         # the sentence best_lines would say after the best point leads the section instead
         headline=(baseline_line(*against_baseline(best, comparisons), best.fom,
                                 best.direction) if best is not None else ""),

@@ -317,6 +317,17 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
     return notes
 
 
+def _unit(raw: str | None, fom: str) -> str:
+    """The unit of ``fom`` from the store's meta ``fom_units`` (JSON, name -> unit), "" when
+    it names none (or is not such a mapping: a unit is only ever shown)."""
+    try:
+        units = json.loads(raw) if raw else {}
+    except ValueError:
+        return ""
+    unit = units.get(fom) if isinstance(units, dict) else None
+    return unit if isinstance(unit, str) and unit.isprintable() and len(unit) <= 20 else ""
+
+
 def _about(text: str) -> str:
     """``about 12.5%``, or ``more than 1000%`` for a figure shown as ``>1000%``."""
     return f"more than {text[1:]}" if text.startswith(">") else f"about {text}"
@@ -459,7 +470,7 @@ def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> S
         spec = json.loads(spec_raw) if spec_raw else {}
         return results_from_frame(
             runs,
-            Objective(fom, cast(Direction, direction)),
+            Objective(fom, cast(Direction, direction), _unit(store.get_meta("fom_units"), fom)),
             store.get_meta("baseline") or None,
             name=store.get_meta("study_name") or directory.name,
             spec=spec,

@@ -180,13 +180,15 @@ def baseline_line(mine: PointComparison | None, base: PointComparison | None,
     return f"Against the baseline ({label}): {word} than it, {estimate}, {how}."
 
 
-def best_lines(result: BestResult, baseline: str = "") -> list[str]:
+def best_lines(result: BestResult, baseline: str = "", unit: str = "") -> list[str]:
     """Plain sentences on the best point and how sure we are (terminal and HTML);
-    ``baseline`` is :func:`baseline_line`'s sentence, said after the best point."""
+    ``baseline`` is :func:`baseline_line`'s sentence, said after the best point; ``unit``
+    the objective's, when known."""
     b, fom = result.best, result.fom
     lines = [
         f"Best point: {point_label(b.params)} — mean {fom} {fmt_number(b.mean)}"
         + (f" ± {fmt_spread(b.std, b.mean)}" if not math.isnan(b.std) else "")
+        + (f" {unit}" if unit else "")
         + f" (n={b.n}, {result.direction})."
     ]
     if result.p_best is not None:

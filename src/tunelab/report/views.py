@@ -63,8 +63,16 @@ __all__ = [
 # shared pieces
 
 
-def _objective_doc(objective: Objective) -> dict[str, str]:
-    return {"fom": objective.fom.removeprefix("fom."), "direction": objective.direction}
+def _objective_doc(objective: Objective) -> dict[str, str | None]:
+    return {"fom": objective.fom.removeprefix("fom."), "direction": objective.direction,
+            "unit": objective.unit or None}
+
+
+def fom_title(objective: Objective) -> str:
+    """The objective's name for a title, with its unit when the workload declared one
+    (``throughput in B/s``)."""
+    fom = objective.fom.removeprefix("fom.")
+    return f"{fom} in {objective.unit}" if objective.unit else fom
 
 
 def _summary_doc(s: PointSummary) -> dict[str, Any]:
@@ -217,7 +225,6 @@ _SUMMARY_COLUMNS = (
 def compare_view(results: StudyResults) -> View:
     """Every point against the study's baseline, best first (summaries only without one)."""
     objective = results.objective
-    fom = objective.fom.removeprefix("fom.")
     compared = bool(results.comparisons)
     items: Sequence[PointComparison | PointSummary] = (
         results.comparisons if compared else _ranked(results.summaries, objective))
@@ -273,10 +280,11 @@ def compare_view(results: StudyResults) -> View:
                   f"{_scale(tests)}, p adjusted by {adjustment}" if tests
                   else f"[{conf} CI] and p: none yet (a test needs two ok runs of a point and "
                   "of the baseline)")
-        title = (f"{fom} ({objective.direction}){against}: speedup > 1 is better, {tested}; "
+        title = (f"{fom_title(objective)} ({objective.direction}){against}: speedup > 1 is "
+                 f"better, {tested}; "
                  "detectable: the smallest change seen in 80 % of studies")
     else:
-        title = f"{fom} ({objective.direction}), best first"
+        title = f"{fom_title(objective)} ({objective.direction}), best first"
     document = {
         "schema": "tunelab.compare",
         "version": SCHEMA_VERSION,
@@ -320,7 +328,6 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
                        directory_b: str = "") -> View:
     """Study B against study A on the points both measured, and the points only one did."""
     objective = sc.objective
-    fom = objective.fom.removeprefix("fom.")
     conf = f"{sc.confidence:.0%}"
     tests, adjustment = p_header([cp.comparison for cp in sc.points])
     columns = (
@@ -363,7 +370,8 @@ def cross_compare_view(sc: StudyComparison, *, directory_a: str = "",
               f", p adjusted by {adjustment}"
               if tests else f"[{conf} CI] and p: none yet (a test needs two ok runs of a "
               "point in each study)")
-    title = (f"{fom} ({objective.direction}): study {sc.name_b!r} (B) against {sc.name_a!r} "
+    title = (f"{fom_title(objective)} ({objective.direction}): study {sc.name_b!r} (B) against "
+             f"{sc.name_a!r} "
              f"(A), speedup > 1: B is better, {tested}")
     notes: list[str] = []
     if not sc.points:
@@ -448,7 +456,8 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         records.append({"role": "runner_up", **_summary_doc(best.runner_up)})
     if c is not None:
         records[0].update(_comparison_doc(c, objective))
-    blocks: list[TextTable | Lines] = [Lines(tuple(best_lines(best, versus)), style=style)]
+    blocks: list[TextTable | Lines] = [Lines(tuple(best_lines(best, versus, objective.unit)),
+                                             style=style)]
     if results.trust:
         blocks.append(Lines(results.trust))
     if excluded:

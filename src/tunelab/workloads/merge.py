@@ -92,6 +92,11 @@ class MergeWorkload(Workload):
     description: ClassVar[str] = ("all-to-all dataframe-merge communication benchmark "
                                   "(mpi/ucx, ucxx, tcp, dask)")
     Options: ClassVar[type[WorkloadOptions]] = MergeOptions
+    fom_units: ClassVar[Mapping[str, str]] = {
+        **{name: "B/s" for name in ("throughput", "throughput_std", "bandwidth",
+                                    "bandwidth_std", "bandwidth_min", "bandwidth_median",
+                                    "bandwidth_max", "bandwidth_lr", "bandwidth_transfer")},
+        "bytes_sent": "B", "data_processed": "B"}
 
     @property
     def objective(self) -> Objective:
