@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,50 @@ def test_malformed_bigwig(synth: Path, tmp_path: Path) -> None:
     d = _copy(synth, tmp_path)
     (d / "dnase.bw").write_text("chr1\t0\t10\t1.0\n")
     _fails(lambda: _load(d), "dnase.bw", "bigWig")
+
+
+@pytest.mark.parametrize("keep", [0, 40, 3000, 20_000])
+def test_truncated_or_empty_bigwig(synth: Path, tmp_path: Path, keep: int,
+                                   capfd: pytest.CaptureFixture[str]) -> None:
+    d = _copy(synth, tmp_path)
+    data = (d / "dnase.bw").read_bytes()
+    (d / "dnase.bw").write_bytes(data[:keep])
+    msg = _fails(lambda: _load(d), "dnase.bw", "bigWig", f"{keep} bytes")
+    if keep >= 64:
+        assert "truncated bigWig (DNase): header field" in msg
+    assert "bw is NULL" not in capfd.readouterr().err  # (libBigWig's own line: not reached)
+
+
+def test_bigwig_without_values(synth: Path, tmp_path: Path) -> None:
+    d = _copy(synth, tmp_path)
+    bw = pyBigWig.open(str(d / "dnase.bw"), "w")
+    bw.addHeader([(f"chr{i}", 16_000) for i in range(1, 5)])
+    bw.close()  # a header and no entry: the values read as an empty array
+    _fails(lambda: _load(d), "dnase.bw", "holds no values")
+
+
+def test_stale_fasta_index_past_the_end(synth: Path, tmp_path: Path) -> None:
+    d = _copy(synth, tmp_path)
+    fai = d / "genome.fa.fai"
+    if not fai.is_file():
+        _load(d)
+    lines = fai.read_text().splitlines()
+    cols = lines[0].split("\t")
+    cols[1] = "900000000000"
+    fai.write_text("\n".join(["\t".join(cols), *lines[1:]]) + "\n")
+    later = (d / "genome.fa").stat().st_mtime + 3600
+    os.utime(fai, (later, later))  # newer than the FASTA: pyfaidx trusts it
+    _fails(lambda: _load(d), "genome.fa.fai", "'chr1'", "900000000000", "past the end")
+
+
+def test_genome_larger_than_the_memory_available(synth: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory",
+                        lambda: real._replace(available=100_000))
+    _fails(lambda: _load(synth.parent), "genome.fa", "GiB in memory", "available")
 
 
 @pytest.mark.parametrize(("line", "problem"), [

@@ -41,7 +41,7 @@ from isal import isal_zlib
 
 from tunelab.leopard.errors import LeopardError
 
-__all__ = ["ITEMS_PER_BLOCK", "TASK_BLOCKS", "BigWigWriter"]
+__all__ = ["ITEMS_PER_BLOCK", "TASK_BLOCKS", "BigWigWriter", "check_bigwig_header"]
 
 BIGWIG_MAGIC = 0x888FFC26
 BPT_MAGIC = 0x78CA8C91
@@ -290,3 +290,35 @@ def _block_index(blocks: list[tuple[int, int, int, int, int]], at: int) -> bytes
         return _RANGE.pack(blocks[lo][0], blocks[lo][1], blocks[hi - 1][0], blocks[hi - 1][2])
 
     return head + _tree(len(blocks), leaf, _LEAF.size, span, _RANGE.size + 8, at + len(head))
+
+
+#: the offsets a bigWig's 64-byte header holds
+_BIGWIG_OFFSETS = (("chromosomeTreeOffset", 8), ("fullDataOffset", 16),
+                   ("fullIndexOffset", 24))
+
+
+def check_bigwig_header(path: Path, what: str) -> None:
+    """Refuse in one line a file that is not a bigWig or is cut short: the header's offsets
+    must lie inside the file (libBigWig only prints "bw is NULL!" on such a file)."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        head = fh.read(64)
+    if len(head) < 64 or int.from_bytes(head[:4], "little") != BIGWIG_MAGIC:
+        raise LeopardError(f"{path}: not a bigWig file ({what}; {size} bytes, "
+                           "no bigWig header)")
+    for name, at in _BIGWIG_OFFSETS:
+        offset = int.from_bytes(head[at:at + 8], "little")
+        if offset >= size:
+            raise LeopardError(f"{path}: truncated bigWig ({what}): header field {name} "
+                               f"= {offset} but the file has {size} bytes")
+    summary = int.from_bytes(head[44:52], "little")  # totalSummaryOffset (0: none)
+    if summary:
+        if summary + 8 > size:
+            raise LeopardError(f"{path}: truncated bigWig ({what}): header field "
+                               f"totalSummaryOffset = {summary} but the file has {size} bytes")
+        with path.open("rb") as fh:
+            fh.seek(summary)
+            covered = int.from_bytes(fh.read(8), "little")
+        if covered == 0:
+            raise LeopardError(f"{path}: the {what} bigWig holds no values (its total "
+                               "summary's basesCovered = 0)")

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tunelab.leopard.bigwig import check_bigwig_header
 from tunelab.leopard.errors import LeopardError
 
 __all__ = [
@@ -134,11 +135,27 @@ def open_fasta(path: Path) -> Any:
     if head != b">":
         raise LeopardError(f"{path}: not a FASTA file (does not start with '>')")
     try:
-        return pyfaidx.Fasta(str(path), sequence_always_upper=False, rebuild=True,
-                             build_index=True, as_raw=True)
+        fa = pyfaidx.Fasta(str(path), sequence_always_upper=False, rebuild=True,
+                           build_index=True, as_raw=True)
     except Exception as exc:  # pyfaidx raises several types for malformed files
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LeopardError(f"{path}: malformed FASTA ({msg})") from exc
+    _check_fasta_index(fa, path)
+    return fa
+
+
+def _check_fasta_index(fa: Any, path: Path) -> None:
+    """Refuse an index (``.fai``, which pyfaidx trusts when it is newer than the FASTA)
+    whose records lie beyond the end of the file: its lengths would size the arrays."""
+    size = path.stat().st_size
+    for name, rec in fa.faidx.index.items():
+        lines = -(-int(rec.rlen) // max(int(rec.lenc), 1))
+        end = int(rec.offset) + int(rec.rlen) + lines * (int(rec.lenb) - int(rec.lenc)) - 1
+        if end > size:
+            fa.close()
+            raise LeopardError(f"{path}.fai: chromosome {name!r} has length {rec.rlen} "
+                               f"there, past the end of {path.name} ({size} bytes); delete "
+                               "the stale index to rebuild it")
 
 
 def fasta_sizes(fa: Any) -> dict[str, int]:
@@ -161,11 +178,13 @@ def sequence_codes(text: str) -> np.ndarray:
 
 
 def open_bigwig(path: Path, what: str) -> Any:
-    """An open pyBigWig handle for reading, with a one-line error for bad files."""
+    """An open pyBigWig handle for reading, with a one-line error for bad files: not a
+    bigWig, cut short, or holding no values at all (an empty track is no signal)."""
     import pyBigWig
 
     if not path.is_file():
         raise LeopardError(f"{path}: {what} bigWig not found")
+    check_bigwig_header(path, what)
     try:
         bw = pyBigWig.open(str(path))
     except (RuntimeError, OSError) as exc:
@@ -191,6 +210,9 @@ def read_bigwig_region(bw: Any, path: Path, chrom: str, start: int, end: int) ->
     (:func:`check_bigwig_values`), since a gap reads as NaN too; checking every region first
     had cost as much as reading it (0.82 s of 2.0 s for 32 Mbp, 2-core EPYC)."""
     values = bw.values(chrom, start, end, numpy=True)
+    if len(values) != end - start:  # (a file without a single entry reads as [])
+        raise LeopardError(f"{path}: the bigWig holds no values ({len(values)} read for "
+                           f"{chrom}:{start}-{end})")
     finite = np.isfinite(values)
     if not finite.all():
         if np.isinf(values).any():  # a gap reads as NaN: an infinity is stored
@@ -395,6 +417,21 @@ RegionReader = Callable[[list[tuple[str, int, int]]],
 LOAD_CHUNK = 16_000_000
 
 
+def _check_memory(manifest: Manifest, chroms: Sequence[str], total: int, per_base: int
+                  ) -> None:
+    """Refuse, before allocating, chromosomes whose arrays (``per_base`` bytes a base) would
+    not fit in the memory available now: one line, not an allocation error or the OOM
+    killer later."""
+    import psutil
+
+    need, have = total * per_base, int(psutil.virtual_memory().available)
+    if need > have:
+        raise LeopardError(f"{manifest.fasta}: chromosomes {', '.join(chroms[:4])}"
+                           f"{' …' if len(chroms) > 4 else ''} hold {total:,} bases: "
+                           f"{need / 2**30:,.1f} GiB in memory, {have / 2**30:,.1f} GiB "
+                           "available")
+
+
 def load_chromosomes(manifest: Manifest, chroms: Sequence[str], need_avg: bool = False,
                      reader: RegionReader | None = None) -> ChromosomeSet:
     """Load ``chroms`` of a data set into memory, checking names, lengths and values; the
@@ -420,6 +457,7 @@ def load_chromosomes(manifest: Manifest, chroms: Sequence[str], need_avg: bool =
     lengths = np.asarray([sizes[c] for c in chroms], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     total = int(lengths.sum())
+    _check_memory(manifest, chroms, total, 10 if avg_bw is not None else 6)
     seq = np.empty(total, np.uint8)
     dnase = np.empty(total, np.float32)
     avg = np.empty(total, np.float32) if avg_bw is not None else None
