@@ -165,6 +165,46 @@ def test_nan_in_bigwig_signal(synth: Path, tmp_path: Path) -> None:
     _fails(lambda: _load(d), "dnase.bw", "NaN", "'chr1'")
 
 
+def test_labels_without_a_bound_base_in_training(synth: Path, tmp_path: Path) -> None:
+    d = _copy(synth, tmp_path)
+    (d / "labels.narrowPeak").write_text("")
+    _fails(lambda: train(TrainConfig(data=d, out=tmp_path / "o", window=512, batch_size=2,
+                                     epochs=1, steps_per_epoch=1)),
+           "labels.narrowPeak (chr1, chr2)", "no base is labelled bound (1) in the train data")
+
+
+def test_every_base_ambiguous(synth: Path, tmp_path: Path) -> None:
+    d = _copy(synth, tmp_path)
+    (d / "ambiguous.bed").write_text("".join(f"chr{i}\t0\t16000\n" for i in range(1, 5)))
+    _fails(lambda: train(TrainConfig(data=d, out=tmp_path / "o", window=512, batch_size=2,
+                                     epochs=1, steps_per_epoch=1)),
+           "labels.narrowPeak", "every base is labelled -1")
+
+
+def test_npz_split_without_a_bound_base(windows: Path, tmp_path: Path) -> None:
+    for split in ("train", "val", "test"):
+        shutil.copy(windows / f"{split}.npz", tmp_path / f"{split}.npz")
+    with np.load(windows / "test.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["label"][arrays["label"] == 1] = 0
+    np.savez(tmp_path / "test.npz", **arrays)
+    _fails(lambda: train(TrainConfig(data=tmp_path, out=tmp_path / "o", batch_size=2,
+                                     epochs=1, steps_per_epoch=1)),
+           "test.npz", "no base is labelled bound (1) in the test data")
+
+
+def test_evaluated_windows_without_a_bound_base(synth: Path) -> None:
+    from tunelab.leopard.windows import WindowSource
+
+    m = load_manifest(synth)
+    src = WindowSource(load_chromosomes(m, m.chromosomes("val")), None, 512, "val source")
+    starts = np.arange(0, 16_000 - 512, 512)
+    empty = [s for s in starts if not (src.get(np.asarray([s])).label == 1).any()]
+    src.check_labels("val", starts)  # the tiling holds bound bases
+    _fails(lambda: src.check_labels("val", np.asarray(empty[:3])),
+           "val source", "the 3 val windows evaluated hold no bound base", "--max-eval-windows")
+
+
 def test_nan_in_npz_signal(windows: Path, tmp_path: Path) -> None:
     with np.load(windows / "train.npz") as z:
         arrays = {k: z[k] for k in z.files}

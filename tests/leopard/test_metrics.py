@@ -105,3 +105,14 @@ def test_histograms_count_exactly_with_ignored_labels_and_a_crowded_bucket() -> 
     assert np.array_equal(state[:_H], np.bincount(bucket[y == 1], minlength=_H))
     assert np.array_equal(state[_H:2 * _H], np.bincount(bucket[y == 0], minlength=_H))
     assert state[:2 * _H].sum() == np.sum(y >= 0)
+
+
+def test_undefined_metrics_are_nan_not_a_score() -> None:
+    every_ignored = _metrics([0.1, 0.6, 0.9], [-1, -1, -1])
+    assert every_ignored["n_bases"] == 0
+    for k in ("loss", "pr_auc", "dice", "iou", "positive_fraction"):
+        assert math.isnan(every_ignored[k]), (k, every_ignored[k])  # (was loss 0, Dice 1)
+    no_bound = _metrics([0.1, 0.6, 0.9], [0, 0, -1])
+    assert math.isnan(no_bound["pr_auc"])  # (was 0: a model that found nothing)
+    assert no_bound["loss"] > 0 and no_bound["iou"] == 0.0
+    assert _metrics([0.1, 0.6, 0.9], [1, 1, 1])["pr_auc"] == pytest.approx(1.0)

@@ -176,7 +176,7 @@ def test_bf16_pr_auc_agrees_with_fp32_on_the_synthetic_genome(synth: Path,
     """Where bf16 can be chosen, its predictions must score like fp32's: PR-AUC of the
     held-out chromosomes within 1e-3."""
     train(TrainConfig(data=synth, out=tmp_path / "t", window=512, batch_size=8, epochs=2,
-                      steps_per_epoch=6, bn_momentum=0.1, max_eval_windows=8, threads=2,
+                      steps_per_epoch=6, bn_momentum=0.1, max_eval_windows=16, threads=2,
                       progress=False, device="cpu"))
     ck = load_checkpoint(tmp_path / "t" / "best.pt")
     model = LeopardUNet()

@@ -9,6 +9,11 @@
   ``TP / (TP + FP + FN)``, 0 when the denominator is 0 (as Keras does).
 * **loss**: mean binary cross-entropy.
 
+Undefined values are NaN, never a number that looks like a score: everything when no base
+is labelled (all -1), PR-AUC when no labelled base is bound (Keras would say 0, as for a
+model that found nothing). Training refuses such data before it starts
+(:meth:`~tunelab.leopard.windows.WindowSource.check_labels`).
+
 Every sum runs over labelled bases only: a label of -1 is ignored. Dice and IoU are computed
 over all bases seen (not averaged per batch as Keras' running mean of a batch metric is).
 The state is one float64 vector, so workers sum it with a single ``all_reduce``.
@@ -114,11 +119,16 @@ class MetricState:
         tp = np.cumsum(pos_hist[::-1])[::-1][1:]
         fp = np.cumsum(neg_hist[::-1])[::-1][1:]
         fn = pos_hist.sum() - tp
-        n = max(sc["n"], 1.0)
+        n = sc["n"]
+        if n == 0:  # every base ignored: nothing is defined (not a loss of 0, a Dice of 1)
+            nan = float("nan")
+            return {"loss": nan, "pr_auc": nan, "dice": nan, "iou": nan,
+                    "positive_fraction": nan, "n_bases": 0.0}
         denom = sc["tp"] + sc["fp"] + sc["fn"]
         return {
             "loss": float(sc["loss_sum"] / n),
-            "pr_auc": pr_auc_from_counts(tp, fp, fn),
+            # without a bound base precision-recall is undefined (Keras would say 0)
+            "pr_auc": pr_auc_from_counts(tp, fp, fn) if sc["sum_y"] > 0 else float("nan"),
             "dice": float((2 * sc["sum_yp"] + 1.0) / (sc["sum_y"] + sc["sum_p"] + 1.0)),
             "iou": float(sc["tp"] / denom) if denom > 0 else 0.0,
             "positive_fraction": float(sc["sum_y"] / n),

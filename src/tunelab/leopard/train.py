@@ -127,6 +127,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         eval_ids = {"val": sources["val"].eval_ids(cfg.max_eval_windows, cfg.seed,
                                                    cfg.val_windows),
                     "test": sources["test"].eval_ids(cfg.max_eval_windows, cfg.seed)}
+        for split, ids in eval_ids.items():  # (PR-AUC of windows without a bound base:
+            sources[split].check_labels(split, ids)  # undefined, never a 0 to rank by)
         # on a GPU larger evaluation batches (of one shape, for a captured forward pass)
         ebatch = max(cfg.batch_size, CUDA_EVAL_BATCH if cuda else 1)
 

@@ -101,6 +101,7 @@ def _open_sources(cfg: TrainConfig, multiple: int) -> tuple[dict[str, WindowSour
             if need_avg and arr.batch.dnase_avg is None:
                 raise LeopardError(f"{arr.source}: 6 input channels need 'dnase_avg' windows")
             sources[split] = WindowSource(None, arr, arr.window, arr.source)
+            sources[split].check_labels(split)
         assert window is not None
         if cfg.window is not None and cfg.window != window:
             raise LeopardError(f"{data}: windows are {window} bp long, --window asks "
@@ -121,6 +122,9 @@ def _open_sources(cfg: TrainConfig, multiple: int) -> tuple[dict[str, WindowSour
         if src.n_distinct() == 0:
             raise LeopardError(f"{m.path}: no {s} chromosome is as long as the window "
                                f"({window} bp)")
+        names = m.chromosomes(s)
+        src.check_labels(s, where=f"{m.labels} ({', '.join(names[:4])}"
+                                  f"{' …' if len(names) > 4 else ''})")
     return sources, window
 
 

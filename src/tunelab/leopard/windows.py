@@ -178,6 +178,27 @@ class WindowSource:
             return np.sort(self.cs.sample_starts(drawn, self.window, rng))
         return eval_starts(self.cs, self.window, max_eval, seed)
 
+    def check_labels(self, split: str, ids: np.ndarray | None = None, where: str = "",
+                     chunk: int = 256) -> None:
+        """Refuse (one line) windows without a single bound base (label 1), all of the
+        source (``ids`` None) or those of ``ids``: a model trained on them learns nothing,
+        and their PR-AUC is undefined (Keras would print 0, as if the model were wrong)."""
+        if ids is None:
+            label = self.arrays.batch.label if self.arrays is not None else (
+                self.cs.label if self.cs is not None else np.zeros(0, np.int8))
+            if (label == 1).any():
+                return
+            what = ("every base is labelled -1 (ignored)" if label.size and (label < 0).all()
+                    else "no base is labelled bound (1)")
+            raise LeopardError(f"{where or self.name}: {what} in the {split} data: a model would "
+                               "learn nothing and PR-AUC is undefined; check the labels")
+        for i in range(0, len(ids), chunk):
+            if (self.get(ids[i:i + chunk]).label == 1).any():
+                return
+        raise LeopardError(f"{self.name}: the {len(ids)} {split} windows evaluated hold no "
+                           "bound base (label 1), so PR-AUC is undefined; evaluate more "
+                           "windows (--max-eval-windows 0: all)")
+
     def get(self, ids: np.ndarray) -> WindowBatch:
         if self.arrays is not None:
             return self.arrays.take(ids)
