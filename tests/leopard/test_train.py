@@ -113,3 +113,41 @@ def test_a_time_limit_ends_training_with_results(windows: Path, tmp_path: Path) 
     hist = json.loads((tmp_path / "f" / "metrics.json").read_text())["history"]
     assert full["epochs"] == 1 and hist[0]["steps"] == 2 and hist[0]["step_windows_per_s"] > 0
 
+
+@pytest.mark.parametrize(("env", "affinity", "want"), [
+    ({}, {0}, 1),                                   # taskset -c 0 on an 8-core machine
+    ({"LOCAL_WORLD_SIZE": "2"}, {0, 1, 2, 3}, 2),   # 4 allowed cores, 2 local workers
+    ({"OMP_NUM_THREADS": "3"}, {0}, 3),             # the user's count is kept
+    ({"OMP_NUM_THREADS": "x"}, {0, 1}, 2),          # not a count: the allowed cores
+])
+def test_training_threads_follow_the_cores_this_process_may_use(
+        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], affinity: set[int],
+        want: int) -> None:
+    import os
+
+    import torch
+
+    from tunelab.leopard import trainsetup
+    from tunelab.leopard.distributed import DistContext
+
+    for k in ("OMP_NUM_THREADS", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: affinity)
+    before = torch.get_num_threads()
+    try:
+        ctx = DistContext(rank=0, world=1, local_rank=0, device=torch.device("cpu"),
+                          backend=None)
+        got = trainsetup._setup_threads(TrainConfig(data=Path("."), out=Path(".")), ctx)
+        assert (got, torch.get_num_threads()) == (want, want)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_runtime_line_and_foms_say_the_threads(windows: Path, tmp_path: Path) -> None:
+    foms = train(TrainConfig(data=windows, out=tmp_path / "o", batch_size=4, epochs=1,
+                             steps_per_epoch=1, threads=1, device="cpu", progress=False))
+    doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert doc["runtime"].startswith("cpu: fp32, 1 thread;") and foms["cpu_threads"] == 1.0

@@ -277,6 +277,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             "cuda": float(cuda), "amp": float(st.amp),
             "amp_bf16": float(st.amp and st.amp_dtype == torch.bfloat16),
         })
+        if not cuda:  # the threads the steps ran with (not the machine's core count)
+            foms["cpu_threads"] = float(torch.get_num_threads())
         if ctx.is_main:
             _write_results(out, cfg, arch.to_dict(), counts, val, test, foms, history,
                            [float(r) for r in rates.cpu().tolist()], steps,

@@ -147,21 +147,23 @@ def _loader(m: Manifest, need_avg: bool) -> RegionReader | None:
 # ------------------------------------------------------------------------- helpers
 
 
-def _setup_threads(cfg: TrainConfig, ctx: D.DistContext) -> None:
+def _setup_threads(cfg: TrainConfig, ctx: D.DistContext) -> int | None:
+    """Set and return the CPU threads (None on a GPU): ``--threads``, else
+    ``OMP_NUM_THREADS``, else the cores this process may run on (its affinity, as
+    ``taskset`` or a batch system's cgroup sets it; not the machine's count) ÷ local workers."""
     import torch
 
+    from tunelab.leopard.runtime import choose_threads
+
     if ctx.device.type != "cpu":
-        return
-    if cfg.threads:
-        n = cfg.threads
-    elif os.environ.get("OMP_NUM_THREADS"):
-        n = int(os.environ["OMP_NUM_THREADS"])
-    else:
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        n = max(1, (os.cpu_count() or 1) // local_world)
+        return None
+    n, given = choose_threads(cfg.threads)
+    if not given:
+        n = max(1, n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(n)
     with contextlib.suppress(RuntimeError):  # already set, or parallel work started
         torch.set_num_interop_threads(1)
+    return n
 
 
 class TrainLog:
@@ -284,7 +286,7 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
         use_cuda_training_kernels,
     )
 
-    _setup_threads(cfg, ctx)
+    threads = _setup_threads(cfg, ctx)
     log = TrainLog(ctx, cfg.progress)
     arch = Architecture(in_channels=cfg.in_channels, base_filters=cfg.base_filters,
                         depth=cfg.depth, kernel_size=cfg.kernel_size)
@@ -307,7 +309,8 @@ def prepare_training(cfg: TrainConfig, ctx: D.DistContext) -> TrainingSetup:
     amp_dtype = (torch.float16 if cuda and not torch.cuda.is_bf16_supported()
                  else torch.bfloat16)
     notes = [f"{ctx.device}: " + (f"{'bf16' if amp_dtype == torch.bfloat16 else 'fp16'} "
-                                  "autocast" if amp else "fp32")]
+                                  "autocast" if amp else "fp32")
+             + (f", {threads} thread{'s' if threads != 1 else ''}" if threads else "")]
     if amp and not cuda:
         from tunelab.leopard.runtime import bf16_capable, cpu_flags
 
