@@ -166,6 +166,11 @@ def predict(
                          compile=compile, threads=threads, zoom_levels=zoom_levels,
                          readers=readers, writers=writers)
     sys.stderr.write(f"runtime: {res['runtime']}\n")
+    if "bound_fraction" in res:
+        sys.stderr.write(f"prediction: {res['windows_per_s']:.1f} windows/s "
+                         f"({res['bound_fraction']:.2f} of bound: the {res['precision']} "
+                         f"GEMM rate of this run, {res['gemm_flops_per_s'] / 1e9:,.1f} "
+                         f"GFLOP/s, / {res['flops_per_window'] / 1e9:.3f} GFLOP a window)\n")
     typer.echo(json.dumps(res))
 
 

@@ -52,7 +52,8 @@ from tunelab.leopard.tracks import TrackWriter
 if TYPE_CHECKING:
     import torch
 
-    from tunelab.leopard.runtime import Engine
+    from tunelab.leopard.model import Architecture
+    from tunelab.leopard.runtime import Engine, Runtime
 
 __all__ = ["Section", "Tiling", "plan_sections", "predict_chromosome", "predict_genome"]
 
@@ -496,10 +497,25 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
               "read_wait_s": read_wait, "write_wait_s": write_wait,
               "close_s": total - (t_run - t0)}
     rt = engine.runtime
-    return {"bp": float(bp), "seconds": device_s, "bp_per_s": bp / max(device_s, 1e-9),
+    bound = _bound(arch, window, rt, n_windows, device_s) if dev_type == "cpu" else {}
+    return {**bound, "bp": float(bp), "seconds": device_s, "bp_per_s": bp / max(device_s, 1e-9),
             "bp_per_s_end_to_end": bp / max(total, 1e-9), "wall_s": total,
             "window": float(window), "stride": float(tiling.stride),
             "edge": float(tiling.edge), "windows": float(n_windows),
             "precision": rt.precision, "compiled": rt.compiled, "graphed": rt.graphed,
             "threads": rt.threads, "readers": n_readers, "writers": n_writers,
             "sections": len(sections), "runtime": rt.summary(), "phases": phases}
+
+
+def _bound(arch: Architecture, window: int, rt: Runtime, n_windows: int, device_s: float
+           ) -> dict[str, float]:
+    """The windows/s of the forward passes beside the CPU's GEMM rate in the precision they
+    ran in, measured now with the engine's threads (:mod:`tunelab.leopard.bound`)."""
+    from tunelab.leopard.bound import measure_bound
+    from tunelab.leopard.model import flops_per_window
+
+    bound = measure_bound(rt.precision, flops_per_window(arch, window, train=False),
+                          threads=rt.threads)
+    rate = n_windows / max(device_s, 1e-9)
+    return {"windows_per_s": rate, "bound_fraction": bound.fraction(rate),
+            "gemm_flops_per_s": bound.flops_per_s, "flops_per_window": bound.flops_per_window}

@@ -91,6 +91,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     """Train (resuming if asked), evaluate the best weights, write results; return FOMs."""
     import torch
 
+    from tunelab.leopard.bound import measure_bound
     from tunelab.leopard.metrics import MetricState
     from tunelab.leopard.model import flops_per_window
 
@@ -98,6 +99,13 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     ctx = D.init(cfg.device)
     try:
         st = prepare_training(cfg, ctx)
+        # windows/s beside the GEMM rate of this run (a CPU's; benchmarks/leopard_gpu.py
+        # measures a GPU's)
+        bound = None if st.cuda else measure_bound(
+            "bf16" if st.amp and st.amp_dtype == torch.bfloat16 else "fp32",
+            flops_per_window(st.arch, st.window))
+        if bound is not None:
+            st.log(f"bound: {bound.describe()}")
         # where the wall time goes: set-up (data, model, the runtime probe), the steps,
         # validation, checkpoints, the final evaluation
         phases = {"setup_s": time.perf_counter() - wall0, "steps_s": 0.0, "validation_s": 0.0,
@@ -209,6 +217,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                    "windows_per_s": done * gb / max(ep_time, 1e-9),
                    "step_windows_per_s": done * gb / max(epoch_steps_s, 1e-9),
                    "steps": done, "train_time_s": train_time}
+            if bound is not None:
+                row["bound_fraction"] = bound.fraction(row["windows_per_s"])
             history.append(row)
             improved = val["loss"] < best["val_loss"]
             if improved:
@@ -220,9 +230,10 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             if ctx.is_main:  # intermediate figures for a study's pruner (tunelab.search)
                 print(json.dumps({"intermediate": {"epoch": epoch + 1, "val_pr_auc": val["pr_auc"],
                                                    "val_loss": val["loss"]}}), flush=True)
+            beside = f" ({bound.beside(row['windows_per_s'])})" if bound else ""
             log(f"epoch {epoch + 1}/{cfg.epochs}  loss {row['train_loss']:.4g}  val_loss "
                 f"{val['loss']:.4g}  val_pr_auc {val['pr_auc']:.4f}  {row['windows_per_s']:.1f} "
-                f"windows/s{'  *' if improved else ''}")
+                f"windows/s{beside}{'  *' if improved else ''}")
             t_save = time.perf_counter()
             if ctx.is_main:
                 _save({"arch": arch.to_dict(), "window": window, "model": _plain_state(model),
@@ -273,12 +284,19 @@ def train(cfg: TrainConfig) -> dict[str, float]:
             "global_batch": float(gb),
             "window": float(window),
             # the work of a window and the arithmetic it ran in, for the fraction of bound
-            "flops_per_window": flops_per_window(arch, window),
+            "flops_per_window": (bound.flops_per_window if bound is not None
+                                 else flops_per_window(arch, window)),
             "cuda": float(cuda), "amp": float(st.amp),
             "amp_bf16": float(st.amp and st.amp_dtype == torch.bfloat16),
         })
         if not cuda:  # the threads the steps ran with (not the machine's core count)
             foms["cpu_threads"] = float(torch.get_num_threads())
+        if bound is not None:
+            foms["gemm_flops_per_s"] = bound.flops_per_s
+            foms["bound_fraction"] = bound.fraction(overall)
+            gflops = overall * bound.flops_per_window / 1e9
+            log(f"training: {overall:.1f} windows/s ({bound.beside(overall)}: {gflops:,.1f} "
+                f"of {bound.flops_per_s / 1e9:,.1f} GFLOP/s {bound.precision})")
         if ctx.is_main:
             _write_results(out, cfg, arch.to_dict(), counts, val, test, foms, history,
                            [float(r) for r in rates.cpu().tolist()], steps,
@@ -340,7 +358,8 @@ def _write_results(out: Path, cfg: TrainConfig, arch: dict[str, Any], counts: di
     (out / "metrics.json").write_text(json.dumps(doc, indent=2) + "\n")
     with (out / "history.csv").open("w", newline="") as fh:
         cols = ["epoch", "train_loss", "val_loss", "val_pr_auc", "val_dice", "val_iou", "lr",
-                "epoch_s", "windows_per_s", "train_time_s", "steps", "step_windows_per_s"]
+                "epoch_s", "windows_per_s", "train_time_s", "steps", "step_windows_per_s",
+                "bound_fraction"]
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
         for row in history:  # (rows of a run resumed from an older checkpoint lack the last)
