@@ -60,3 +60,12 @@ def test_prediction_reports_windows_per_s_and_its_fraction(synth: Path,
     assert res["windows_per_s"] == pytest.approx(res["windows"] / res["seconds"])
     assert res["bound_fraction"] == pytest.approx(
         res["windows_per_s"] * res["flops_per_window"] / res["gemm_flops_per_s"])
+
+
+def test_remeasured_keeps_the_higher_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunelab.leopard import bound as B
+
+    low = Bound("fp32", 1e9, 1e9, 1)
+    monkeypatch.setattr(B, "measure_bound", lambda *a, **k: Bound("fp32", 5e9, 1e9, 1))
+    assert low.remeasured().flops_per_s == 5e9
+    assert Bound("fp32", 9e9, 1e9, 1).remeasured().flops_per_s == 9e9

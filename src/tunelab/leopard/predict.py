@@ -517,5 +517,9 @@ def _bound(arch: Architecture, window: int, rt: Runtime, n_windows: int, device_
     bound = measure_bound(rt.precision, flops_per_window(arch, window, train=False),
                           threads=rt.threads)
     rate = n_windows / max(device_s, 1e-9)
+    for _ in range(2):  # measured under a busier moment than the run's: again
+        if bound.fraction(rate) <= 1:
+            break
+        bound = bound.remeasured()
     return {"windows_per_s": rate, "bound_fraction": bound.fraction(rate),
             "gemm_flops_per_s": bound.flops_per_s, "flops_per_window": bound.flops_per_window}

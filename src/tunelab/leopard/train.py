@@ -292,6 +292,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         if not cuda:  # the threads the steps ran with (not the machine's core count)
             foms["cpu_threads"] = float(torch.get_num_threads())
         if bound is not None:
+            bound = bound.remeasured()  # (the load may have fallen since the start)
             foms["gemm_flops_per_s"] = bound.flops_per_s
             foms["bound_fraction"] = bound.fraction(overall)
             gflops = overall * bound.flops_per_window / 1e9
