@@ -69,3 +69,21 @@ def test_remeasured_keeps_the_higher_rate(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(B, "measure_bound", lambda *a, **k: Bound("fp32", 5e9, 1e9, 1))
     assert low.remeasured().flops_per_s == 5e9
     assert Bound("fp32", 9e9, 1e9, 1).remeasured().flops_per_s == 9e9
+
+
+def test_data_parallel_workers_sum_their_rates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows/s of N workers are all of theirs: the bound is the sum of their GEMM rates
+    (was one worker's: 2 workers on 2 cores printed 0.78 of bound at 1 thread's rate)."""
+    from tunelab.leopard import distributed as D
+    from tunelab.leopard import train as T
+
+    def twice(t: torch.Tensor, ctx: D.DistContext) -> torch.Tensor:
+        return t.mul_(2)  # two workers that measured the same rate
+
+    monkeypatch.setattr(D, "all_reduce_sum", twice)
+    ctx = D.DistContext(rank=0, world=2, local_rank=0, device=torch.device("cpu"),
+                        backend="gloo")
+    b = T._all_workers(Bound("fp32", 100e9, 0.6e9, 1), ctx)
+    assert (b.flops_per_s, b.workers) == (200e9, 2)
+    assert b.fraction(100.0) == pytest.approx(0.3)
+    assert "2 workers x 1 thread" in b.describe()

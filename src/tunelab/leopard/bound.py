@@ -35,6 +35,7 @@ class Bound:
     flops_per_s: float
     flops_per_window: float
     threads: int
+    workers: int = 1  # data-parallel workers whose rates (measured at once) are summed
 
     def fraction(self, windows_per_s: float) -> float:
         """``windows_per_s`` as a fraction of the bound (1 = the GEMM rate)."""
@@ -45,8 +46,9 @@ class Bound:
         return f"{self.fraction(windows_per_s):.2f} of bound"
 
     def remeasured(self, repeats: int = REPEATS) -> Bound:
-        """The higher of this rate and one measured now: on a shared machine the rate moves
-        with the load, and a bound under what the run reached is no bound."""
+        """The higher of this rate and one measured now (one worker's: sum the workers'
+        first, see ``tunelab.leopard.train``): on a shared machine the rate moves with the
+        load, and a bound under what the run reached is no bound."""
         now = measure_bound(self.precision, self.flops_per_window, self.threads,
                             repeats=repeats)
         return self if self.flops_per_s >= now.flops_per_s else now
@@ -54,8 +56,9 @@ class Bound:
     def describe(self) -> str:
         """How the bound was measured, in one phrase."""
         return (f"{self.precision} GEMM bound {self.flops_per_s / 1e9:,.1f} GFLOP/s "
-                f"(torch.matmul {GEMM_N}^3, {self.threads} thread"
-                f"{'s' if self.threads != 1 else ''}, this run) / "
+                f"(torch.matmul {GEMM_N}^3, "
+                f"{f'{self.workers} workers x ' if self.workers > 1 else ''}{self.threads} "
+                f"thread{'s' if self.threads != 1 else ''}, this run) / "
                 f"{self.flops_per_window / 1e9:.3f} GFLOP a window = "
                 f"{self.flops_per_s / self.flops_per_window:,.1f} windows/s")
 

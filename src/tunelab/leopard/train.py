@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import json
 import math
 import sys
@@ -42,6 +43,8 @@ from tunelab.leopard.trainstep import restore_lr_kind, set_lr
 
 if TYPE_CHECKING:
     import torch
+
+    from tunelab.leopard.bound import Bound
 
 __all__ = ["TrainConfig", "load_checkpoint", "train"]
 
@@ -101,9 +104,9 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         st = prepare_training(cfg, ctx)
         # windows/s beside the GEMM rate of this run (a CPU's; benchmarks/leopard_gpu.py
         # measures a GPU's)
-        bound = None if st.cuda else measure_bound(
+        bound = None if st.cuda else _all_workers(measure_bound(
             "bf16" if st.amp and st.amp_dtype == torch.bfloat16 else "fp32",
-            flops_per_window(st.arch, st.window))
+            flops_per_window(st.arch, st.window)), ctx)
         if bound is not None:
             st.log(f"bound: {bound.describe()}")
         # where the wall time goes: set-up (data, model, the runtime probe), the steps,
@@ -292,7 +295,10 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         if not cuda:  # the threads the steps ran with (not the machine's core count)
             foms["cpu_threads"] = float(torch.get_num_threads())
         if bound is not None:
-            bound = bound.remeasured()  # (the load may have fallen since the start)
+            again = _all_workers(measure_bound(bound.precision, bound.flops_per_window,
+                                               bound.threads), ctx)
+            if again.flops_per_s > bound.flops_per_s:  # (the load fell since the start)
+                bound = again
             foms["gemm_flops_per_s"] = bound.flops_per_s
             foms["bound_fraction"] = bound.fraction(overall)
             gflops = overall * bound.flops_per_window / 1e9
@@ -307,6 +313,18 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         return foms
     finally:
         D.finish(ctx)
+
+
+def _all_workers(bound: Bound, ctx: D.DistContext) -> Bound:
+    """The bound of all workers together: their GEMM rates, measured at the same moment
+    (the windows/s it is put beside are every worker's)."""
+    import torch
+
+    if ctx.world == 1:
+        return bound
+    total = torch.tensor([bound.flops_per_s], dtype=torch.float64, device=ctx.device)
+    D.all_reduce_sum(total, ctx)
+    return dataclasses.replace(bound, flops_per_s=float(total[0]), workers=ctx.world)
 
 
 def _host_batches(src: WindowSource, plan: np.ndarray, scales: np.ndarray | None, steps: int,
