@@ -205,6 +205,15 @@ def test_evaluated_windows_without_a_bound_base(synth: Path) -> None:
            "val source", "the 3 val windows evaluated hold no bound base", "--max-eval-windows")
 
 
+def test_split_of_only_n_bases(synth: Path, tmp_path: Path) -> None:
+    d = _copy(synth, tmp_path)
+    (d / "genome.fa.fai").unlink(missing_ok=True)
+    lines = (d / "genome.fa").read_text().splitlines()
+    (d / "genome.fa").write_text("\n".join(ln if ln.startswith(">") else "N" * len(ln)
+                                           for ln in lines) + "\n")
+    _fails(lambda: _load(d), "genome.fa", "chromosomes chr1, chr2, chr3", "no A, C, G or T")
+
+
 def test_nan_in_npz_signal(windows: Path, tmp_path: Path) -> None:
     with np.load(windows / "train.npz") as z:
         arrays = {k: z[k] for k in z.files}

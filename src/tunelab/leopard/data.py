@@ -501,5 +501,9 @@ def load_chromosomes(manifest: Manifest, chroms: Sequence[str], need_avg: bool =
     for h in (dnase_bw, avg_bw, label_bw):
         if h is not None:
             h.close()
+    if total and not (seq < 4).any():  # (a model would learn from DNase alone, silently)
+        raise LeopardError(f"{manifest.fasta}: chromosomes {', '.join(chroms[:4])}"
+                           f"{' …' if len(chroms) > 4 else ''} hold no A, C, G or T base "
+                           "(all N or other codes)")
     return ChromosomeSet(names=list(chroms), lengths=lengths, offsets=offsets, seq=seq,
                          dnase=dnase, label=label, dnase_avg=avg, source=str(manifest.path))
