@@ -115,7 +115,7 @@ class Space:
         self._members = [{(type(v), v) for v in a.values} for a in self.axes]
         self.derived = dict(derived or {})
         self.constraints = list(constraints or [])
-        self.constants = {"cores": os.cpu_count() or 1, **(constants or {})}
+        self.constants = {"cores": _local_cores(), **(constants or {})}
         self.broken: dict[str, str] = {}
         """Per rule that could not be evaluated for some combination met while enumerating
         (a derived value that gives ``None``, a constraint that divides by zero): why, at
@@ -362,3 +362,11 @@ class Space:
         if not found:
             raise SpaceError("no valid point found by random sampling; check the constraints")
         return list(found)
+
+
+def _local_cores() -> int:
+    """The cores this process may run on (its affinity), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -147,3 +147,18 @@ def test_the_cluster_example_packs_its_points():
     assert (study.launcher.type, study.launcher.mode) == ("slurm", "pack")
     needs = [study.workload.needs(study.space.values(p)) for p in study.points]
     assert max(n.nodes for n in needs) == 2 and Needs(4, 2) in needs
+
+
+def test_local_cores_are_those_this_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``taskset -c 0`` (or a batch job's cgroup) a local run is sized by the cores it
+    may use: before, ``os.cpu_count()`` made the leopard workload run 2 threads on 1 core."""
+    import os
+
+    from tunelab.execute.launchers.config import LauncherConfig
+    from tunelab.space import Space
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert LocalLauncher().cores_per_node == 1
+    assert Space([("x", (1, 2))]).constants["cores"] == 1
+    assert SlurmLauncher(LauncherConfig(type="slurm")).cores_per_node == 8  # a node's guess

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from tunelab.cluster.mpi import Placement
 from tunelab.errors import SpaceError, StudyError, WorkloadError
 from tunelab.execute.launchers import LauncherConfig, launcher_config, make_launcher
+from tunelab.execute.launchers.base import local_cores
 from tunelab.limits import LIMITS
 from tunelab.search import (
     RUN_STRATEGIES,
@@ -108,7 +109,7 @@ class Study:
             run_dir=run_dir,
             study_dir=study_dir,
             study_file=self.spec.path,
-            cores=cores or os.cpu_count() or 1,
+            cores=cores or local_cores(),
             repeat=repeat,
             placement=placement or Placement(),
         )
@@ -276,7 +277,8 @@ def _objective_problem(fom: str, workload: Workload) -> str | None:
 def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, Any]:
     """``cores_per_node`` and, on a cluster, ``cores``: the cores a run may use (the nodes'
     size times the most nodes a run asks for)."""
-    per_node = launcher.cores_per_node or os.cpu_count() or 1
+    per_node = launcher.cores_per_node or (os.cpu_count() or 1 if launcher.batch
+                                           else local_cores())
     if not launcher.batch:
         return {"cores_per_node": per_node}
     nodes = [int(v) for p in spec.parameters if p.name == "nodes" for v in p.values

@@ -42,6 +42,7 @@ __all__ = [
     "Launcher",
     "Outcome",
     "RunRequest",
+    "local_cores",
     "read_exit_status",
     "write_json_atomic",
 ]
@@ -183,8 +184,12 @@ class Launcher(ABC):
 
     @property
     def cores_per_node(self) -> int:
-        """Cores of one node (the configured ``cores_per_node``, else this machine's)."""
-        return self.config.cores_per_node or os.cpu_count() or 1
+        """Cores of one node: the configured ``cores_per_node``, else, for a launcher that
+        runs here, the cores this process may use (:func:`local_cores`), else this
+        machine's count (a batch node's guess)."""
+        if self.config.cores_per_node:
+            return self.config.cores_per_node
+        return local_cores() if not self.batch else os.cpu_count() or 1
 
     def placement(self, needs: Needs, run_dir: Path) -> Placement:
         """Where a run with ``needs`` puts its processes (this machine, for a launcher that
@@ -264,3 +269,13 @@ def require(name: str, package: str) -> None:
     if shutil.which(name) is None:
         raise LaunchError(f"{name!r} is not on PATH: this machine cannot submit to the "
                           f"scheduler (install {package}, or run tunelab on the login node)")
+
+
+def local_cores() -> int:
+    """The cores this process may run on — its affinity, as ``taskset`` or a batch job's
+    cgroup sets it — not the machine's count: runs sized by ``os.cpu_count()`` under
+    ``taskset -c 0`` on 2 cores ran 2 threads on one core."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
