@@ -71,12 +71,15 @@ FULL = Sizes(chroms=16, chrom_len=20_000_000, window=10240, batches=(64, 256), r
              recipe_epochs=5, recipe_train=100_000, recipe_val=100_000, recipe_batch=64,
              seeds=3, seed_run={"window": 2048, "batch_size": 16, "lr": 0.01, "epochs": 4,
                                 "steps_per_epoch": 20, "bn_momentum": 0.1,
-                                "max_eval_windows": 64},
+                                "max_eval_windows": 0},  # all val windows (~97; was 64)
              gemm_n=8192, small_len=200_000)
 TINY = Sizes(chroms=4, chrom_len=40_000, window=1024, batches=(2, 4), rate_steps=2,
              recipe_epochs=2, recipe_train=8, recipe_val=8, recipe_batch=2, seeds=3,
              seed_run={"window": 512, "batch_size": 2, "lr": 0.01, "epochs": 1,
-                       "steps_per_epoch": 1, "bn_momentum": 0.1, "max_eval_windows": 4},
+                       "steps_per_epoch": 1, "bn_momentum": 0.1,
+                       # every val window (39): 4 could hold no bound base, which training
+                       # now refuses (PR-AUC undefined) rather than scoring 0
+                       "max_eval_windows": 0},
              gemm_n=1024, small_len=20_000)
 
 
