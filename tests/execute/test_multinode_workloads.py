@@ -49,13 +49,14 @@ def test_leopard_ddp_trains_across_two_nodes(write_study, slurm_env, tmp_path):
 
     manifest = write_synthetic(tmp_path / "synth", SyntheticConfig(
         n_chroms=4, chrom_length=16_000, site_spacing=1_000, seed=1))
-    extract_windows(manifest, tmp_path / "win", window=512, n_train=16, max_eval=8, seed=0)
+    # 16 eval windows: the first 8 of this genome hold no bound base, which training refuses
+    extract_windows(manifest, tmp_path / "win", window=512, n_train=16, max_eval=16, seed=0)
     path = write_study(f"""
         name: leopard-2n
         workload:
           name: leopard
           options: {{data: {tmp_path / "win"}, window: 512, epochs: 1, steps_per_epoch: 1,
-                    threads: 1, batch_size: 4, max_eval_windows: 8}}
+                    threads: 1, batch_size: 4, max_eval_windows: 16}}
         parameters: {{nodes: [2], ppn: [1]}}
         repeats: 1
         timeout: 300
