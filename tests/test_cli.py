@@ -69,7 +69,7 @@ def test_compare_json_has_the_documented_schema(done_study):
     res = tunelab("compare", done_study, "--format", "json")
     doc = json.loads(res.stdout)
     assert doc["schema"] == "tunelab.compare" and doc["version"] == 2
-    assert doc["objective"] == {"fom": "value", "direction": "minimize"}
+    assert doc["objective"] == {"fom": "value", "direction": "minimize", "unit": None}
     assert doc["baseline"] == {"mode": "ok", "x": 3}
     by_x = {p["point"]["x"]: p for p in doc["points"]}
     assert by_x[3]["is_baseline"] and by_x[3]["verdict"] == "baseline"
