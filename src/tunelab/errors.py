@@ -19,7 +19,12 @@ Hierarchy::
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Callable
+from types import FrameType
+
 __all__ = [
+    "STOP_SIGNALS",
     "LaunchError",
     "ParseError",
     "RunReportedError",
@@ -28,6 +33,7 @@ __all__ = [
     "StudyError",
     "TunelabError",
     "WorkloadError",
+    "handle_stop_signals",
     "interrupted",
 ]
 
@@ -96,3 +102,21 @@ def interrupted(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop tunelab as Ctrl-C does: SIGTERM (``kill``, a batch system) and
+SIGHUP (the terminal closed, an ssh session dropped). A run in flight goes down with it
+(its processes run in their own session, so the hang-up never reaches them)."""
+
+
+def handle_stop_signals(handler: Callable[[int, FrameType | None], object], *,
+                        hangup: bool = True) -> None:
+    """Install ``handler`` for :data:`STOP_SIGNALS`; a SIGHUP ignored when tunelab started
+    (``nohup``) stays ignored, and without ``hangup`` SIGHUP gets its default action (a
+    batch study's controller dies on it as on ``kill -9``: its jobs run on, and the same
+    command re-attaches to them)."""
+    for sig in STOP_SIGNALS:
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
+        signal.signal(sig, handler if sig != signal.SIGHUP or hangup else signal.SIG_DFL)

@@ -261,7 +261,10 @@ def test_missing_sbatch_is_a_one_line_error(write_study, tmp_path):
                                   "(Debian: slurm-client), or run tunelab on the login node)")
 
 
-def test_kill_9_while_jobs_queue_then_resume_reattaches(write_study, slurm_env, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
+def test_kill_9_while_jobs_queue_then_resume_reattaches(write_study, slurm_env, tmp_path, sig):
+    """``kill -9`` of the controller, or a hang-up (the SSH session dropped: a batch
+    study's controller dies on it, its jobs are not cancelled as on Ctrl-C)."""
     path = write_study("""
         name: queued
         workload:
@@ -281,8 +284,8 @@ def test_kill_9_while_jobs_queue_then_resume_reattaches(write_study, slurm_env, 
         wait_for(lambda: len(jobs(d)) == 6 and all(j["job_id"] for j in jobs(d)),
                  what="six submitted jobs")
     finally:
-        proc.kill()
-        proc.wait()
+        proc.send_signal(sig)
+        assert proc.wait() == -sig
     pending = [j for j in jobs(d) if squeue_state(j["job_id"]) in ("PENDING", "RUNNING")]
     assert pending, "every job ended before the controller was killed"
     # a controller that died between sbatch and storing the id: the job is found by name

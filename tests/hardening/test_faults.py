@@ -70,11 +70,17 @@ def count_runs(db: Path) -> int:
         return 0
 
 
-def start(study: Path, directory: Path, *options: str) -> subprocess.Popen[str]:
+def start(study: Path, directory: Path, *options: str,
+          nohup: bool = False) -> subprocess.Popen[str]:
+    """``tunelab run``; with ``nohup`` it starts with SIGHUP ignored, as ``nohup`` does."""
     return subprocess.Popen([PY, "-m", "tunelab", "run", str(study), "--dir", str(directory),
                              *options],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=study.parent)
+                            cwd=study.parent, preexec_fn=_ignore_hangup if nohup else None)
+
+
+def _ignore_hangup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def start_without_cgroups(study: Path, directory: Path) -> subprocess.Popen[str]:
@@ -153,7 +159,49 @@ def test_kill_9_then_resume_without_cgroups(tmp_path):
     assert kill_9_trials(tmp_path, range(100, 104), resume, cgroups=False) >= 1
 
 
+@pytest.mark.parametrize("cgroups", [True, False])
+def test_kill_9_of_tunelab_takes_the_run_in_flight_with_it(tmp_path, cgroups):
+    """The run's leader dies with tunelab (it used to run on, orphaned, until the study was
+    run again; a Leopard training for minutes): the kernel sends it SIGTERM."""
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=1, repeats=1, sleep="60", leave="plain"))
+    proc = start(study, tmp_path / "d") if cgroups else start_without_cgroups(study, tmp_path / "d")
+    wait_until(lambda: survivors(tag) != [], what="the run")
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert wait_no_survivors(tag, timeout=30) == []
+
+
 # --- signals ------------------------------------------------------------------------------
+
+
+def test_a_hang_up_ends_the_run_like_ctrl_c(tmp_path):
+    """The terminal closed (SIGHUP): the run in flight and what it started go down, one
+    line, exit 130 (before, tunelab died and its run ran on, orphaned)."""
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=1, repeats=1, sleep="60", leave="both"))
+    proc = start(study, tmp_path / "d")
+    wait_until(lambda: len(survivors(tag)) >= 3, what="the run and its leftovers")
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err, err
+    assert wait_no_survivors(tag) == []
+
+
+def test_a_hang_up_under_nohup_changes_nothing(tmp_path):
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=1, repeats=1, sleep="1", leave="plain"))
+    proc = start(study, tmp_path / "d", nohup=True)
+    wait_until(lambda: survivors(tag) != [], what="the run")
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert_complete(tmp_path / "d" / "tunelab.db", 1, 1)
+
 
 
 def test_repeated_ctrl_c_never_skips_the_kill(tmp_path):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tunelab.errors import TunelabError
+from tunelab.errors import STOP_SIGNALS, TunelabError
 from tunelab.report.output import message
 
 if TYPE_CHECKING:
@@ -98,9 +98,10 @@ class Interrupted(BaseException):
 
 
 def ignore_further_signals() -> None:
-    """Once interrupted, finish saying so: a second Ctrl-C or SIGTERM changes nothing."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """Once interrupted, finish saying so: a second Ctrl-C, SIGTERM or SIGHUP changes
+    nothing."""
+    for sig in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def failed_runs(counts: dict[str, int]) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -24,7 +23,7 @@ from tunelab.cli.common import (
     plan_text,
     raise_keyboard_interrupt,
 )
-from tunelab.errors import TunelabError
+from tunelab.errors import TunelabError, handle_stop_signals
 from tunelab.report.output import message
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ def run(
             message(f"{study.workload.name}: {fact}")
         message(f"{plan_text(study)} (dry run: nothing was run)")
         return
-    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    handle_stop_signals(raise_keyboard_interrupt, hangup=not study.launcher.batch)
     with study_progress(quiet=quiet) as progress:
         try:
             outcome = run_study(study, study_dir, on_start=progress.start,

@@ -19,10 +19,10 @@ A run's processes are found four ways, so that none escapes:
 
 Rules the launcher relies on (:class:`RunProcesses`):
 
-* while a run is in flight (:meth:`RunProcesses.in_flight`) the first SIGINT or SIGTERM
+* while a run is in flight (:meth:`RunProcesses.in_flight`) the first SIGINT, SIGTERM or SIGHUP
   unwinds to the launcher, which ends the run; every later one is held from that moment;
 * ending a run (:meth:`RunProcesses.end`) sends SIGTERM, waits a grace period, then SIGKILLs
-  everything left; SIGINT and SIGTERM are held meanwhile, so a second Ctrl-C can never
+  everything left; the three are held meanwhile, so a second Ctrl-C can never
   skip the kill step — it only cuts the grace short;
 * after every run, finished or not, :meth:`RunProcesses.cleanup` kills what the run left
   behind (background processes, ``setsid()`` daemons) and waits until it is gone;
@@ -49,12 +49,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from tunelab.errors import STOP_SIGNALS
 from tunelab.execute import procs
 
 __all__ = ["RunProcesses", "StudyProcesses", "current", "current_cgroup", "study_processes"]
 
 MARKER = "TUNELAB_RUN"
-_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+_INTERRUPTS = {signal.SIGINT, *STOP_SIGNALS}
 _HELD: list[list[int]] = []  # signals held by the runs in flight (see _interrupts_raise_once)
 
 
@@ -63,7 +64,7 @@ _HELD: list[list[int]] = []  # signals held by the runs in flight (see _interrup
 
 @contextlib.contextmanager
 def _interrupts_held() -> Iterator[Callable[[], bool]]:
-    """Hold SIGINT and SIGTERM back; yield a function that tells whether one arrived
+    """Hold SIGINT, SIGTERM and SIGHUP back; yield a function that tells whether one arrived
     meanwhile. On exit the usual handlers are back and a held signal is raised again, so it
     is handled as usual — after the kill. A signal held by :func:`_interrupts_raise_once`
     after its first counts as arrived. (Python runs signal handlers in the main thread
@@ -90,9 +91,9 @@ def _interrupts_held() -> Iterator[Callable[[], bool]]:
 
 @contextlib.contextmanager
 def _interrupts_raise_once() -> Iterator[None]:
-    """While a run is in flight: the first SIGINT or SIGTERM is handled as usual (it raises
+    """While a run is in flight: the first SIGINT, SIGTERM or SIGHUP is handled as usual (it raises
     ``KeyboardInterrupt``, or whatever the handler raises, so the caller ends the run);
-    from that moment on, until the block is left, both are held — a second signal, however
+    from that moment on, until the block is left, all are held — a second signal, however
     soon, cannot interrupt the kill step before it has begun (:meth:`RunProcesses.end`
     only sees it cut the grace short). A first signal whose disposition is the default
     (SIGTERM outside the command line) unwinds as ``KeyboardInterrupt`` and is delivered
@@ -310,22 +311,26 @@ class RunProcesses:
                 self.cgroup = None
 
     def popen_options(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`subprocess.Popen`: a new session, and entering the
-        run's cgroup between ``fork`` and ``exec`` (so no descendant starts outside it)."""
-        options: dict[str, Any] = {"start_new_session": True}
+        """Keyword arguments for :class:`subprocess.Popen`: a new session, and between
+        ``fork`` and ``exec`` entering the run's cgroup (so no descendant starts outside it)
+        and asking for SIGTERM when tunelab dies (a ``kill -9`` of tunelab takes the run's
+        leader with it; what that leaves is swept when the study next runs)."""
         procs.subreaper(True)  # for this run only: what it orphans is adopted, killed and reaped
         fd = self._cgroup_fd
-        if fd is not None:
-            def enter_cgroup() -> None:  # in the child, between fork and exec
+        arm = procs.die_with_parent(signal.SIGTERM)
+
+        def prepare_child() -> None:  # in the child, between fork and exec
+            if fd is not None:
                 with contextlib.suppress(OSError):
                     os.write(fd, b"0")
+            arm()
 
-            options["preexec_fn"] = enter_cgroup
+        options: dict[str, Any] = {"start_new_session": True, "preexec_fn": prepare_child}
         self._children_before = {p.pid for p in procs.children()}
         return options
 
     def in_flight(self) -> contextlib.AbstractContextManager[None]:
-        """The block that starts, waits for and ends the run: the first SIGINT or SIGTERM
+        """The block that starts, waits for and ends the run: the first SIGINT, SIGTERM or SIGHUP
         in it unwinds (the caller then calls :meth:`end`), every later one is held until
         the block is left, so no second signal can skip the kill step."""
         return _interrupts_raise_once()

@@ -11,13 +11,15 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["GONE_WAIT_S", "Proc", "cgroup_base", "cgroup_kill", "cgroup_pids", "cgroup_remove",
-           "children", "environ_has", "kill", "killpg", "marked", "pids", "reap", "stat",
-           "subreaper", "wait_gone"]
+           "children", "die_with_parent", "environ_has", "kill", "killpg", "marked", "pids", "reap",
+           "stat", "subreaper", "wait_gone"]
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 GONE_WAIT_S = 5.0
 """How long :func:`wait_gone` waits for killed processes to end."""
@@ -158,6 +160,26 @@ def subreaper(on: bool) -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+
+
+def die_with_parent(sig: int) -> Callable[[], None]:
+    """A function to call in a child between ``fork`` and ``exec`` (``preexec_fn``): the
+    kernel sends the child ``sig`` when the thread that forked it ends (``PR_SET_PDEATHSIG``,
+    kept across ``exec``), so a ``kill -9`` of tunelab takes the run's leader with it. A
+    parent already gone by then ends the child at once. libc is looked up here, before the
+    fork, so the child only makes the call."""
+    parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return lambda: None
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(128 + sig)
+
+    return arm
 
 
 def wait_gone(procs: list[Proc]) -> None:
