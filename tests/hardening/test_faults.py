@@ -356,6 +356,43 @@ def test_a_study_directory_made_immutable_mid_run_stops_with_one_line(tmp_path, 
     assert_complete(d / "tunelab.db", 3, 2)
 
 
+_READ_AFTER_IMMUTABLE = """
+import os, subprocess, sys
+from pathlib import Path
+from tunelab.errors import StoreError
+from tunelab.store.connect import open_store
+d = Path(sys.argv[1])
+store = open_store(d, create=True)
+store.set_meta({"a": "1"})
+subprocess.run(["chattr", "+i", str(d / "tunelab.db-shm")], check=True)
+fd = os.open(d / "tunelab.db-shm", os.O_RDONLY)
+os.fsync(fd)  # written back: the next write to its mapping faults (as the kernel's writeback)
+os.close(fd)
+try:
+    store.get_meta("a")
+except StoreError as exc:
+    print(exc)
+"""
+
+
+def test_a_read_of_a_store_whose_index_became_immutable_is_one_line_not_sigbus(tmp_path):
+    """SQLite writes to the memory-mapped ``-shm`` on reads too; once that file is immutable
+    and its pages written back, the write is a SIGBUS (the rare signal 7 of the test above,
+    under load, in CI). Every statement of a writing store checks its files first."""
+    d = tmp_path / "d"
+    d.mkdir()
+    if not root_can("chattr", "-i", str(d)):
+        pytest.skip("needs root and a file system with chattr")
+    try:
+        res = subprocess.run([PY, "-c", _READ_AFTER_IMMUTABLE, str(d)], capture_output=True,
+                             text=True, timeout=60)
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(d)], check=True)
+    assert res.returncode == 0, (res.returncode, res.stderr)
+    assert res.stdout.startswith(f"cannot write {d}/tunelab.db-shm: it became read-only"), \
+        res.stdout
+
+
 def test_a_full_disk_mid_run_stops_with_one_line_and_resumes(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()

@@ -23,7 +23,7 @@ import sqlite3
 from pathlib import Path
 
 from tunelab.errors import StoreError
-from tunelab.store.database import Store
+from tunelab.store.database import GuardedConnection, Store
 from tunelab.store.recover import (
     HotJournal,
     cannot_write,
@@ -62,7 +62,7 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
         raise StoreError(f"cannot create {study_dir}: {exc.strerror or exc}") from None
     _refuse_truncated(path)
     try:
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, factory=GuardedConnection)
         if path.stat().st_size:
             _check_intact(conn, path)
             _check_tunelab(conn, path, writing=True)

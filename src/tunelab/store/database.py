@@ -15,7 +15,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ from tunelab.store.schema import (
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["RunRecord", "Store", "StoredJob"]
+__all__ = ["GuardedConnection", "RunRecord", "Store", "StoredJob"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,31 @@ class StoredJob:
     runs: list[dict[str, Any]]
 
 
+class GuardedConnection(sqlite3.Connection):
+    """The connection of a store open for writing: every statement first calls
+    :attr:`guard` (the store's check of its files, :meth:`Store._check_files`). SQLite writes
+    to its memory-mapped ``-shm`` on reads too (a reader's mark), and a write to the mapping
+    of a file made immutable meanwhile kills the process with SIGBUS instead of returning an
+    error."""
+
+    guard: Callable[[], None] | None = None
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        if self.guard is not None:
+            self.guard()
+        return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        if self.guard is not None:
+            self.guard()
+        return super().executemany(sql, parameters)
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:  # pandas reads through a cursor
+        if self.guard is not None:
+            self.guard()
+        return super().cursor(*args, **kwargs)
+
+
 class Store:
     """Access to one study's database. Create with :func:`open_store`."""
 
@@ -77,20 +102,24 @@ class Store:
         self._conn = conn
         self.path = path
         self._abandoned = False
+        if isinstance(conn, GuardedConnection):
+            conn.guard = self._check_files
 
-    @contextmanager
-    def _writing(self) -> Iterator[sqlite3.Connection]:
-        """One transaction; a failed write rolls back and becomes a StoreError.
-
-        The database's files are checked first: SQLite maps ``-shm`` into memory, and a
-        write to a mapping of a file made immutable meanwhile kills the process with SIGBUS
-        instead of returning an error."""
+    def _check_files(self) -> None:
+        """Stop before SQLite touches a database file that became read-only or immutable
+        (see :class:`GuardedConnection`): one StoreError, and the connection abandoned."""
         for path in (self.path.parent, *(Path(f"{self.path}{s}") for s in ("", "-wal", "-shm"))):
             if path.exists() and not os.access(path, os.W_OK):
                 self._abandon()
                 raise StoreError(f"cannot write {path}: it became read-only or immutable; the "
                                  "finished runs are stored, fix this and run the same command "
                                  "again to resume")
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; a failed write rolls back and becomes a StoreError. The
+        database's files are checked first (:meth:`_check_files`)."""
+        self._check_files()
         try:
             with self._conn:
                 yield self._conn
