@@ -69,6 +69,10 @@ def test_remeasured_keeps_the_higher_rate(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(B, "measure_bound", lambda *a, **k: Bound("fp32", 5e9, 1e9, 1))
     assert low.remeasured().flops_per_s == 5e9
     assert Bound("fp32", 9e9, 1e9, 1).remeasured().flops_per_s == 9e9
+    # two workers: the rate measured now is summed before it is compared (5 + 5 > 9)
+    summed = Bound("fp32", 9e9, 1e9, 1, workers=2).remeasured(
+        together=lambda now: Bound("fp32", 2 * now.flops_per_s, 1e9, 1, workers=2))
+    assert summed.flops_per_s == 10e9 and summed.workers == 2
 
 
 def test_data_parallel_workers_sum_their_rates(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -277,7 +277,7 @@ def _objective_problem(fom: str, workload: Workload) -> str | None:
 def _launcher_constants(spec: StudySpec, launcher: LauncherConfig) -> dict[str, Any]:
     """``cores_per_node`` and, on a cluster, ``cores``: the cores a run may use (the nodes'
     size times the most nodes a run asks for)."""
-    per_node = launcher.cores_per_node or (os.cpu_count() or 1 if launcher.batch
+    per_node = launcher.cores_per_node or ((os.cpu_count() or 1) if launcher.batch
                                            else local_cores())
     if not launcher.batch:
         return {"cores_per_node": per_node}

@@ -14,6 +14,7 @@ by ``benchmarks/leopard_gpu.py``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,12 +46,16 @@ class Bound:
         """``0.43 of bound``: what follows a windows/s figure."""
         return f"{self.fraction(windows_per_s):.2f} of bound"
 
-    def remeasured(self, repeats: int = REPEATS) -> Bound:
-        """The higher of this rate and one measured now (one worker's: sum the workers'
-        first, see ``tunelab.leopard.train``): on a shared machine the rate moves with the
-        load, and a bound under what the run reached is no bound."""
+    def remeasured(self, repeats: int = REPEATS,
+                   together: Callable[[Bound], Bound] | None = None) -> Bound:
+        """The higher of this rate and one measured now: on a shared machine the rate moves
+        with the load, and a bound under what the run reached is no bound. ``together``
+        turns the rate measured now into the bound this one is (the DDP workers' rates
+        summed, see ``tunelab.leopard.train``)."""
         now = measure_bound(self.precision, self.flops_per_window, self.threads,
                             repeats=repeats)
+        if together is not None:
+            now = together(now)
         return self if self.flops_per_s >= now.flops_per_s else now
 
     def describe(self) -> str:

@@ -295,10 +295,7 @@ def train(cfg: TrainConfig) -> dict[str, float]:
         if not cuda:  # the threads the steps ran with (not the machine's core count)
             foms["cpu_threads"] = float(torch.get_num_threads())
         if bound is not None:
-            again = _all_workers(measure_bound(bound.precision, bound.flops_per_window,
-                                               bound.threads), ctx)
-            if again.flops_per_s > bound.flops_per_s:  # (the load fell since the start)
-                bound = again
+            bound = bound.remeasured(together=lambda now: _all_workers(now, ctx))
             foms["gemm_flops_per_s"] = bound.flops_per_s
             foms["bound_fraction"] = bound.fraction(overall)
             gflops = overall * bound.flops_per_window / 1e9
