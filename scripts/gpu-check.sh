@@ -102,8 +102,8 @@ else
   budget=$(budget_for 75)
   run_step ddp_gpu.txt "benchmarks/ddp_gpu.py --budget $budget" \
     "$PY" benchmarks/ddp_gpu.py --budget "$budget" --dir /tmp/ddp-gpu "${SIZE[@]}"
-  run_step cuda_tests.txt "pytest -m cuda tests/bench" \
-    "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/bench
+  run_step cuda_tests.txt "pytest -m cuda tests/bench tests/execute/test_gpuwatch.py" \
+    "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/bench tests/execute/test_gpuwatch.py
   SUITE_FILES=(tests/bench/test_ddp_*.py)
 fi
 

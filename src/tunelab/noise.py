@@ -42,7 +42,8 @@ more than :data:`IO_OTHERS_SHARE` of the bytes on the disks, and at least
 waited for I/O 74% of the time").
 
 Everything is read from Linux's ``/proc`` and ``/sys``; where they are missing each figure is
-None and no run is flagged.
+None and no run is flagged. Another process on a run's GPU is the GPU side of the same
+judgement (:mod:`tunelab.execute.gpuwatch`, added by the run's watch).
 """
 
 from __future__ import annotations

@@ -360,6 +360,7 @@ def _watch(study: Study, launcher: Launcher, wait_quiet: bool) -> RunWatch | Non
     if not isinstance(launcher, LocalLauncher):
         return None
     if launcher.watch is None:
+        from tunelab.execute.gpuwatch import GpuWatch
         from tunelab.noise import NoiseWatch
 
         pruner = None
@@ -369,7 +370,8 @@ def _watch(study: Study, launcher: Launcher, wait_quiet: bool) -> RunWatch | Non
             pruner = RunPruner(study.objective.direction)
         noise = NoiseWatch() if study.workload.measures_machine else None
         launcher.watch = RunWatch(study.objective.fom, noise=noise, pruner=pruner,
-                                  wait_quiet=wait_quiet)
+                                  wait_quiet=wait_quiet,
+                                  gpus=GpuWatch.here() if noise is not None else None)
     return launcher.watch
 
 

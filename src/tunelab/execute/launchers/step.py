@@ -153,11 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID") or ""
     signal.signal(signal.SIGTERM, _terminate)
     from tunelab.cluster.allocation import allocation_hosts
+    from tunelab.execute.gpuwatch import GpuWatch
     from tunelab.execute.launchers.watch import RunWatch
     from tunelab.noise import NoiseWatch
 
     hosts = allocation_hosts()
-    watch = RunWatch("", noise=NoiseWatch())  # what others took of this node's cores per run
+    # what others took of this node's cores (and GPUs) per run
+    watch = RunWatch("", noise=NoiseWatch(), gpus=GpuWatch.here())
     began = False
     try:
         for data in spec["runs"]:
