@@ -171,3 +171,23 @@ def test_cuda_a_run_beside_another_process_on_its_gpu_is_flagged(tmp_path):
         evidence = str(store.runs_frame()["noise.evidence"].iloc[0])
     print(evidence)
     assert f"another process computed on its GPU: pid {neighbour.pid} (python" in evidence
+
+
+def test_a_batch_jobs_task_is_its_own_by_the_jobs_id_in_its_environment():
+    """Under ``srun`` a run's tasks are children of ``slurmstepd``, not of the step: the
+    job's id in their environment makes them the run's, not neighbours of it."""
+    stranger = subprocess.Popen(["sleep", "60"])  # a root the tasks do not descend from
+    task = subprocess.Popen(["sleep", "60"], env={**os.environ, "SLURM_JOB_ID": "4242"})
+    other = subprocess.Popen(["sleep", "60"], env={**os.environ, "SLURM_JOB_ID": "4243"})
+    try:
+        def watch(own_env):
+            return GpuWatch(lambda: [GpuProcess(A, task.pid, "python"),
+                                     GpuProcess(A, other.pid, "python")],
+                            root=stranger.pid, own_env=own_env, every_s=3600, names=NAMES)
+        assert watch(b"\0SLURM_JOB_ID=4242\0").start().stop() == (
+            f"another process computed on its GPU: pid {other.pid} (python) on GPU 0")
+        assert watch(None).start().stop() is None  # no process of the run seen: no judgement
+    finally:
+        for proc in (stranger, task, other):
+            proc.kill()
+            proc.wait()

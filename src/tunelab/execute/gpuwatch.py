@@ -4,11 +4,12 @@ The noise watch (:mod:`tunelab.noise`) sees what others take of a run's CPU core
 shared with another user's training slows a run as surely and shows nowhere on the CPU. Here
 ``nvidia-smi --query-compute-apps`` (the processes holding a compute context, per GPU) is
 read when the run starts, while it runs (after 0.25 s, then at pauses doubling up to
-:data:`SAMPLE_S` seconds), and when it ends.
-A process is the run's own when it descends from tunelab (every process of a run does:
-tunelab is their child subreaper); another when it is alive in this machine's ``/proc`` and
-does not. A run is disturbed when another process held a compute context on a GPU the
-run's own processes used.
+:data:`SAMPLE_S` seconds), and when it ends. A process is the run's own when it descends from
+tunelab (every process of a run does: tunelab is their child subreaper) or, in a batch job's
+step, carries the job's id in its environment (``srun`` starts tasks under ``slurmstepd``);
+another's when it is alive in this machine's ``/proc`` and is neither (a process of another
+user hides its environment). A run is disturbed when another process held a compute context
+on a GPU the run's own processes used.
 
 What it cannot see: a process in another PID namespace (a container shows the host's pids,
 or none): such pids are not in ``/proc`` and never count, so where even the run's own
@@ -26,7 +27,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tunelab.execute.procs import stat
+from tunelab.execute.procs import environ_has, stat
 
 __all__ = ["SAMPLE_S", "GpuProcess", "GpuRun", "GpuWatch", "compute_apps", "gpu_indexes"]
 
@@ -80,22 +81,22 @@ def gpu_indexes() -> dict[str, str]:
     return {row[0]: row[1] for row in rows if len(row) == 2}
 
 
-def _descends_from(pid: int, root: int) -> bool | None:
-    """Whether ``pid`` is ``root`` or one of its descendants; None when ``pid`` is not alive
-    in this machine's ``/proc`` (gone, or of another PID namespace)."""
+def _is_own(pid: int, root: int, own_env: bytes | None) -> bool | None:
+    """Whether ``pid`` is the run's: ``root`` or one of its descendants, or a process whose
+    environment holds ``own_env`` (the job's id: ``srun`` starts a job's tasks under
+    ``slurmstepd``, not under the step). None when ``pid`` is not alive in this machine's
+    ``/proc`` (gone, or of another PID namespace)."""
     proc = stat(pid)
     if proc is None:
         return None
     for _ in range(4096):  # a ppid chain is shorter; a loop in a crafted /proc ends here
         if proc.pid == root:
             return True
-        if proc.ppid <= 1:
-            return False
-        parent = stat(proc.ppid)
+        parent = stat(proc.ppid) if proc.ppid > 1 else None
         if parent is None:
-            return False
+            break
         proc = parent
-    return False
+    return own_env is not None and environ_has(pid, own_env)
 
 
 class GpuRun:
@@ -103,8 +104,8 @@ class GpuRun:
     :meth:`GpuWatch.start`, ended by :meth:`stop`."""
 
     def __init__(self, read: Callable[[], list[GpuProcess] | None], root: int,
-                 every_s: float, names: dict[str, str]) -> None:
-        self._read, self._root, self._names = read, root, names
+                 own_env: bytes | None, every_s: float, names: dict[str, str]) -> None:
+        self._read, self._root, self._own_env, self._names = read, root, own_env, names
         self._own_gpus: set[str] = set()
         self._others: dict[tuple[str, int], str] = {}
         self._readable = False
@@ -125,7 +126,7 @@ class GpuRun:
         apps = self._read()
         if apps is None:
             return
-        seen = [(app, _descends_from(app.pid, self._root)) for app in apps]
+        seen = [(app, _is_own(app.pid, self._root, self._own_env)) for app in apps]
         with self._lock:
             self._readable = True
             for app, own in seen:
@@ -156,20 +157,22 @@ class GpuRun:
 
 class GpuWatch:
     """Starts a :class:`GpuRun` per run. :meth:`here` gives None where ``nvidia-smi`` is
-    not installed; ``read`` and ``root`` are injectable for tests."""
+    not installed. The run's processes descend from ``root`` (default: this process) or
+    hold ``own_env`` in their environment (``b"\\0SLURM_JOB_ID=42\\0"``: a batch job's
+    step, whose ``srun`` tasks are no children of it); ``read`` is injectable for tests."""
 
     def __init__(self, read: Callable[[], list[GpuProcess] | None] = compute_apps, *,
-                 root: int | None = None, every_s: float = SAMPLE_S,
-                 names: dict[str, str] | None = None) -> None:
-        self._read, self._every_s = read, every_s
+                 root: int | None = None, own_env: bytes | None = None,
+                 every_s: float = SAMPLE_S, names: dict[str, str] | None = None) -> None:
+        self._read, self._every_s, self._own_env = read, every_s, own_env
         self._root = os.getpid() if root is None else root
         self._names = gpu_indexes() if names is None else names
 
     @classmethod
-    def here(cls) -> GpuWatch | None:
+    def here(cls, own_env: bytes | None = None) -> GpuWatch | None:
         """A watch of this machine's GPUs, or None without ``nvidia-smi``."""
-        return cls() if shutil.which("nvidia-smi") else None
+        return cls(own_env=own_env) if shutil.which("nvidia-smi") else None
 
     def start(self) -> GpuRun:
         """Start reading the GPUs' processes for a run starting now."""
-        return GpuRun(self._read, self._root, self._every_s, self._names)
+        return GpuRun(self._read, self._root, self._own_env, self._every_s, self._names)

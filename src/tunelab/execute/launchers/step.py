@@ -158,8 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     from tunelab.noise import NoiseWatch
 
     hosts = allocation_hosts()
-    # what others took of this node's cores (and GPUs) per run
-    watch = RunWatch("", noise=NoiseWatch(), gpus=GpuWatch.here())
+    # what others took of this node's cores (and GPUs) per run; the job's srun tasks carry
+    # its id, not the step's parentage
+    job_env = next((f"\0{name}={os.environ[name]}\0".encode()
+                    for name in ("SLURM_JOB_ID", "PBS_JOBID") if os.environ.get(name)), None)
+    watch = RunWatch("", noise=NoiseWatch(), gpus=GpuWatch.here(job_env))
     began = False
     try:
         for data in spec["runs"]:
