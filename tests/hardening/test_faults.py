@@ -9,12 +9,15 @@ and no process of the study is left running.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
 import random
 import signal
 import sqlite3
 import subprocess
 import sys
+import termios
 import time
 import uuid
 from pathlib import Path
@@ -188,6 +191,31 @@ def test_a_hang_up_ends_the_run_like_ctrl_c(tmp_path):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err, err
+    assert wait_no_survivors(tag) == []
+
+
+def _take_the_terminal() -> None:
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def test_a_closed_terminal_ends_the_run_exit_130(tmp_path):
+    """tunelab on a terminal (its session's controlling tty, a progress bar on it) that goes
+    away, as when an SSH session drops: the kernel's SIGHUP ends the run in flight, and the
+    bar and the message, which can no longer be written, do not turn the exit into a
+    traceback's 1."""
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=1, repeats=1, sleep="60", leave="both"))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([PY, "-m", "tunelab", "run", str(study), "--dir", str(tmp_path / "d")],
+                            stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path,
+                            start_new_session=True, preexec_fn=_take_the_terminal)
+    os.close(slave)
+    try:
+        wait_until(lambda: len(survivors(tag)) >= 3, what="the run and its leftovers")
+    finally:
+        os.close(master)
+    assert proc.wait(timeout=30) == 130
     assert wait_no_survivors(tag) == []
 
 

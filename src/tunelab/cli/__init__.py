@@ -84,7 +84,8 @@ def _exit_interrupted(text: str) -> None:
     """Say why, and exit 130 at once: an interrupt that passed through code run by
     ``PyRun_String`` makes Python end a normal exit by killing itself with SIGINT."""
     ignore_further_signals()
-    message(text)
+    with contextlib.suppress(OSError, ValueError):  # (a hang-up took the terminal away)
+        message(text)
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
     os._exit(130)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from types import TracebackType
@@ -131,10 +132,12 @@ class LiveProgress:
                                   description=(event.point.label() or "(default)")[:30])
 
     def stop(self) -> None:
-        """Take the bar down (idempotent)."""
+        """Take the bar down (idempotent; a terminal that has gone away, as on a hang-up,
+        leaves nothing to take down)."""
         if self._started:
-            self._progress.stop()
             self._started = False
+            with contextlib.suppress(OSError):
+                self._progress.stop()
 
 
 def study_progress(*, quiet: bool = False,
