@@ -3,13 +3,13 @@
 The noise watch (:mod:`tunelab.noise`) sees what others take of a run's CPU cores; a GPU
 shared with another user's training slows a run as surely and shows nowhere on the CPU. Here
 ``nvidia-smi --query-compute-apps`` (the processes holding a compute context, per GPU) is
-read when the run starts, while it runs (after 0.25 s, then at pauses doubling up to
-:data:`SAMPLE_S` seconds), and when it ends. A process is the run's own when it descends from
-tunelab (every process of a run does: tunelab is their child subreaper) or, in a batch job's
-step, carries the job's id in its environment (``srun`` starts tasks under ``slurmstepd``);
-another's when it is alive in this machine's ``/proc`` and is neither (a process of another
-user hides its environment). A run is disturbed when another process held a compute context
-on a GPU the run's own processes used.
+read as the run starts, while it runs (after 0.25 s, then at pauses doubling up to
+:data:`SAMPLE_S` seconds), and when it ends (a run that used a GPU). A process is the run's
+own when it descends from tunelab (every process of a run does: tunelab is their child
+subreaper) or, in a batch job's step, carries the job's id in its environment (``srun``
+starts tasks under ``slurmstepd``); another's when it is alive in this machine's ``/proc`` and
+is neither (a process of another user hides its environment). A run is disturbed when
+another process held a compute context on a GPU the run's own processes used.
 
 What it cannot see: a process in another PID namespace (a container shows the host's pids,
 or none): such pids are not in ``/proc`` and never count, so where even the run's own
@@ -111,12 +111,12 @@ class GpuRun:
         self._readable = False
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self._sample()
         self._thread = threading.Thread(target=self._loop, args=(every_s,), daemon=True,
                                         name="tunelab-gpu-watch")
         self._thread.start()
 
     def _loop(self, every_s: float) -> None:
+        self._sample()  # here, not before the run starts: nvidia-smi takes up to a second
         pause = min(_FIRST_S, every_s)  # a short run is read early, a long one every_s
         while not self._stopped.wait(pause):
             self._sample()
@@ -141,8 +141,8 @@ class GpuRun:
         nothing could be read."""
         self._stopped.set()
         self._thread.join(timeout=1.0)
-        if not self._thread.is_alive():  # (a reading that hangs holds no run up)
-            self._sample()
+        if self._own_gpus and not self._thread.is_alive():  # (a hung reading holds no run up;
+            self._sample()  # a run that used no GPU waits for no reading)
         with self._lock:
             others = sorted((self._names.get(gpu, gpu), pid, name)
                             for (gpu, pid), name in self._others.items()
