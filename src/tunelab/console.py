@@ -9,9 +9,10 @@ importing the report package.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import IO, Any
 
-__all__ = ["PLAIN_HELP", "TaskProgress", "is_terminal", "message"]
+__all__ = ["PLAIN_HELP", "TaskProgress", "is_terminal", "message", "usage_error_line"]
 
 PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None,
                               "context_settings": {"help_option_names": ["-h", "--help"]}}
@@ -31,6 +32,48 @@ def message(text: str, *, stream: IO[str] | None = None) -> None:
     stream = stream or sys.stderr
     stream.write(text.rstrip("\n") + "\n")
     stream.flush()
+
+
+def usage_error_line(exc: BaseException, args: Sequence[str] | None = None) -> str | None:
+    """One line for a command-line usage error of typer (click): the option, the value given
+    (read from ``args``, default ``sys.argv[1:]``, where the error does not carry it) and what
+    the option takes, instead of the four-line usage box; None when ``exc`` is not one.
+
+    The one place every tunelab command line (``tunelab``, ``python -m tunelab.bench.merge``)
+    turns its parser's refusals into text."""
+    format_message = getattr(exc, "format_message", None)
+    if format_message is None:
+        return None
+    param = getattr(exc, "param", None)
+    opts = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+    if not opts or not str(getattr(exc, "message", "")):
+        return " ".join(str(format_message()).split()) + " (see --help)"
+    found, value = _given_value(exc, opts, sys.argv[1:] if args is None else args)
+    why = " ".join(str(getattr(exc, "message", "")).split())
+    for prefix in ("Value error, ", "Input "):
+        why = why.removeprefix(prefix)
+    shown = f" {value!r}" if found else ""
+    return f"invalid value{shown} for {'/'.join(opts)}: {why} (see --help)"
+
+
+def _given_value(exc: BaseException, opts: Sequence[str],
+                 args: Sequence[str]) -> tuple[bool, Any]:
+    """The value the user gave the option at fault: what the parser's validation saw (its
+    cause, a pydantic error), else the word after the option (or after its ``=``) in ``args``."""
+    errors = getattr(exc.__cause__, "errors", None)
+    if callable(errors):
+        try:
+            return True, errors()[0]["input"]
+        except (LookupError, TypeError):
+            pass
+    found: tuple[bool, Any] = (False, None)
+    for i, arg in enumerate(args):
+        for opt in opts:
+            if arg == opt and i + 1 < len(args):
+                found = (True, args[i + 1])
+            elif opt.startswith("--") and arg.startswith(opt + "="):
+                found = (True, arg[len(opt) + 1:])
+    return found
 
 
 class TaskProgress:

@@ -288,6 +288,21 @@ def test_wrong_result_under_mpi_is_an_error() -> None:
     (["-t", "smoke-signals"], "--transport: unknown value 'smoke-signals'"),
     (["--backend", "polars"], "--backend: unknown value 'polars'"),
     (["-t", "mpi", "--mpirun", "/nonexistent/mpirun"], "is not installed or not on PATH"),
+    # the parser's own refusals: click's four-line usage box before
+    (["-c", "abc"], "invalid value 'abc' for --chunk-size/-c: should be a valid integer"),
+    (["--chunk-size=1e3"], "invalid value '1e3' for --chunk-size/-c"),
+    (["-n", "2.5"], "invalid value '2.5' for --workers/-n: should be a valid integer"),
+    (["--frac-match", "half"], "invalid value 'half' for --frac-match: should be a valid number"),
+    (["--transport"], "Option '--transport' requires an argument"),
+    (["--bogus"], "No such option: --bogus"),
+    # values the parser took: a run that timed out at once (nan), never (inf), a traceback
+    # of numpy (a negative seed), a worker's traceback and exit 4 (--rank)
+    (["--timeout", "nan"], "--timeout must be a positive finite number of seconds, got nan"),
+    (["--timeout", "inf"], "--timeout must be a positive finite number of seconds, got inf"),
+    (["--seed", "-1"], "--seed must be 0 or more, got -1"),
+    (["--rank", "1"], "a worker started by hand needs --rank and --address-dir"),
+    (["--rank", "5", "--address-dir", "/nonexistent"], "--rank 5 is not a worker of --workers 2"),
+    (["-t", "dask", "--rank", "0"], "only tcp and ucxx workers are started by hand"),
 ])
 def test_bad_input_is_one_line(args: list[str], needle: str) -> None:
     proc = run_bench(*args)

@@ -20,6 +20,7 @@ import typer
 from tunelab.cli import bounds, catalog, results, study
 from tunelab.cli.common import Interrupted, app, ignore_further_signals
 from tunelab.cli.pipes import ReaderLeft, guard_stdout, silence_stdout
+from tunelab.console import usage_error_line
 from tunelab.errors import TunelabError, interrupted
 from tunelab.report.output import message
 
@@ -65,10 +66,10 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         _exit_interrupted("tunelab: interrupted")
     except typer.exceptions.TyperException as exc:  # usage errors (unknown option, …)
-        show = getattr(exc, "show", None)
-        if show is None:
+        line = usage_error_line(exc)
+        if line is None:
             raise
-        show()
+        message(f"tunelab: error: {line}")
         sys.exit(int(getattr(exc, "exit_code", 2)))
     except RuntimeError as exc:
         if not interrupted(exc):

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from tunelab.console import PLAIN_HELP
+from tunelab.console import PLAIN_HELP, usage_error_line
 from tunelab.errors import TunelabError
 
 __all__ = ["main_merge", "merge"]
@@ -84,8 +84,11 @@ def merge(
 
             if rank is not None and worker_config is None:  # one worker started by hand
                 from tunelab.bench.merge.config import check_memory
+                from tunelab.bench.merge.worker import check_rank
                 from tunelab.sysinfo import mem_available
 
+                if not under_mpirun:
+                    check_rank(cfg, rank, address_dir)
                 check_memory(cfg, 1, mem_available())
 
             code = worker_main(cfg, rank, status_dir, address_dir)
@@ -103,4 +106,12 @@ def main_merge() -> None:
     """Entry point of ``python -m tunelab.bench.merge``."""
     single = typer.Typer(add_completion=False, **PLAIN_HELP)
     single.command()(merge)
-    single()
+    try:
+        rc = single(standalone_mode=False)  # returns a typer.Exit's code instead of raising it
+    except typer.exceptions.TyperException as exc:  # usage errors: one line, as tunelab's
+        line = usage_error_line(exc)
+        if line is None:
+            raise
+        print(f"merge: error: {line}", file=sys.stderr)
+        sys.exit(int(getattr(exc, "exit_code", 2)))
+    sys.exit(rc if isinstance(rc, int) else 0)

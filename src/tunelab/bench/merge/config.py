@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -135,8 +136,11 @@ class MergeConfig:
             raise WorkloadError(f"--warmup must be 0 or more, got {self.warmup}")
         if not 0.0 <= self.frac_match <= 1.0:
             raise WorkloadError(f"--frac-match must lie in [0, 1], got {self.frac_match}")
-        if self.timeout <= 0:
-            raise WorkloadError(f"--timeout must be positive seconds, got {self.timeout}")
+        if self.seed < 0:
+            raise WorkloadError(f"--seed must be 0 or more, got {self.seed}")
+        if not 0 < self.timeout < math.inf:  # NaN fails it too
+            raise WorkloadError(f"--timeout must be a positive finite number of seconds, "
+                                f"got {self.timeout}")
         _choice("--transport", self.transport, TRANSPORTS)
         _choice("--backend", self.backend, BACKENDS)
         _choice("--mpi-pml", self.mpi_pml, MPI_PMLS)

@@ -29,22 +29,33 @@ def make_comm(cfg: MergeConfig, rank: int | None, status_dir: str | None,
         from tunelab.bench.merge.mpi import MpiComm
 
         return MpiComm(cfg.timeout, status_dir=status_dir, fault=cfg.fault)
-    if rank is None or address_dir is None:
-        raise WorkloadError(f"--transport {cfg.transport}: a worker started by hand needs "
-                            "--rank and --address-dir (a directory all workers can read)")
-    if not 0 <= rank < cfg.workers:
-        raise WorkloadError(f"--rank {rank} is not a worker of --workers {cfg.workers}")
+    rank, address_dir = check_rank(cfg, rank, address_dir)
     if cfg.transport == "tcp":
         from tunelab.bench.merge.tcp import TcpComm
 
         return TcpComm(rank, cfg.workers, cfg.timeout, address_dir, cfg.host,
                        status_dir=status_dir, fault=cfg.fault)
-    if cfg.transport == "ucxx":
-        from tunelab.bench.merge.ucxx import UcxxComm
+    from tunelab.bench.merge.ucxx import UcxxComm
 
-        return UcxxComm(rank, cfg.workers, cfg.timeout, address_dir, cfg.host,
-                        status_dir=status_dir, fault=cfg.fault)
-    raise WorkloadError(f"--transport {cfg.transport} has no worker processes")
+    return UcxxComm(rank, cfg.workers, cfg.timeout, address_dir, cfg.host,
+                    status_dir=status_dir, fault=cfg.fault)
+
+
+def check_rank(cfg: MergeConfig, rank: int | None,
+               address_dir: str | None) -> tuple[int, str]:
+    """The rank and address directory of a tcp/ucxx worker, or :class:`WorkloadError`
+    naming what is missing or wrong: such a worker needs ``--rank`` (0 to workers - 1) and
+    ``--address-dir``; mpi ranks are started by mpirun, and Dask has no worker processes."""
+    if cfg.transport not in ("tcp", "ucxx"):
+        raise WorkloadError(f"--rank: only tcp and ucxx workers are started by hand, not "
+                            f"--transport {cfg.transport}")
+    if rank is None or address_dir is None:
+        raise WorkloadError(f"--transport {cfg.transport}: a worker started by hand needs "
+                            "--rank and --address-dir (a directory all workers can read)")
+    if not 0 <= rank < cfg.workers:
+        raise WorkloadError(f"--rank {rank} is not a worker of --workers {cfg.workers} "
+                            f"(0 to {cfg.workers - 1})")
+    return rank, address_dir
 
 
 def verification_text(cfg: MergeConfig, rows: int) -> str:
