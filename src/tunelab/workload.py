@@ -36,6 +36,7 @@ the entry points like any plugin.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -43,9 +44,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from tunelab.cluster.mpi import Placement
 from tunelab.errors import ParseError, WorkloadError
@@ -279,6 +280,10 @@ class Workload(ABC):
     """False for a workload whose figures were measured elsewhere (``replay`` answers with
     recorded runs): the noise watch then neither flags its runs nor waits for quiet cores,
     since this machine's load changes nothing its runs report."""
+    options_from_parameters: ClassVar[bool] = False
+    """True for a workload whose parameters named like one of its options override that
+    option for the point (:meth:`point_options`): each value of such a parameter is then
+    checked against the option when the study is loaded (:meth:`check_parameter`)."""
     dry_run: bool = False
     """Set by the engine when the study is only looked at (``space``, ``run --dry-run``):
     the workload must then start no program (no probe, no preparation), only describe."""
@@ -368,6 +373,23 @@ class Workload(ABC):
         known before the study runs (also by ``tunelab space`` and ``--dry-run``), so all
         three refuse such a point alike; it must start nothing and write nothing."""
 
+    def check_parameter(self, name: str, value: Any) -> None:
+        """Raise :class:`~tunelab.errors.WorkloadError` (why, one line) when ``value`` of the
+        parameter ``name`` can never make this workload's command, whatever the other
+        parameters are: bad input, refused when the study is loaded (also by ``tunelab
+        space`` and ``--dry-run``) at that parameter, never a point a rule quietly excludes.
+        By default, with :attr:`options_from_parameters`: a value the option ``name`` refuses
+        (its type, taken strictly — ``1000.0`` is no integer — and its bounds)."""
+        if not self.options_from_parameters or name == "python":
+            return
+        adapter = _option_adapter(type(self.options), name)
+        if adapter is None:
+            return
+        try:
+            adapter.validate_python(value)
+        except ValidationError as exc:
+            raise WorkloadError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
     def check(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Raise :class:`~tunelab.errors.WorkloadError` if the workload cannot run here
         (missing executable, missing input file). Called once before a study starts."""
@@ -419,6 +441,16 @@ class Workload(ABC):
 
 _log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "tunelab.workloads"
+
+
+@functools.cache
+def _option_adapter(options: type[WorkloadOptions], name: str) -> TypeAdapter[Any] | None:
+    """A strict validator of the option ``name`` of ``options`` alone, or None."""
+    info = options.model_fields.get(name)
+    if info is None:
+        return None
+    kind: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    return TypeAdapter(kind, config=ConfigDict(strict=True))
 
 
 def available_workloads() -> dict[str, type[Workload] | str]:

@@ -41,7 +41,10 @@ def test_registered_with_throughput_objective() -> None:
     assert cls is MergeWorkload
     w = workload()
     assert (w.objective.fom, w.objective.direction) == ("throughput", "maximize")
-    assert ("workers >= 2", "an all-to-all exchange needs at least two workers") in w.rules()
+    with pytest.raises(WorkloadError, match="greater than or equal to 2"):  # no rule: refused
+        w.check_parameter("workers", 1)
+    w.check_parameter("workers", 3)
+    w.check_parameter("unrelated", -1)  # no option of the merge workload: not its to judge
     with pytest.raises(ValueError):
         MergeOptions(bogus=1)  # type: ignore[call-arg]
 

@@ -420,3 +420,31 @@ def test_a_merge_run_that_cannot_fit_in_memory_is_refused_before_it_starts(cli, 
     assert len(lines) == 1 and lines[0].startswith("merge: error: "), lines
     assert fragment in lines[0] and "GiB is available" in lines[0]
     assert answer["maxrss_mb"] < 400, answer["maxrss_mb"]
+
+
+def merge_study(params: str) -> str:
+    """A study of the ``merge`` workload (tcp, so that no mpirun is probed) with ``params``."""
+    return ("name: m\nworkload:\n  name: merge\n  options: {transport: tcp, iterations: 1}\n"
+            f"parameters:\n  {params}\n")
+
+
+@pytest.mark.parametrize(("params", "fragment"), [
+    # -5 was dropped as if the workload's rule 'chunk_size > 0' excluded it; 0 workers alike
+    ("chunk_size: [1000, -5]", "parameter 'chunk_size': value -5: Input should be greater than 0"),
+    ("workers: [2, 0]", "parameter 'workers': value 0: Input should be greater than or equal to 2"),
+    # each of these ran, and every one of its runs failed
+    ("chunk_size: [1000, 2000.0]", "parameter 'chunk_size': value 2000.0: Input should be a "
+                                   "valid integer"),
+    ("iterations: [1, 0]", "parameter 'iterations': value 0: Input should be greater than or"),
+    ("warmup: [-1]", "parameter 'warmup': value -1: Input should be greater than or equal to 0"),
+    ("frac_match: [1.5]", "parameter 'frac_match': value 1.5: Input should be less than or"),
+    ("seed: [-3]", "parameter 'seed': value -3: Input should be greater than or equal to 0"),
+    ("timeout: [0]", "parameter 'timeout': value 0: Input should be greater than 0"),
+    ("transport: [tcp, smoke]", "parameter 'transport': value 'smoke': Input should be 'mpi', "),
+])
+@pytest.mark.parametrize("command", EVERY_LOAD)
+def test_a_merge_parameter_value_the_benchmark_never_takes_is_refused_at_load(cli, command,
+                                                                              params, fragment):
+    answer = cli.run({"s.yaml": merge_study(params)}, [*command, "s.yaml"])
+    assert_clean(answer, 2, f"s.yaml:6: workload 'merge' {fragment}")
+    assert not (Path(answer["dir"]) / "runs").exists()

@@ -137,6 +137,7 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
     with located(spec, "workload", "options"):
         workload = cls(options, spec.path)
         workload.dry_run = dry_run
+    _check_parameters(spec, workload)
     launcher = launcher_config(spec)
     with located(spec, "workload", "options"):
         if not spec.parameters and spec.env_sets is None:
@@ -246,6 +247,20 @@ def _check_reads(spec: StudySpec, cls: type[Workload], space: Space) -> None:
                 f"{spec.where('parameters', name)}: workload {spec.workload!r} does not use a "
                 f"parameter {name!r}: every value would run the same command; its "
                 f"parameters are {', '.join(sorted(cls.reads))}")
+
+
+def _check_parameters(spec: StudySpec, workload: Workload) -> None:
+    """Refuse a parameter value the workload can never take
+    (:meth:`~tunelab.workload.Workload.check_parameter`), at that parameter: bad input, not
+    a point for a rule to exclude."""
+    for parameter in spec.parameters:
+        for value in parameter.values:
+            try:
+                workload.check_parameter(parameter.name, value)
+            except WorkloadError as exc:
+                raise StudyError(f"{spec.where('parameters', parameter.name)}: workload "
+                                 f"{spec.workload!r} parameter {parameter.name!r}: value "
+                                 f"{value!r}: {exc}") from None
 
 
 def _check_values(spec: StudySpec, workload: Workload, space: Space,

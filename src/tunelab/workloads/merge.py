@@ -51,7 +51,7 @@ class MergeOptions(WorkloadOptions):
     iterations: int = Field(5, ge=1)
     warmup: int = Field(1, ge=0)
     frac_match: float = Field(0.3, ge=0.0, le=1.0)
-    seed: int = 42
+    seed: int = Field(42, ge=0)
     backend: Literal["pandas", "cudf"] = "pandas"
     mpi_pml: Literal["ob1", "ucx"] = "ucx"
     mpirun: str = "mpirun"
@@ -60,7 +60,7 @@ class MergeOptions(WorkloadOptions):
     protocol: Literal["tcp", "ucxx"] = "tcp"
     dask_shuffle: Literal["tasks", "p2p"] = "tasks"
     scheduler_file: str | None = None
-    timeout: float = Field(60.0, gt=0)
+    timeout: float = Field(60.0, gt=0, allow_inf_nan=False)
     verify: Literal["auto", "full", "count"] = "auto"
     python: str | None = Field(
         None, description="Python interpreter that runs the benchmark (default: tunelab's own; "
@@ -92,6 +92,7 @@ class MergeWorkload(Workload):
     description: ClassVar[str] = ("all-to-all dataframe-merge communication benchmark "
                                   "(mpi/ucx, ucxx, tcp, dask)")
     Options: ClassVar[type[WorkloadOptions]] = MergeOptions
+    options_from_parameters: ClassVar[bool] = True
     fom_units: ClassVar[Mapping[str, str]] = {
         **{name: "B/s" for name in ("throughput", "throughput_std", "bandwidth",
                                     "bandwidth_std", "bandwidth_min", "bandwidth_median",
@@ -108,12 +109,6 @@ class MergeWorkload(Workload):
 
     def default_space(self) -> dict[str, Any]:
         return {"transport": ["mpi", "tcp"]}
-
-    def rules(self) -> list[tuple[str, str]]:
-        return [
-            ("workers >= 2", "an all-to-all exchange needs at least two workers"),
-            ("chunk_size > 0", "a chunk needs at least one row"),
-        ]
 
     def tool_versions(self) -> dict[str, list[str]]:
         return {"mpirun": [self._opts.mpirun, "--version"], "ucx_info": ["ucx_info", "-v"]}
