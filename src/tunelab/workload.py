@@ -284,6 +284,10 @@ class Workload(ABC):
     """True for a workload whose parameters named like one of its options override that
     option for the point (:meth:`point_options`): each value of such a parameter is then
     checked against the option when the study is loaded (:meth:`check_parameter`)."""
+    runs_here: bool = True
+    """Set by the engine: False when the study's runs execute on a batch scheduler's nodes
+    (slurm, pbs), where this machine's resources (its available memory) say nothing about
+    them; :meth:`check_values` then leaves such checks to the run."""
     dry_run: bool = False
     """Set by the engine when the study is only looked at (``space``, ``run --dry-run``):
     the workload must then start no program (no probe, no preparation), only describe."""

@@ -161,3 +161,19 @@ def test_memory_need_is_refused_before_anything_is_allocated() -> None:
     with pytest.raises(WorkloadError, match=r"--chunk-size 1000000 with 4 worker\(s\) on this "
                                             r"host needs about 1\.2 GiB .* 1\.0 GiB is available"):
         check_memory(cfg, 4, 1 << 30)
+
+
+def test_a_point_that_cannot_fit_here_is_refused_by_check_values_unless_it_runs_elsewhere(
+) -> None:
+    w = workload(transport="tcp")
+    with pytest.raises(WorkloadError, match=r"chunk_size 1000000000000 with 2 worker\(s\) on "
+                                            r"this host needs about .* \(MemAvailable\)") as err:
+        w.check_values({"chunk_size": 10**12})
+    assert err.value.option == ("chunk_size",)
+    w.check_values({"chunk_size": 1000})
+    with pytest.raises(WorkloadError) as err:
+        w.check_values({"workers": 10**6})
+    assert err.value.option == ("workers",)
+    workload(transport="tcp", hostfile="hosts").check_values({"workers": 10**6})  # 1 here
+    w.runs_here = False  # a batch launcher's node: the benchmark judges there
+    w.check_values({"chunk_size": 10**12})

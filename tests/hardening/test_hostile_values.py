@@ -448,3 +448,20 @@ def test_a_merge_parameter_value_the_benchmark_never_takes_is_refused_at_load(cl
     answer = cli.run({"s.yaml": merge_study(params)}, [*command, "s.yaml"])
     assert_clean(answer, 2, f"s.yaml:6: workload 'merge' {fragment}")
     assert not (Path(answer["dir"]) / "runs").exists()
+
+
+@pytest.mark.parametrize("command", EVERY_LOAD)
+def test_a_merge_size_that_cannot_fit_is_refused_at_load_on_the_local_launcher(cli, command):
+    # before, the study started and each of that point's runs failed on the refusal
+    text = merge_study("chunk_size: [1000, 1000000000000]")
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, "s.yaml:6: workload 'merge': point chunk_size=1000000000000: "
+                            "chunk_size 1000000000000 with 2 worker(s) on this host needs about",
+                 "GiB is available (MemAvailable)")
+    assert not (Path(answer["dir"]) / "runs").exists()
+
+
+def test_a_merge_size_is_left_to_the_run_on_a_batch_launcher(cli):
+    text = merge_study("chunk_size: [1000, 1000000000000]") + "launcher: {type: slurm}\n"
+    answer = cli.run({"s.yaml": text}, ["space", "s.yaml"])
+    assert_clean(answer, 0)  # the run's node is not this machine: the benchmark judges there

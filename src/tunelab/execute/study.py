@@ -139,6 +139,7 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
         workload.dry_run = dry_run
     _check_parameters(spec, workload)
     launcher = launcher_config(spec)
+    workload.runs_here = not launcher.batch
     with located(spec, "workload", "options"):
         if not spec.parameters and spec.env_sets is None:
             spec = _with_default_space(spec, workload)
@@ -271,7 +272,10 @@ def _check_values(spec: StudySpec, workload: Workload, space: Space,
         try:
             workload.check_values(space.values(point))
         except WorkloadError as exc:
-            where = spec.where("workload", "options", *exc.option)
+            if exc.option and exc.option[0] in point:  # an option the point's parameter set
+                where = spec.where("parameters", exc.option[0])
+            else:
+                where = spec.where("workload", "options", *exc.option)
             raise StudyError(f"{where}: workload {spec.workload!r}: point {point.label()}: "
                              f"{exc}") from None
 

@@ -138,6 +138,26 @@ class MergeWorkload(Workload):
                     f"{module!r} in {self._python()}; install it with "
                     f"pip install 'tunelab[{extra}]'")
 
+    def check_values(self, values: Mapping[str, Any]) -> None:
+        """Refuse a point whose workers cannot fit in the memory this machine has available
+        (:func:`~tunelab.bench.merge.config.memory_problem`) when the study is loaded, not
+        at each of its runs; only for runs on this machine (:attr:`runs_here`): a batch
+        launcher's runs are refused by the benchmark on their node."""
+        if not self.runs_here:
+            return
+        from tunelab.bench.merge.config import MergeConfig, local_workers, memory_problem
+        from tunelab.sysinfo import mem_available
+
+        s = self.settings(values)
+        cfg = MergeConfig(workers=s["workers"], chunk_size=s["chunk_size"],
+                          hostfile=s["hostfile"], scheduler_file=s["scheduler_file"])
+        problem = memory_problem(cfg, local_workers(cfg), mem_available(),
+                                 chunk="chunk_size", workers="workers")
+        if problem is not None:
+            at_fault = "workers" if "workers" in values and "chunk_size" not in values \
+                else "chunk_size"
+            raise WorkloadError(problem, option=(at_fault,))
+
     def settings(self, values: dict[str, Any] | Any) -> dict[str, Any]:
         """The options with the point's same-named parameters applied."""
         return self.point_options(values)

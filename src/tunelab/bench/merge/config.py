@@ -19,7 +19,9 @@ __all__ = [
     "Fault",
     "MergeConfig",
     "check_memory",
+    "local_workers",
     "memory_need",
+    "memory_problem",
     "parse_fault",
 ]
 
@@ -187,20 +189,37 @@ def _choice(option: str, value: str, valid: tuple[str, ...]) -> None:
         raise WorkloadError(f"{option}: unknown value {value!r}; choose one of {', '.join(valid)}")
 
 
+def local_workers(cfg: MergeConfig) -> int:
+    """How many of ``cfg``'s workers a launch starts on this host (at least one of them
+    where others run elsewhere: a hostfile, an existing Dask cluster)."""
+    elsewhere = cfg.hostfile or cfg.scheduler or cfg.scheduler_file
+    return 1 if elsewhere else cfg.workers
+
+
 def memory_need(cfg: MergeConfig, local_workers: int) -> int:
     """Bytes the ``local_workers`` workers of ``cfg`` that run on this host will hold at
     their peak (:data:`BYTES_PER_ROW` per chunk row plus :data:`WORKER_BASE_BYTES` each)."""
     return local_workers * (WORKER_BASE_BYTES + BYTES_PER_ROW * cfg.chunk_size)
 
 
+def memory_problem(cfg: MergeConfig, local_workers: int, available: int, *,
+                   chunk: str = "--chunk-size", workers: str = "--workers") -> str | None:
+    """Why the ``local_workers`` workers of ``cfg`` on this host cannot fit in ``available``
+    bytes (the kernel's MemAvailable), naming the size and count as ``chunk`` and
+    ``workers`` (the command line's options, or a study's parameters); None if they fit."""
+    need = memory_need(cfg, local_workers)
+    if need <= available:
+        return None
+    return (f"{chunk} {cfg.chunk_size} with {local_workers} worker(s) on this host needs "
+            f"about {need / 2**30:.1f} GiB of memory ({WORKER_BASE_BYTES >> 20} MiB + "
+            f"{BYTES_PER_ROW} bytes per row per worker); {available / 2**30:.1f} GiB is "
+            f"available (MemAvailable): use a smaller {chunk} or fewer {workers} per host")
+
+
 def check_memory(cfg: MergeConfig, local_workers: int, available: int) -> None:
     """Refuse, before anything is allocated, a run whose workers on this host would need
     more than ``available`` bytes (the kernel's MemAvailable): a one-line error instead of
     a MemoryError traceback per worker, or an OOM kill of the machine."""
-    need = memory_need(cfg, local_workers)
-    if need > available:
-        raise WorkloadError(
-            f"--chunk-size {cfg.chunk_size} with {local_workers} worker(s) on this host needs "
-            f"about {need / 2**30:.1f} GiB of memory ({WORKER_BASE_BYTES >> 20} MiB + "
-            f"{BYTES_PER_ROW} bytes per row per worker); {available / 2**30:.1f} GiB is "
-            "available: use a smaller --chunk-size or fewer --workers per host")
+    problem = memory_problem(cfg, local_workers, available)
+    if problem is not None:
+        raise WorkloadError(problem)

@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import IO
 
 from tunelab.bench.merge.comm import read_status
-from tunelab.bench.merge.config import MergeConfig, check_memory
+from tunelab.bench.merge.config import MergeConfig, check_memory, local_workers
 from tunelab.bench.merge.worker import EXIT_FAILURE, EXIT_VERIFY
 from tunelab.cluster.mpi import MPI_PACKAGE_HINT, mpirun_argv, mpirun_env, require_executable
 from tunelab.errors import WorkloadError
 from tunelab.sysinfo import mem_available
 
-__all__ = ["EXIT_NOT_APPLIED", "launch", "local_workers", "mpi_command", "ucx_env_note",
+__all__ = ["EXIT_NOT_APPLIED", "launch", "mpi_command", "ucx_env_note",
            "uses_ucx", "worker_argv"]
 
 #: Exit status of a run UCX refused, or one in which it ignored a ``UCX_*`` setting.
@@ -282,13 +282,6 @@ def _run_local(cfg: MergeConfig, status_dir: str, address_dir: str) -> int:
         print(f"merge: worker {rank} {_where(status_dir, rank)} failed with exit status "
               f"{code} (see its message above)", file=sys.stderr)
     return EXIT_FAILURE
-
-
-def local_workers(cfg: MergeConfig) -> int:
-    """How many of ``cfg``'s workers this launch starts on this host (at least one of them
-    where others run elsewhere: a hostfile, an existing Dask cluster)."""
-    elsewhere = cfg.hostfile or cfg.scheduler or cfg.scheduler_file
-    return 1 if elsewhere else cfg.workers
 
 
 def launch(cfg: MergeConfig) -> int:
