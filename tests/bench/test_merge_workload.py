@@ -177,3 +177,28 @@ def test_a_point_that_cannot_fit_here_is_refused_by_check_values_unless_it_runs_
     workload(transport="tcp", hostfile="hosts").check_values({"workers": 10**6})  # 1 here
     w.runs_here = False  # a batch launcher's node: the benchmark judges there
     w.check_values({"chunk_size": 10**12})
+
+
+def test_a_failure_of_dask_itself_is_one_line_and_exit_4(monkeypatch, capsys) -> None:
+    """Dask lost a merge's dependencies under load (1 run of 9 in examples/
+    merge-transports.yaml): a 113-line traceback and exit 1 before, dask's log line the
+    run's reason."""
+    from tunelab.bench.merge import dask as merge_dask
+    from tunelab.bench.merge.config import MergeConfig
+
+    class Lost(Exception):
+        pass
+
+    class Client:
+        def scheduler_info(self) -> dict:
+            raise Lost("2 Futures cancelled:\nReasons:\n2 Futures cancelled for reason: lost "
+                       "dependencies.\nMessage: None")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(merge_dask, "_client", lambda cfg: (Client(), None))
+    assert merge_dask.run_dask(MergeConfig(transport="dask")) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["merge: dask failed in phase generate: Lost: 2 Futures cancelled: Reasons: 2 "
+                   "Futures cancelled for reason: lost dependencies. Message: None"]

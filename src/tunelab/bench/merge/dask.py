@@ -101,6 +101,7 @@ def run_dask(cfg: MergeConfig) -> int:
 
     n = cfg.workers
     client, cluster = _client(cfg)
+    where = "in phase generate"
     try:
         addresses = sorted(client.scheduler_info()["workers"])
         if len(addresses) != n:
@@ -119,6 +120,7 @@ def run_dask(cfg: MergeConfig) -> int:
             for r in range(n)])) % (1 << 64)
         records: list[WorkerIteration] = []
         for it in range(cfg.total_iterations):
+            where = f"in phase merge of iteration {it}"
             client.run(_clear_logs)
             t0 = time.perf_counter()
             merged = left.merge(right, on="key", how="inner", suffixes=("_left", "_right"),
@@ -135,6 +137,7 @@ def run_dask(cfg: MergeConfig) -> int:
                 raise WorkerFailure(f"dask: worker(s) {', '.join(lost) or '?'} left the cluster "
                                     f"during iteration {it} (phase merge)")
             sent = client.run(_sent)
+            where = f"in phase verify of iteration {it}"
             rows = int(merged.map_partitions(len).compute().sum())
             if rows != expected:
                 raise VerificationError(f"iteration {it}: the merge has {rows} rows in all, "
@@ -166,6 +169,11 @@ def run_dask(cfg: MergeConfig) -> int:
         return EXIT_VERIFY
     except WorkerFailure as exc:
         print(f"merge: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as exc:  # dask's own failure (lost dependencies, a killed worker)
+        text = " ".join(str(exc).split())
+        print(f"merge: dask failed {where}: {type(exc).__name__}: "
+              f"{text if len(text) <= 200 else text[:199] + '…'}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
         client.close()
