@@ -465,3 +465,13 @@ def test_a_merge_size_is_left_to_the_run_on_a_batch_launcher(cli):
     text = merge_study("chunk_size: [1000, 1000000000000]") + "launcher: {type: slurm}\n"
     answer = cli.run({"s.yaml": text}, ["space", "s.yaml"])
     assert_clean(answer, 0)  # the run's node is not this machine: the benchmark judges there
+
+
+@pytest.mark.parametrize("name", ["chunksize", "python"])
+def test_a_merge_parameter_that_is_no_option_it_reads_is_refused_at_load(cli, name):
+    # before, a misspelt option (or the study's own interpreter) made points that all ran
+    # the same command, ranked against each other as if they differed
+    answer = cli.run({"s.yaml": merge_study(f"{name}: [1000, 2000]")}, ["space", "s.yaml"])
+    assert_clean(answer, 2, f"s.yaml:6: workload 'merge' does not use a parameter {name!r}: "
+                            "every value would run the same command; its parameters are "
+                            "backend, chunk_size,")

@@ -93,6 +93,9 @@ class MergeWorkload(Workload):
                                   "(mpi/ucx, ucxx, tcp, dask)")
     Options: ClassVar[type[WorkloadOptions]] = MergeOptions
     options_from_parameters: ClassVar[bool] = True
+    #: the options a point may override (``python`` stays the study's) and the placement
+    reads: ClassVar[frozenset[str] | None] = frozenset(
+        {*MergeOptions.model_fields, "nodes", "ppn"} - {"python"})
     fom_units: ClassVar[Mapping[str, str]] = {
         **{name: "B/s" for name in ("throughput", "throughput_std", "bandwidth",
                                     "bandwidth_std", "bandwidth_min", "bandwidth_median",
