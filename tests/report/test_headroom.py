@@ -204,3 +204,79 @@ def test_a_bound_measured_while_the_machine_was_busy_is_named_so(tmp_path: Path,
     r = results(merge_runs(), MERGE)
     text = render(with_headroom(compare_view(r), r), "text")
     assert "= 1.00 GB/s (measured while others took 64% of cores 0-1: it may be low)" in text
+
+
+LEOPARD = {"workload": {"name": "leopard", "options": {"threads": 2}}}
+
+
+def leopard_runs() -> pd.DataFrame:
+    """Two points of two runs each, with the fraction of bound every run measured itself
+    (``bound_fraction``) and the GEMM rate it timed (``gemm_flops_per_s``)."""
+    rows = []
+    for batch, fractions in ((16, [0.40, 0.50]), (8, [0.30, 0.32])):
+        for repeat, fraction in enumerate(fractions):
+            rows.append({"run_id": len(rows) + 1, "point": json.dumps({"batch_size": batch}),
+                         "repeat": repeat, "status": "ok", "batch_size": batch,
+                         "fom.bandwidth": batch + repeat, "fom.windows_per_s": 100.0,
+                         "fom.flops_per_window": 1e9, "fom.bound_fraction": fraction,
+                         "fom.gemm_flops_per_s": 100e9 / fraction})
+    return pd.DataFrame(rows)
+
+
+def test_best_compare_and_report_show_the_fraction_of_bound_measured_in_the_run(
+        tmp_path: Path, monkeypatch):
+    """A Leopard study's runs record their in-run fraction of bound; best and the report
+    said only "no bounds measured" (the fractions were visible in export alone). They now
+    show it per point, mean and spread over the runs, labelled as measured in the run."""
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    r = results(leopard_runs(), LEOPARD)
+    best = r.best_result()
+    text = render(with_best_headroom(best_view(r, best), r, best), "text")
+    assert ("In-run fraction of bound: the best point (batch_size=16) ran at 0.45 of its bound "
+            "(0.40-0.50 over 2 runs; the limit its runs timed: 225.0 GFLOP/s on average); "
+            "measured in the run") in text
+    assert "no bounds measured" not in text and "no `tunelab bounds` profile for node7" in text
+    doc = json.loads(render(with_best_headroom(best_view(r, best), r, best), "json"))
+    (b16,) = [p for p in doc["inrun_bound"]["points"] if p["point"] == {"batch_size": 16}]
+    assert (b16["fraction"], b16["fraction_min"], b16["fraction_max"], b16["n"]) == \
+        (pytest.approx(0.45), 0.40, 0.50, 2)
+    compare = render(with_headroom(compare_view(r), r), "text")
+    assert "in-run of bound" in compare and "0.45 (0.40-0.50)" in compare \
+        and "0.31 (0.30-0.32)" in compare
+    records = list(csv.DictReader(io.StringIO(render(with_headroom(compare_view(r), r), "csv"))))
+    assert {x["label"]: round(float(x["inrun_bound_fraction"]), 2) for x in records} == \
+        {"batch_size=16": 0.45, "batch_size=8": 0.31}
+    lines, _ = headroom_report(r, best, tmp_path / "report.html")
+    assert any(line.startswith("In-run fraction of bound: the best point") for line in lines)
+    assert any("batch_size=16: 0.45 (0.40-0.50 over 2 runs); batch_size=8: 0.31 "
+               "(0.30-0.32 over 2 runs)" in line for line in lines)
+
+
+def test_with_a_profile_too_best_says_which_fraction_is_which(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    save_profile(Profile(fingerprint(SNAP), {}, "now", (
+        Bound("gemm", {"precision": "fp32", "device": "cpu", "threads": 2}, 200e9),)),
+        tmp_path)
+    r = results(leopard_runs(), LEOPARD)
+    best = r.best_result()
+    text = render(with_best_headroom(best_view(r, best), r, best), "text")
+    assert "In-run fraction of bound: the best point (batch_size=16) ran at 0.45" in text
+    assert "Headroom: the best point (batch_size=16) is at 0.50 of the fp32 arithmetic " \
+           "limit" in text
+    assert "`tunelab bounds` measured on node7" in text \
+        and "the in-run fraction is the runs' own figure, not this profile's" in text
+    compare = render(with_headroom(compare_view(r), r), "text")
+    assert "in-run of bound" in compare and "of bound" in compare.splitlines()[1]
+
+
+def test_any_workload_recording_bound_fraction_gets_the_in_run_fraction(tmp_path: Path,
+                                                                         monkeypatch):
+    """Generic: a workload that declares no work for a profile still shows its runs' own
+    fraction of bound."""
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    r = results(leopard_runs(), {"workload": {"name": "qe", "options": {}}})
+    best = r.best_result()
+    text = render(with_best_headroom(best_view(r, best), r, best), "text")
+    assert "ran at 0.45 of its bound (0.40-0.50 over 2 runs" in text
+    assert "Fraction of bound" not in text  # no profile sentence for work it does not declare
+    assert "0.45 (0.40-0.50)" in render(with_headroom(compare_view(r), r), "text")

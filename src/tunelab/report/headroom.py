@@ -7,7 +7,9 @@ the HTML report.
 ``of bound`` column to ``compare``'s table (and the fractions to its JSON and CSV) the way
 :func:`~tunelab.report.views.with_storage` appends the storage table;
 :func:`with_best_headroom` adds the headroom sentence to ``best``. A study whose machine has
-no stored profile is never refused: the views say how to measure one.
+no stored profile is never refused: the views say how to measure one. The fractions the runs
+measured themselves (the figure of merit ``bound_fraction``, :mod:`tunelab.report.inrun`)
+are shown beside these, labelled as measured in the run, with or without a profile.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunelab.report.formats import point_label
+from tunelab.report.inrun import (
+    inrun_best_lines,
+    inrun_bounds,
+    inrun_cell,
+    inrun_doc,
+    inrun_point_lines,
+)
 from tunelab.report.output import Block, Cell, Column, Lines, Summary, TextTable, View
 
 if TYPE_CHECKING:
@@ -30,6 +39,8 @@ __all__ = ["headroom_doc", "headroom_lines", "headroom_of", "headroom_report",
 
 _LIMIT_WORDS = {"gemm": "arithmetic", "memory": "memory's", "storage": "storage's"}
 _CSV_FIELDS = ("fraction_of_bound", "bound_kind", "bound")
+_INRUN_WORDS = ("each run's rate / the limit it timed itself while it ran (figure of merit "
+                "bound_fraction): the mean over the point's runs (lowest-highest)")
 
 
 def _workload_and_options(results: StudyResults) -> tuple[Any, dict[str, Any]] | None:
@@ -78,11 +89,18 @@ def headroom_of(results: StudyResults) -> tuple[Headroom | None, str]:
     if profile is None:
         where = (f"{host} (machine {machine})" if machine else "the machine (the study stored "
                  "no snapshot of it)")
+        if inrun_bounds(results.runs):
+            return data, (f"Fraction of bound: no `tunelab bounds` profile for {where}"
+                          f"{problem}, so the fractions shown are the runs' own, measured in "
+                          "the run; `tunelab bounds` there measures a profile to judge them "
+                          "against as well (`--quick`: under a minute).")
         return data, (f"Fraction of bound: no bounds measured for {where}{problem}; run "
                       "`tunelab bounds` there to measure them (`--quick`: under a minute).")
     load = " -> ".join(f"{x:.2f}" for x in profile.loadavg)
     return data, (f"Fraction of bound: each point's rate / the limit `tunelab bounds` measured "
-                  f"on {host} (machine {machine}, {profile.taken_at}, load average {load}).")
+                  f"on {host} (machine {machine}, {profile.taken_at}, load average {load})"
+                  + (" (the in-run fraction is the runs' own figure, not this profile's)."
+                     if inrun_bounds(results.runs) else "."))
 
 
 def _rate(value: float, unit: str) -> str:
@@ -164,36 +182,59 @@ def _above_notes(data: Headroom) -> list[str]:
 def with_headroom(view: View, results: StudyResults) -> View:
     """``compare``'s view with an ``of bound`` column, the fractions in its JSON document
     (``headroom``, and ``bounds`` per point) and CSV records, and the notes saying which
-    bound each fraction divides by; unchanged for a workload that declares no work."""
+    bound each fraction divides by; with an ``in-run of bound`` column (``inrun_bound`` in
+    JSON, ``inrun_bound_fraction`` in CSV) where the runs measured their own; unchanged for
+    a workload that declares neither."""
     data, line = headroom_of(results)
-    if not line:
+    own = {point_label(dict(i.params)): i for i in inrun_bounds(results.runs).values()}
+    if not line and not own:
         return view
     kinds = len(data.kinds) if data else 0
     by_label = ({point_label(dict(p.params)): p for p in data.points.values()}
                 if data else {})
+    profiled = data is not None and data.profile is not None
     blocks: list[Block] = []
     for n, block in enumerate(view.blocks):
-        if n == 0 and isinstance(block, TextTable) and data is not None and data.profile:
+        if n == 0 and isinstance(block, TextTable) and (profiled or own):
             rows: list[Mapping[str, Cell]] = []
             for row in block.rows:
-                p = by_label.get(str(row.get("point", "")))
-                rows.append({**row, "bound": _cell(p.items, kinds) if p else ""})
-            columns = (*block.columns, Column("bound", "of bound", "right"))
-            block = TextTable(block.title, columns, tuple(rows),
-                              (*block.notes, line, *_bound_notes(data)))
+                label = str(row.get("point", ""))
+                p = by_label.get(label)
+                extra: dict[str, Cell] = {"inrun": inrun_cell(own.get(label))} if own else {}
+                if profiled:
+                    extra["bound"] = _cell(p.items, kinds) if p else ""
+                rows.append({**row, **extra})
+            columns = (*block.columns,
+                       *((Column("inrun", "in-run of bound", "right"),) if own else ()),
+                       *((Column("bound", "of bound", "right"),) if profiled else ()))
+            notes: tuple[str, ...] = ((f"in-run of bound: {_INRUN_WORDS}",) if own else ())
+            if profiled and data is not None:
+                notes += (line, *_bound_notes(data))
+            block = TextTable(block.title, columns, tuple(rows), (*block.notes, *notes))
         blocks.append(block)
-    if data is None or data.profile is None:
+    if line and not profiled:
         blocks.append(Lines((line,)))
     document = dict(view.document)
-    document["headroom"] = headroom_doc(data, line)
+    if line:
+        document["headroom"] = headroom_doc(data, line)
+    if own:
+        document["inrun_bound"] = inrun_doc(inrun_bounds(results.runs))
     records = []
     for record in view.records:
-        p = by_label.get(str(record.get("label", "")))
+        label = str(record.get("label", ""))
+        p = by_label.get(label)
         top = p.binding if p else None
-        records.append({**record, "fraction_of_bound": top.fraction if top else None,
-                        "bound_kind": top.kind if top else None,
-                        "bound": top.label if top else None})
-    fields = (*view.fields, *(f for f in _CSV_FIELDS if f not in view.fields)) \
+        extra_record: dict[str, Any] = {}
+        if line:
+            extra_record.update(fraction_of_bound=top.fraction if top else None,
+                                bound_kind=top.kind if top else None,
+                                bound=top.label if top else None)
+        if own:
+            mine = own.get(label)
+            extra_record["inrun_bound_fraction"] = mine.mean if mine else None
+        records.append({**record, **extra_record})
+    wanted = (*(_CSV_FIELDS if line else ()), *(("inrun_bound_fraction",) if own else ()))
+    fields = (*view.fields, *(f for f in wanted if f not in view.fields)) \
         if view.fields else ()
     return View(tuple(blocks), document, tuple(records), fields)
 
@@ -234,9 +275,11 @@ def _limit_words(item: HeadroomItem) -> str:
 
 def with_best_headroom(view: View, results: StudyResults, best: BestResult | None) -> View:
     """``best``'s view with the headroom sentence (a :class:`Summary`: Markdown shows its
-    figures as a table) and a ``headroom`` key."""
+    figures as a table) and a ``headroom`` key; before it, the best point's in-run fraction
+    of bound (an ``inrun_bound`` key) where its runs measured one."""
     data, line = headroom_of(results)
     lines = headroom_lines(data, line, best)
+    view = _with_best_inrun(view, results, best)
     if not lines:
         return view
     document = {**view.document, "headroom": {**headroom_doc(data, line),
@@ -255,6 +298,24 @@ def with_best_headroom(view: View, results: StudyResults, best: BestResult | Non
     return View((*view.blocks, block), document, records, view.fields)
 
 
+def _with_best_inrun(view: View, results: StudyResults, best: BestResult | None) -> View:
+    """``view`` with the best point's in-run fraction of bound (a :class:`Summary`), or
+    unchanged when its runs recorded none."""
+    own = inrun_bounds(results.runs)
+    lines = inrun_best_lines(own, best)
+    if not lines or best is None:
+        return view
+    item = own[best.best.point]
+    block = Summary(lines[0], {"in-run of bound": f"{item.mean:.2f}",
+                               "lowest": f"{item.low:.2f}", "highest": f"{item.high:.2f}",
+                               "runs": str(item.n)})
+    document = {**view.document, "inrun_bound": {**inrun_doc(own), "sentence": lines[0]}}
+    records = view.records
+    if records:
+        records = ({**records[0], "inrun_bound_fraction": item.mean}, *records[1:])
+    return View((*view.blocks, block), document, records, view.fields)
+
+
 def headroom_report(results: StudyResults, best: BestResult | None,
                     path: Path) -> tuple[list[str], tuple[Path, str] | None]:
     """The HTML report's headroom: its sentences (the best point's, where the bounds come
@@ -263,7 +324,9 @@ def headroom_report(results: StudyResults, best: BestResult | None,
     from tunelab.report.roofline import headroom_plot, roofline_data
 
     data, line = headroom_of(results)
-    lines = headroom_lines(data, line, best)
+    own = inrun_bounds(results.runs)
+    lines = [*inrun_best_lines(own, best), *inrun_point_lines(own),
+             *headroom_lines(data, line, best)]
     if data is None or data.profile is None:
         return lines, None
     lines += _bound_notes(data)
