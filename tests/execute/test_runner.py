@@ -579,3 +579,41 @@ objective: {fom: work_s}
     frame = open_store(tmp_path / "d2").runs_frame()
     means = frame.groupby("env")["fom.work_s"].mean()
     assert means["combined"] < means["a"] < means["baseline"]
+
+
+class ThreadsWorkload(CommandWorkload):
+    """The command workload setting its runs' threads itself, as leopard, ddp and qe do."""
+
+    def command(self, ctx):
+        cmd = super().command(ctx)
+        return type(cmd)(argv=cmd.argv, env={**cmd.env, "OMP_NUM_THREADS": "2"}, cwd=cmd.cwd)
+
+
+def test_a_variable_the_workload_sets_over_the_users_is_said_once(write_study, tmp_path,
+                                                                  monkeypatch):
+    """``OMP_NUM_THREADS=1 tunelab run examples/leopard-tune.yaml`` ran every run with 2
+    threads and said nothing; the run now says once which variable the workload set over
+    the shell's (or an env set's) value, and the run's record keeps what it set."""
+    study = prepare_study(load_study(write_study(study_text(
+        "[ok]", "[1, 2]", repeats=1, extra="env:\n  one: {OMP_NUM_THREADS: '1'}\n"
+                                           "  two: {OMP_NUM_THREADS: '2'}\n"))))
+    study.workload = ThreadsWorkload(study.workload.options, study.spec.path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    notes: list[str] = []
+    assert run_study(study, tmp_path / "d", on_note=notes.append).counts == {"ok": 4}
+    said = [n for n in notes if "OMP_NUM_THREADS" in n]
+    assert said == ["command: its runs set OMP_NUM_THREADS=2 (the env set's: 1): the workload "
+                    "sets these itself (its threads come from the cores a run may use; its "
+                    "threads option or parameter chooses them), and each run's record keeps "
+                    "what it set"]
+    assert {json.loads(r["env"])["OMP_NUM_THREADS"] for r in runs(tmp_path / "d")} == {"2"}
+
+
+def test_overridden_env_names_the_shells_value_when_no_env_set_gives_one():
+    from tunelab.execute.guards import overridden_env
+
+    assert overridden_env({"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}, {},
+                          {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "2"}) == \
+        ["OMP_NUM_THREADS=2 (this shell's: 1)"]
+    assert overridden_env({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "2"},
+                          {"OMP_NUM_THREADS": "1"}) == []

@@ -36,6 +36,7 @@ from tunelab.errors import LaunchError, ParseError, RunReportedError, WorkloadEr
 from tunelab.execute.guards import (
     check_run_dir,
     command_problem,
+    overridden_env,
     read_output,
     split_finite,
     write_fault,
@@ -119,6 +120,8 @@ class Executor:
         self._poll_failed_since: float | None = None
         self.detached = False
         self.on_note = on_note
+        self._overrides: set[str] = set()
+        """The variables the workload set over the user's, already said (``on_note``)."""
         self._pending: dict[str, str] = {}
         """The pending reason last said of each queued job (by token)."""
         self._blocked_since: dict[str, float] = {}
@@ -381,6 +384,7 @@ class Executor:
             problem = command_problem(cmd.argv, {**ctx.env, **cmd.env}, cmd.cwd or run_dir)
             if problem is not None:
                 raise LaunchError(problem)
+            self._note_overrides(overridden_env(cmd.env, ctx.env, os.environ))
         except (LaunchError, WorkloadError) as exc:
             self._record(point.key, dict(point), repeat, run_dir, [], env,
                          Outcome("failed", None, 0.0, reason=str(exc)))
@@ -388,6 +392,16 @@ class Executor:
         return RunRequest(point.key, repeat, run_dir, tuple(cmd.argv),
                           {**ctx.env, **cmd.env}, cmd.cwd or run_dir, study.spec.timeout_s,
                           needs)
+
+    def _note_overrides(self, said: list[str]) -> None:
+        """Say once per variable and value that the workload sets it over the user's."""
+        new = [s for s in said if s not in self._overrides]
+        self._overrides.update(new)
+        if new and self.on_note is not None:
+            self.on_note(f"{self.study.workload.name}: its runs set {', '.join(new)}: the "
+                         "workload sets these itself (its threads come from the cores a run "
+                         "may use; its threads option or parameter chooses them), and each "
+                         "run's record keeps what it set")
 
     def _collect_finished(self, job: Job) -> int:
         """Record every run of ``job`` that has an exit status and is not stored yet (a run

@@ -9,6 +9,10 @@
 * :func:`check_run_dir` — after a run: if its directory or output files stopped being
   writable, or the disk filled up, the run's failure may be the file system's doing, so the
   study stops (the run is not stored; resuming runs it again) instead of blaming the run.
+* :func:`overridden_env` — when a run is prepared: the variables the workload sets (its
+  threads: ``OMP_NUM_THREADS``) over another value in tunelab's own environment or the
+  point's env set, in words, so that ``tunelab run`` says so once instead of silently
+  running 2 threads where the user's shell says 1.
 * :func:`read_output` — a run's output read for parsing within ``LIMITS.output_parse_bytes``.
 * :func:`split_finite` — figures of merit that are NaN or infinite, or too large or too
   small for the statistics (``LIMITS.fom_magnitude``), make the run fail (``figure of merit
@@ -114,6 +118,21 @@ def command_problem(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> s
     if not cwd.is_dir():
         return f"the working directory {cwd} does not exist or is not a directory"
     return None
+
+
+def overridden_env(workload_env: Mapping[str, str], env_set: Mapping[str, str],
+                   inherited: Mapping[str, str]) -> list[str]:
+    """Each variable the workload's command sets (``workload_env``) to another value than the
+    env set gives it, or, without one there, than the environment the run would inherit
+    (``inherited``: tunelab's own): ``OMP_NUM_THREADS=2 (this shell's: 1)``."""
+    said = []
+    for name, value in sorted(workload_env.items()):
+        if name in env_set:
+            if env_set[name] != value:
+                said.append(f"{name}={value} (the env set's: {env_set[name]})")
+        elif name in inherited and inherited[name] != value:
+            said.append(f"{name}={value} (this shell's: {inherited[name]})")
+    return said
 
 
 def read_output(path: Path) -> str:
