@@ -386,9 +386,12 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
     ``section_bp`` to :data:`SECTION_BP` of the device.
 
     Returns ``bp``, ``seconds`` (the device's work: encoding, forward passes, stitching),
-    ``bp_per_s``, ``bp_per_s_end_to_end`` (everything: loading the model, choosing the
-    runtime, reading, predicting, writing), ``window``, ``stride``, ``edge``, ``precision``,
-    ``compiled``, ``graphed``, ``threads``, ``readers``, ``writers``, ``sections``,
+    ``bp_per_s``, ``bp_per_s_end_to_end`` and ``wall_s`` (this call from loading the
+    checkpoint to the track closed: loading the model, choosing the runtime, reading,
+    predicting, writing; not the process's start and imports nor the CPU bound measured
+    after it, which ``tunelab leopard predict`` adds as ``process_s``), ``window``,
+    ``stride``, ``edge``, ``precision``, ``compiled``, ``graphed``, ``threads``, ``readers``,
+    ``writers``, ``sections``,
     ``runtime`` (one line saying what was chosen and why) and ``phases``: where the wall time
     went (``load_s``: checkpoint and inputs checked; ``runtime_s``: the runtime chosen (on a
     GPU the readers are reading meanwhile); ``start_s``: writer and readers started;
