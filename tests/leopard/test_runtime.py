@@ -231,3 +231,50 @@ def test_freed_activations_are_reused_without_new_page_faults() -> None:
         faults[mode] = int(r.stdout)
     assert faults["default"] > 150_000  # several 64 MiB activations a pass, 16,384 pages each
     assert faults["kept"] < faults["default"] / 10
+
+
+def test_the_precision_probe_prints_each_rate_beside_its_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prediction's probe line gave windows/s per precision (``fp32 595.1 w/s, bf16
+    710.2 w/s``) with no bound, where training and the prediction's own figure give one.
+    After the run each probed precision's GEMM rate (the run's own bound where precision and
+    threads match, else measured with the probe's threads) puts every rate beside it."""
+    from tunelab.leopard import bound
+    from tunelab.leopard.model import flops_per_window
+
+    asked = []
+
+    def fake(precision, per_window, threads=None, **kw):
+        asked.append((precision, threads))
+        return bound.Bound(precision, {"fp32": 1e11, "bf16": 4e11}[precision], per_window, 1)
+
+    monkeypatch.setattr(bound, "measure_bound", fake)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda path="": {"avx512_bf16"})
+    model = _small()
+    rt = runtime.prepare(model, "cpu", "auto", "off", threads=1, window=128, batch=4).runtime
+    assert asked == [] and "of bound" not in rt.summary()  # the probe itself measures none
+    runtime.probe_bounds(rt, model.arch, bound.Bound("bf16", 5e11, 1.0, 1))
+    assert asked == [("fp32", 1)]  # bf16's is the run's own bound, same threads
+    work = flops_per_window(model.arch, rt.probe_length, train=False)
+    assert rt.probe_flops_per_window == work
+    for name, gemm in (("fp32", 1e11), ("bf16", 5e11)):
+        fraction = rt.probe_windows_per_s[name] * work / gemm
+        assert rt.probe_bound_fraction(name) == pytest.approx(fraction)
+        assert (f"{name} {rt.probe_windows_per_s[name]:.1f} w/s ({fraction:.2f} of bound: "
+                f"{name} GEMM {gemm / 1e9:,.1f} GFLOP/s)") in rt.summary()
+    fixed = runtime.prepare(model, "cpu", "fp32", "off", threads=1, window=128, batch=4)
+    runtime.probe_bounds(fixed.runtime, model.arch)
+    assert "of bound" not in fixed.runtime.summary()  # no probe, no figure
+
+
+def test_a_prediction_s_runtime_line_has_the_probe_s_bounds(
+        synth: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunelab.leopard.predict import predict_genome
+
+    monkeypatch.setattr(runtime, "cpu_flags", lambda path="": {"avx512_bf16"})
+    model = _small()
+    ck = tmp_path / "m.pt"
+    torch.save({"arch": model.arch.to_dict(), "window": 512, "model": model.state_dict()}, ck)
+    res = predict_genome(ck, synth, tmp_path / "p.bedGraph", ["chr4"], device="cpu",
+                         threads=1)
+    assert "fp32 " in res["runtime"] and res["runtime"].count(" of bound: ") == 2

@@ -516,6 +516,7 @@ def _bound(arch: Architecture, window: int, rt: Runtime, n_windows: int, device_
     ran in, measured now with the engine's threads (:mod:`tunelab.leopard.bound`)."""
     from tunelab.leopard.bound import measure_bound
     from tunelab.leopard.model import flops_per_window
+    from tunelab.leopard.runtime import probe_bounds
 
     bound = measure_bound(rt.precision, flops_per_window(arch, window, train=False),
                           threads=rt.threads)
@@ -524,5 +525,6 @@ def _bound(arch: Architecture, window: int, rt: Runtime, n_windows: int, device_
         if bound.fraction(rate) <= 1:
             break
         bound = bound.remeasured()
+    probe_bounds(rt, arch, bound)  # the runtime line's probed rates beside their bounds
     return {"windows_per_s": rate, "bound_fraction": bound.fraction(rate),
             "gemm_flops_per_s": bound.flops_per_s, "flops_per_window": bound.flops_per_window}

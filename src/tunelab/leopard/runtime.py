@@ -43,10 +43,11 @@ from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.inference import InferenceUNet, fold_batchnorm, to_nwc_input
 
 if TYPE_CHECKING:
-    from tunelab.leopard.model import LeopardUNet
+    from tunelab.leopard.bound import Bound
+    from tunelab.leopard.model import Architecture, LeopardUNet
 
 __all__ = ["LAYOUTS", "PRECISIONS", "Engine", "Runtime", "bf16_capable", "choose_threads",
-           "choose_training_layout", "cpu_flags", "prepare"]
+           "choose_training_layout", "cpu_flags", "prepare", "probe_bounds"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 LAYOUTS = ("auto", "1d", "2d", "2d8")
@@ -135,7 +136,22 @@ class Runtime:
     graphed: bool = False
     probe_windows_per_s: dict[str, float] = field(default_factory=dict)
     probe_length: int = 0
+    probe_gemm_flops_per_s: dict[str, float] = field(default_factory=dict)
+    """The GEMM rate of each probed precision with the probe's threads (CPU only, filled by
+    :func:`probe_bounds`)."""
+    probe_flops_per_window: float = 0.0
+    """The forward work of one probe window, which the probe's windows/s times."""
+    probe_threads: int = 0
+    """The threads the probe ran with."""
     notes: list[str] = field(default_factory=list)
+
+    def probe_bound_fraction(self, name: str) -> float | None:
+        """The probe's windows/s of ``name`` as a fraction of its GEMM bound, if measured."""
+        gemm = self.probe_gemm_flops_per_s.get(name)
+        rate = self.probe_windows_per_s.get(name)
+        if not gemm or rate is None or not self.probe_flops_per_window:
+            return None
+        return rate * self.probe_flops_per_window / gemm
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -145,13 +161,51 @@ class Runtime:
         """One line: ``precision bf16 (CPU has avx512_bf16), 2 threads, eager``."""
         kern = ("torch.compile" if self.compiled else "eager") + (
             " in a CUDA graph" if self.graphed else "")
-        probe = ", ".join(f"{k} {v:.1f} w/s" for k, v in self.probe_windows_per_s.items())
+        probe = ", ".join(f"{k} {v:.1f} w/s{self._beside(k)}"
+                          for k, v in self.probe_windows_per_s.items())
         text = f"{self.device}: precision {self.precision}, {self.threads} threads, {kern}"
         if probe:
             text += f" (probe on {self.probe_length:,}-bp windows: {probe})"
         if self.notes:
             text += "; " + "; ".join(self.notes)
         return text
+
+
+    def _beside(self, name: str) -> str:
+        fraction = self.probe_bound_fraction(name)
+        if fraction is None:
+            return ""
+        return (f" ({fraction:.2f} of bound: {name} GEMM "
+                f"{self.probe_gemm_flops_per_s[name] / 1e9:,.1f} GFLOP/s)")
+
+
+def probe_bounds(runtime: Runtime, arch: Architecture, measured: Bound | None = None) -> None:
+    """The GEMM rate of every precision the CPU probe timed, with the probe's threads, and
+    the work of a probe window, so that each probed windows/s is printed beside its bound as
+    training's and the prediction's own figures are. Called after the run (the runtime line
+    is printed then): ``measured``, the run's own bound, serves for its precision and
+    threads; a rate under the probe's is measured again, up to twice, as the prediction's
+    own is. In the probe itself the first work count and the products had cost 2-3.5 s of a
+    0.2 s runtime choice (load 7, 2-core EPYC)."""
+    if not runtime.probe_windows_per_s:
+        return
+    from tunelab.leopard.bound import measure_bound
+    from tunelab.leopard.model import flops_per_window
+
+    work = flops_per_window(arch, runtime.probe_length, train=False)
+    rates = {}
+    for name in runtime.probe_windows_per_s:
+        if measured is not None and (measured.precision, measured.threads) == (
+                name, runtime.probe_threads):
+            rates[name] = measured.flops_per_s
+            continue
+        bound = measure_bound(name, work, runtime.probe_threads)
+        for _ in range(2):  # measured at a busier moment than the probe's (1.20 once): again
+            if bound.fraction(runtime.probe_windows_per_s[name]) <= 1:
+                break
+            bound = bound.remeasured()
+        rates[name] = bound.flops_per_s
+    runtime.probe_flops_per_window, runtime.probe_gemm_flops_per_s = work, rates
 
 
 class Engine:
@@ -343,6 +397,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
             nets["bf16"] = build("bf16")
             rates = _probe(nets, probe_x)
             runtime.probe_windows_per_s = _medians(rates)
+            runtime.probe_threads = n_threads
             ratio = _speedup(rates, "bf16", "fp32")
             if ratio >= MARGIN:
                 chosen = "bf16"
