@@ -278,3 +278,9 @@ def test_a_prediction_s_runtime_line_has_the_probe_s_bounds(
     res = predict_genome(ck, synth, tmp_path / "p.bedGraph", ["chr4"], device="cpu",
                          threads=1)
     assert "fp32 " in res["runtime"] and res["runtime"].count(" of bound: ") == 2
+
+
+def test_the_runtime_line_counts_one_thread_in_the_singular() -> None:
+    """``runtime: cpu: precision bf16, 1 threads`` read wrong."""
+    rt = runtime.prepare(_small(), "cpu", "fp32", "off", threads=1, window=128, batch=4).runtime
+    assert "precision fp32, 1 thread, eager" in rt.summary()

@@ -163,7 +163,8 @@ class Runtime:
             " in a CUDA graph" if self.graphed else "")
         probe = ", ".join(f"{k} {v:.1f} w/s{self._beside(k)}"
                           for k, v in self.probe_windows_per_s.items())
-        text = f"{self.device}: precision {self.precision}, {self.threads} threads, {kern}"
+        many = "s" if self.threads != 1 else ""
+        text = f"{self.device}: precision {self.precision}, {self.threads} thread{many}, {kern}"
         if probe:
             text += f" (probe on {self.probe_length:,}-bp windows: {probe})"
         if self.notes:
