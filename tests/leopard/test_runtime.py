@@ -237,8 +237,9 @@ def test_the_precision_probe_prints_each_rate_beside_its_bound(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The prediction's probe line gave windows/s per precision (``fp32 595.1 w/s, bf16
     710.2 w/s``) with no bound, where training and the prediction's own figure give one.
-    After the run each probed precision's GEMM rate (the run's own bound where precision and
-    threads match, else measured with the probe's threads) puts every rate beside it."""
+    Each probed precision's GEMM rate is measured right after the probe with its threads
+    (the run's own bound counts where higher, same precision and threads), and every rate
+    is printed beside it once the run has counted a probe window's work."""
     from tunelab.leopard import bound
     from tunelab.leopard.model import flops_per_window
 
@@ -252,9 +253,10 @@ def test_the_precision_probe_prints_each_rate_beside_its_bound(
     monkeypatch.setattr(runtime, "cpu_flags", lambda path="": {"avx512_bf16"})
     model = _small()
     rt = runtime.prepare(model, "cpu", "auto", "off", threads=1, window=128, batch=4).runtime
-    assert asked == [] and "of bound" not in rt.summary()  # the probe itself measures none
+    assert sorted(asked) == [("bf16", 1), ("fp32", 1)]  # beside the probe, its threads
+    assert "of bound" not in rt.summary()  # the work of a window is counted after the run
     runtime.probe_bounds(rt, model.arch, bound.Bound("bf16", 5e11, 1.0, 1))
-    assert asked == [("fp32", 1)]  # bf16's is the run's own bound, same threads
+    assert len(asked) == 2  # the run's own bf16 bound, higher, counts; nothing measured again
     work = flops_per_window(model.arch, rt.probe_length, train=False)
     assert rt.probe_flops_per_window == work
     for name, gemm in (("fp32", 1e11), ("bf16", 5e11)):
@@ -284,3 +286,23 @@ def test_the_runtime_line_counts_one_thread_in_the_singular() -> None:
     """``runtime: cpu: precision bf16, 1 threads`` read wrong."""
     rt = runtime.prepare(_small(), "cpu", "fp32", "off", threads=1, window=128, batch=4).runtime
     assert "precision fp32, 1 thread, eager" in rt.summary()
+
+
+def test_a_probe_bound_under_the_probe_s_rate_is_measured_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GEMM rate under what the probe reached is no bound (a busier moment): measured
+    again, the higher counts."""
+    from tunelab.leopard import bound
+
+    rates = iter([1e3, 1e3, 1e15])  # fp32 and bf16 beside the probe, then fp32 again
+
+    def fake(precision, per_window, threads=None, **kw):
+        return bound.Bound(precision, next(rates), per_window, 1)
+
+    monkeypatch.setattr(bound, "measure_bound", fake)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda path="": {"avx512_bf16"})
+    model = _small()
+    rt = runtime.prepare(model, "cpu", "auto", "off", threads=1, window=128, batch=4).runtime
+    runtime.probe_bounds(rt, model.arch, bound.Bound("bf16", 1e16, 1.0, 1))
+    assert rt.probe_gemm_flops_per_s == {"fp32": 1e15, "bf16": 1e16}
+    assert all(rt.probe_bound_fraction(n) < 1 for n in ("fp32", "bf16"))

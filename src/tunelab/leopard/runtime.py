@@ -137,8 +137,8 @@ class Runtime:
     probe_windows_per_s: dict[str, float] = field(default_factory=dict)
     probe_length: int = 0
     probe_gemm_flops_per_s: dict[str, float] = field(default_factory=dict)
-    """The GEMM rate of each probed precision with the probe's threads (CPU only, filled by
-    :func:`probe_bounds`)."""
+    """The GEMM rate of each probed precision with the probe's threads, measured right after
+    the probe (CPU only; :func:`probe_bounds` may raise it after the run)."""
     probe_flops_per_window: float = 0.0
     """The forward work of one probe window, which the probe's windows/s times."""
     probe_threads: int = 0
@@ -180,33 +180,43 @@ class Runtime:
                 f"{self.probe_gemm_flops_per_s[name] / 1e9:,.1f} GFLOP/s)")
 
 
-def probe_bounds(runtime: Runtime, arch: Architecture, measured: Bound | None = None) -> None:
-    """The GEMM rate of every precision the CPU probe timed, with the probe's threads, and
-    the work of a probe window, so that each probed windows/s is printed beside its bound as
-    training's and the prediction's own figures are. Called after the run (the runtime line
-    is printed then): ``measured``, the run's own bound, serves for its precision and
-    threads; a rate under the probe's is measured again, up to twice, as the prediction's
-    own is. In the probe itself the first work count and the products had cost 2-3.5 s of a
-    0.2 s runtime choice (load 7, 2-core EPYC)."""
-    if not runtime.probe_windows_per_s:
-        return
+def _probe_gemm(runtime: Runtime, threads: int) -> None:
+    """Right after the precision probe, with its threads: one timed GEMM product of each
+    probed precision (0.1-0.2 s on the quiet 2-core EPYC), so that its windows/s and its
+    bound are measured at the same moment; measured after the run instead, under a load
+    that moved, the probe's fp32 rate came out at 1.60-2.13 of bound."""
     from tunelab.leopard.bound import measure_bound
+
+    runtime.probe_threads = threads
+    runtime.probe_gemm_flops_per_s = {
+        name: measure_bound(name, 1.0, threads, repeats=1).flops_per_s
+        for name in runtime.probe_windows_per_s}
+
+
+def probe_bounds(runtime: Runtime, arch: Architecture, measured: Bound | None = None) -> None:
+    """The work of a probe window, so that each probed windows/s is printed beside its
+    bound as training's and the prediction's own figures are; counted after the run (the
+    runtime line is printed then; the first count costs ~2 s). The higher of the probe's
+    GEMM rate and ``measured`` (the run's own bound, where precision and threads match)
+    counts, and a rate still under the probe's windows/s is measured again, up to twice."""
+    if not runtime.probe_gemm_flops_per_s:
+        return
+    from tunelab.leopard.bound import Bound, measure_bound
     from tunelab.leopard.model import flops_per_window
 
     work = flops_per_window(arch, runtime.probe_length, train=False)
-    rates = {}
-    for name in runtime.probe_windows_per_s:
+    for name, gemm in runtime.probe_gemm_flops_per_s.items():
+        bound = Bound(name, gemm, work, runtime.probe_threads)
         if measured is not None and (measured.precision, measured.threads) == (
                 name, runtime.probe_threads):
-            rates[name] = measured.flops_per_s
-            continue
-        bound = measure_bound(name, work, runtime.probe_threads)
-        for _ in range(2):  # measured at a busier moment than the probe's (1.20 once): again
+            bound = Bound(name, max(gemm, measured.flops_per_s), work, bound.threads)
+        for _ in range(2):
             if bound.fraction(runtime.probe_windows_per_s[name]) <= 1:
                 break
-            bound = bound.remeasured()
-        rates[name] = bound.flops_per_s
-    runtime.probe_flops_per_window, runtime.probe_gemm_flops_per_s = work, rates
+            now = measure_bound(name, work, runtime.probe_threads)
+            bound = bound if bound.flops_per_s >= now.flops_per_s else now
+        runtime.probe_gemm_flops_per_s[name] = bound.flops_per_s
+    runtime.probe_flops_per_window = work
 
 
 class Engine:
@@ -398,7 +408,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
             nets["bf16"] = build("bf16")
             rates = _probe(nets, probe_x)
             runtime.probe_windows_per_s = _medians(rates)
-            runtime.probe_threads = n_threads
+            _probe_gemm(runtime, n_threads)
             ratio = _speedup(rates, "bf16", "fp32")
             if ratio >= MARGIN:
                 chosen = "bf16"
