@@ -115,3 +115,23 @@ def test_real_run_of_the_command(windows: Path, tmp_path: Path) -> None:
     foms = w.parse(r.stdout, r.stderr, tmp_path / "run")
     assert 0 <= foms["val_pr_auc"] <= 1 and foms["train_time_s"] > 0
     assert (tmp_path / "run" / "train" / "metrics.json").is_file()
+
+
+def test_dry_run_says_the_study_sets_the_threads_over_the_shell_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OMP_NUM_THREADS=1 tunelab run examples/leopard-tune.yaml --dry-run`` listed
+    ``OMP_NUM_THREADS=2`` commands and said nothing of the shell's 1 being overridden."""
+    from tests.conftest import tunelab
+
+    study = yaml.safe_load(EXAMPLE.read_text())
+    study["workload"]["options"].update(threads=3, cache_dir=str(tmp_path / "cache"))
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    res = tunelab("run", path, "--dir", tmp_path / "d", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "OMP_NUM_THREADS=3" in res.stdout
+    assert res.stderr.count("leopard: its runs set OMP_NUM_THREADS=3 (this shell's: 1): the "
+                            "workload sets these itself") == 1
+    assert not (tmp_path / "d").exists()

@@ -75,8 +75,11 @@ def run(
             message(f"{where}: combinations are left out where {why}; "
                     f"'tunelab space {study_file}' counts them")
     if dry_run:
-        for line in describe_commands(study, study_dir):
+        notes: list[str] = []
+        for line in describe_commands(study, study_dir, notes):
             sys.stdout.write(line + "\n")
+        for note in notes:
+            message(note)
         for fact in study.workload.facts():
             message(f"{study.workload.name}: {fact}")
         message(f"{plan_text(study)} (dry run: nothing was run)")

@@ -37,6 +37,7 @@ from tunelab.execute.guards import (
     check_run_dir,
     command_problem,
     overridden_env,
+    override_note,
     read_output,
     split_finite,
     write_fault,
@@ -398,10 +399,7 @@ class Executor:
         new = [s for s in said if s not in self._overrides]
         self._overrides.update(new)
         if new and self.on_note is not None:
-            self.on_note(f"{self.study.workload.name}: its runs set {', '.join(new)}: the "
-                         "workload sets these itself (its threads come from the cores a run "
-                         "may use; its threads option or parameter chooses them), and each "
-                         "run's record keeps what it set")
+            self.on_note(override_note(self.study.workload.name, new))
 
     def _collect_finished(self, job: Job) -> int:
         """Record every run of ``job`` that has an exit status and is not stored yet (a run

@@ -135,6 +135,13 @@ def overridden_env(workload_env: Mapping[str, str], env_set: Mapping[str, str],
     return said
 
 
+def override_note(workload: str, said: Sequence[str]) -> str:
+    """The note ``tunelab run`` (and ``--dry-run``) gives for :func:`overridden_env`."""
+    return (f"{workload}: its runs set {', '.join(said)}: the workload sets these itself (its "
+            "threads come from the cores a run may use; its threads option or parameter "
+            "chooses them), and each run's record keeps what it set")
+
+
 def read_output(path: Path) -> str:
     """The text of a run's output file for parsing: all of it up to
     ``LIMITS.output_parse_bytes``, else its first and last halves with a marker line between;

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from tunelab.cluster.mpi import Placement
 from tunelab.errors import SpaceError, StudyError, WorkloadError
+from tunelab.execute.guards import overridden_env, override_note
 from tunelab.execute.launchers import LauncherConfig, launcher_config, make_launcher
 from tunelab.execute.launchers.base import local_cores
 from tunelab.limits import LIMITS
@@ -334,13 +335,16 @@ def point_dir_name(point: Point) -> str:
     return hashlib.sha1(point.key.encode()).hexdigest()[:12]
 
 
-def describe_commands(study: Study, study_dir: Path) -> list[str]:
-    """One line per point: the command it would run, for ``--dry-run``.
+def describe_commands(study: Study, study_dir: Path,
+                      notes: list[str] | None = None) -> list[str]:
+    """One line per point: the command it would run, for ``--dry-run``; ``notes`` receives
+    the note a real run gives for variables the workload sets over the user's.
 
     Workloads (prepared with ``dry_run=True``) build the commands in a scratch directory
     that is removed afterwards; the lines show the run directories a real run would use.
     """
     lines = []
+    said: dict[str, None] = {}
     launcher = make_launcher(study.launcher)
     with tempfile.TemporaryDirectory(prefix="tunelab-dry-") as tmp:
         for point in study.points:
@@ -352,10 +356,13 @@ def describe_commands(study: Study, study_dir: Path) -> list[str]:
                 needs, scratch), cores=launcher.cores_per_node)
             cmd = study.workload.command(ctx)
             env = {**ctx.env, **cmd.env}
+            said.update(dict.fromkeys(overridden_env(cmd.env, ctx.env, os.environ)))
             prefix = " ".join(f"{k}={shell_quote(v)}" for k, v in sorted(env.items()))
             line = (f"[{point.label()}] {prefix + ' ' if prefix else ''}"
                     f"{' '.join(shell_quote(a) for a in cmd.argv)}")
             lines.append(line.replace(str(scratch), str(real)))
+    if said and notes is not None:
+        notes.append(override_note(study.workload.name, list(said)))
     return lines
 
 
