@@ -11,7 +11,7 @@ from tests.search.conftest import make_landscape
 from tunelab.errors import StudyError
 from tunelab.replay import Landscape, replay_strategy
 from tunelab.search import Budget, SearchSettings, make_run_strategy
-from tunelab.search._auto import EXPLORE_ONLY, Auto
+from tunelab.search._auto import EXPLORE_ONLY
 from tunelab.search._endgame import Contest
 from tunelab.search._evidence import Evidence
 from tunelab.search._rounds import RaceSettings
@@ -100,50 +100,12 @@ def test_auto_searches_with_tpe_when_the_space_is_larger_than_the_budget(
 
 
 def test_under_a_run_per_point_the_contest_keeps_less(interaction: Landscape) -> None:
-    """Under a run per point TPE keeps a fifth times the runs per point for the contest
-    (there, new points find more than contest runs); from a run per point up the grid keeps
-    a tenth."""
-    half, almost, full = (run(interaction, "auto", 0, max_runs=n)[0]
-                          for n in (27, 53, 54))  # 54 points
+    """A fifth of the runs is kept for the contest from a run per point up; under that, the
+    fifth times the runs per point: there, new points find more than contest runs."""
+    half, full = (run(interaction, "auto", 0, max_runs=n)[0]
+                  for n in (27, 54))  # 54 points: half a run and one run per point
     assert half.endgame.reserve == 3  # type: ignore[attr-defined]  # ceil(0.2 * 0.5 * 27)
-    assert almost.mode == "model"  # type: ignore[attr-defined]
-    assert almost.endgame.reserve == 11  # type: ignore[attr-defined]  # ceil(0.2 * 53 / 54 * 53)
-    assert full.mode == "grid"  # type: ignore[attr-defined]
-    assert full.endgame.reserve == 6  # type: ignore[attr-defined]  # ceil(0.1 * 54)
-
-
-def _grid_rounds(lead: float, close: int) -> list[list[RunRequest]]:
-    """The rounds of ``auto`` over 30 points with 30 runs (a grid keeping 3 for the contest),
-    told a constructed history: the measured point of lowest ``x`` past the baseline runs at
-    ``lead`` (11 the others, ``close`` more of them at 10.1, every repeat alike)."""
-    space = Space([("x", tuple(range(30)))])
-    auto = Auto(space, direction="minimize", budget=Budget(30), baseline=Point({"x": 0}))
-    rounds = [auto.ask_runs(100)]
-    measured = sorted(r.point["x"] for r in rounds[0])
-    best, near = measured[1], measured[2:2 + close]
-
-    def value(p: Point) -> float:
-        return lead if p["x"] == best else 10.1 if p["x"] in near else 11.0 + 0.05 * (p["x"] % 7)
-
-    while rounds[-1]:
-        for r in rounds[-1]:
-            auto.tell_run(r, value(r.point) * (1 + 0.01 * r.repeat))
-        rounds.append(auto.ask_runs(100))
-    return rounds
-
-
-def test_a_grid_short_of_runs_contests_only_a_choice_left_open() -> None:
-    """A budget of a run per point measures nine in ten points, then contests the leader;
-    once one point is certain (far ahead of every other), the runs left measure the points
-    not measured yet; with several within the noise of the best, they decide among them."""
-    clear, open_ = _grid_rounds(7.0, 0), _grid_rounds(10.0, 3)
-    for rounds in (clear, open_):
-        first = rounds[0]
-        assert len(first) == 27 and {r.repeat for r in first} == {0}
-        assert Point({"x": 0}) in {r.point for r in first}  # the baseline leads the grid
-        assert [r.repeat for r in rounds[1]] == [1, 1]  # the leader and its rival again
-    assert [r.repeat for r in clear[2]] == [0]  # certain: a point not measured yet
-    assert [r.repeat for r in open_[2]] == [1]  # open: the next rival's second run
+    assert full.endgame.reserve == 11  # type: ignore[attr-defined]  # ceil(0.2 * 54)
 
 
 def test_auto_stops_early_only_when_the_winner_is_certain() -> None:

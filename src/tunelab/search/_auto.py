@@ -1,20 +1,11 @@
 """``auto``: the search chosen from the space's size and the run budget.
 
-* **The budget covers every point** (no ``max_runs``, or ``max_runs`` at least
-  :data:`GRID_BUDGET` runs per valid point): the grid, every point once in a seeded shuffled
-  order (the baseline first), keeping :data:`GRID_RESERVE` of the runs for a contest among
-  the points likely to be the best (:class:`~tunelab.search._endgame.Contest`) — grid with
-  racing. What the reserve buys is decided from the runs, never assumed: when only it is
-  left, the contest runs; once its leader is certain (one point ahead of every other by more
-  than the noise its repeats show, as a lone configuration 20 % faster is), the runs left
-  measure the points not yet measured; while several points lie within the noise of the
-  best, the contest takes them. On the interaction kind of
-  ``benchmarks/search_efficiency.py`` at a run per point (12 landscapes, from the worst
-  point, seeds 50-99; tuned on 0-49): 0.93 against 0.90 for TPE, which this budget ran
-  before, and 0.89 for a grid without the reserve — TPE missed a lone best point (ikind2:
-  0.60), a grid without a contest picked a lucky runner-up where several points were close
-  (ikind6: 0.70). From ``max_runs`` = points / 0.9 the whole grid runs before the contest;
-  a budget of at most :data:`EXPLORE_ONLY` runs keeps nothing back.
+* **The budget covers every point and a contest** (no ``max_runs``, ``max_runs`` at least
+  :data:`GRID_BUDGET` runs per valid point, or one run per point of a space of at most
+  :data:`SMALL_SPACE` points): every point runs once (grid, in a shuffled order), then the
+  runs left go to a contest among the points likely to be the best
+  (:class:`~tunelab.search._endgame.Contest`) until the winner is certain — grid with
+  racing. No point is skipped, so a lone good configuration (a needle) cannot be missed.
 * **A smaller budget**: Optuna TPE proposes new points over the joint space (``per_round``
   per round, each run once, the baseline in the first round), keeping a fifth of the runs
   (:data:`~tunelab.search._endgame.RESERVE`) for the contest — TPE with racing; a budget of
@@ -47,15 +38,15 @@ from tunelab.search._static import GridSearch
 from tunelab.search.base import RunRequest
 from tunelab.space import Point, Space
 
-__all__ = ["EXPLORE_ONLY", "GRID_BUDGET", "GRID_RESERVE", "Auto", "baseline_first", "covers",
+__all__ = ["EXPLORE_ONLY", "GRID_BUDGET", "SMALL_SPACE", "Auto", "baseline_first", "covers",
            "plan"]
 
-GRID_BUDGET = 1.0
-"""Budget, in runs per valid point, from which ``auto`` runs the grid."""
+GRID_BUDGET = 1.5
+"""Budget, in runs per valid point, from which ``auto`` measures every point."""
 
-GRID_RESERVE = 0.1
-"""Share of the runs the grid keeps for the contest (tuned on the interaction kind, seeds 0-49:
-0.05, 0.1, 0.15 and 0.2 gave 0.922, 0.942, 0.920 and 0.907; none at all 0.888)."""
+SMALL_SPACE = 20
+"""Valid points up to which a budget of one run per point measures every point: TPE's first
+ten proposals are random, so on a space this small the model would pick a random subset."""
 
 
 EXPLORE_ONLY = 12
@@ -66,11 +57,13 @@ at most a fifth kept back would leave the exploration inside TPE's ten random fi
 
 def covers(space: Space, budget: Budget) -> bool:
     """Whether ``budget`` (a ``max_runs``) covers measuring every valid point of ``space``:
-    :data:`GRID_BUDGET` runs per point."""
+    :data:`GRID_BUDGET` runs per point, or one per point of a space of at most
+    :data:`SMALL_SPACE` points."""
     runs = budget.max_runs
     if runs is None or not space.enumerable:
         return False
-    return runs >= GRID_BUDGET * len(space.points())
+    valid = len(space.points())
+    return runs >= GRID_BUDGET * valid or (valid <= SMALL_SPACE and runs >= valid)
 
 
 def baseline_first(space: Space, budget: Budget) -> bool:
@@ -90,11 +83,7 @@ def plan(space: Space, evidence: Evidence, settings: RaceSettings, budget: Budge
         raise StudyError(f"search strategy 'auto' over a space too large to enumerate "
                          f"({space.size:,} combinations) needs 'max_runs: N'")
     if budget.max_runs is None or covers(space, budget):
-        keep = 0.0 if budget.max_runs is None or budget.max_runs <= EXPLORE_ONLY \
-            else GRID_RESERVE
-        return "grid", Endgame(evidence, settings, budget,
-                               GridSearch(space, seed=seed, first=first), reserve=keep,
-                               per_round=per_round)
+        return "grid", Endgame(evidence, settings, budget, GridSearch(space))
     reserve = 0.0 if budget.max_runs <= EXPLORE_ONLY else RESERVE
     if space.enumerable:  # under a run per point, new points find more than the contest
         reserve *= min(1.0, budget.max_runs / len(space.points()))

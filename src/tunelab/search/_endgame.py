@@ -28,8 +28,7 @@ ends when the budget is spent, or when nothing is left to explore and the winner
 or cannot be measured further. So it never stops with runs left while the winner is
 uncertain and more runs could tell. An adaptive proposer is told each new point's first
 value (the model learns from the points that ran; later runs of a point only sharpen the
-contest). A planned proposer (the grid) explores in one round every point up to the
-reserve, and past it ``per_round`` points a round while the winner is certain.
+contest).
 """
 
 from __future__ import annotations
@@ -142,8 +141,6 @@ class Endgame:
         ev = self.evidence
         assert self.proposer is not None
         n = self.per_round if self.proposer.adaptive else 1 << 30
-        if left is not None and not self.proposer.adaptive:  # a planned round stops at the
-            n = left - self.reserve if left > self.reserve else self.per_round  # reserve
         if left is not None:
             n = min(n, left)
         if self.explore_left is not None:

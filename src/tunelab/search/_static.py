@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 from tunelab.search.base import Strategy
 from tunelab.space import Point, Space
 
@@ -26,20 +24,12 @@ class _PlannedSearch(Strategy):
 
 
 class GridSearch(_PlannedSearch):
-    """Every valid point of the space, in enumeration order; with ``seed``, in an order
-    shuffled by it, ``first`` (a valid point) leading."""
+    """Every valid point of the space, in enumeration order."""
 
     name = "grid"
 
-    def __init__(self, space: Space, *, seed: int | None = None,
-                 first: Point | None = None) -> None:
-        points = list(space.points())
-        if seed is not None:
-            random.Random(seed).shuffle(points)
-        if first is not None and first in points:
-            points.remove(first)
-            points.insert(0, first)
-        super().__init__(points)
+    def __init__(self, space: Space) -> None:
+        super().__init__(space.points())
 
 
 class RandomSearch(_PlannedSearch):
