@@ -49,7 +49,7 @@ def make_runs(repeats: int = 3, seed: int = 0) -> pd.DataFrame:
                     "fom.compute_s": COMPUTE, "fom.exposed_s": comm, "fom.data_s": data,
                     "fom.read_bytes": reads, "fom.steps": steps,
                     "fom.read_Bps": reads / (steps * step),
-                    "fom.input_bound": float(data / step > 0.1),
+                    "fom.input_bound": float(data / step > 0.1), "fom.synthetic_data": 0.0,
                     "fom.throughput": 400 * n / step})
     return pd.DataFrame(rows)
 
@@ -201,3 +201,28 @@ def test_runs_that_read_nothing_draw_no_read_plot_and_no_warning(tmp_path: Path)
         warnings.simplefilter("error")
         paths = storage_plots(memory, tmp_path)
     assert [p.name for p in paths] == ["storage-au.png"]
+
+
+def test_synthetic_data_has_no_storage_section(tmp_path: Path) -> None:
+    """A ddp scaling study on synthetic data (field test): compare printed a Storage table
+    with read 0.0 MB/s, the JSON had a ``storage`` key and the report drew the AU chart and
+    storage lines; none of them now, for runs flagged synthetic and for runs recorded before
+    the flag that read nothing."""
+    from tunelab.report.output import View
+    from tunelab.report.storage import storage_notes, storage_plots
+    from tunelab.report.views import with_storage
+
+    memory = make_runs()
+    memory = memory[memory["source"] == "memory"]
+    synthetic = memory.assign(**{"fom.synthetic_data": 1.0})
+    unflagged = memory.drop(columns=["fom.synthetic_data"])  # recorded before the flag
+    base = View((), {"schema": "tunelab.compare"}, ())
+    for runs in (synthetic, unflagged):
+        with pytest.raises(StatsError, match="no run had an input pipeline"):
+            storage_analysis(runs)
+        assert with_storage(base, runs) is base
+        assert storage_notes(runs) == [] and storage_plots(runs, tmp_path) == []
+    # a synthetic run beside pipeline runs is left out of their table
+    mixed = pd.concat([make_runs(), synthetic.assign(source="synthetic")])
+    assert {p.series for p in storage_analysis(mixed).points} == {"source=memory",
+                                                                  "source=cold"}

@@ -1,7 +1,9 @@
 """Storage sizing over a study's runs: how many MB/s each accelerator needs to stay busy, how
 many accelerators each data source keeps busy, and where the bottleneck moves from storage
 to the network. Pure functions over the runs table (beside :mod:`tunelab.scaling`), for the
-``ddp`` workload's input-pipeline figures (docs/workloads/ddp.md, "Storage").
+``ddp`` workload's input-pipeline figures (docs/workloads/ddp.md, "Storage"); runs on
+synthetic data (the ``synthetic_data`` flag; before it, runs that read nothing) are left out,
+and a study of nothing else has no storage analysis.
 
 Per run (figures of merit of ``tunelab bench ddp``): ``au`` (accelerator utilisation of the
 timed steps as MLPerf Storage defines it: compute / step time; the all-reduce not overlapped is
@@ -139,6 +141,10 @@ def _frame(runs: pd.DataFrame, workers: str, nodes: str) -> pd.DataFrame:
     ok = runs[(runs["status"] == "ok") & runs[fom_column("au")].notna()].copy()
     if not len(ok):
         raise StatsError("no successful run with an accelerator utilisation to analyse")
+    ok = ok[_pipeline(ok)]
+    if not len(ok):
+        raise StatsError("no run had an input pipeline (synthetic data: one batch made once, "
+                         "nothing read): no storage figures")
     ok["_workers"] = axis_values(ok, workers).astype(int)
     ok["_nodes"] = axis_values(ok, nodes, default=1).astype(int)
     ok["_series"] = [series_key(p, (workers, nodes)) for p in ok["point"].astype(str)]
@@ -156,6 +162,18 @@ def _frame(runs: pd.DataFrame, workers: str, nodes: str) -> pd.DataFrame:
     ib = fom_column("input_bound")
     ok["_ib"] = ok[ib].astype(float) if ib in ok.columns else (ok["_wait"] > 0.1).astype(float)
     return ok
+
+
+def _pipeline(runs: pd.DataFrame) -> pd.Series:
+    """Which runs fed their workers through an input pipeline (``--data memory`` or
+    ``files:``), not the synthetic batch made once: the ``synthetic_data`` flag where the run
+    recorded it; runs recorded before it count when they read data."""
+    read = runs[fom_column("read_bytes")].astype(float) > 0
+    flag = fom_column("synthetic_data")
+    if flag not in runs.columns:
+        return read
+    synthetic = runs[flag].astype(float)
+    return (synthetic == 0) | (synthetic.isna() & read)
 
 
 def _interval(values: np.ndarray, bounds: tuple[float, float] = (-math.inf, math.inf),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from tunelab.bench.ddp.config import DDPConfig
@@ -57,3 +59,17 @@ def test_more_workers_than_cores_is_flagged_oversubscribed() -> None:
     assert rec["oversubscribed"] is False and rec["cpu_demand"] == 1.0
     # two threads each make two workers oversubscribed too
     assert fom_record(two, {**_result(2, "real"), "threads": 2})["oversubscribed"] is True
+
+
+def test_synthetic_data_is_recorded_so_the_storage_analysis_leaves_it_out() -> None:
+    # compare printed a Storage table (read 0.0 MB/s) for a scaling study on synthetic data
+    from tunelab.workloads.ddp import DDPOptions, DDPWorkload
+
+    synthetic = DDPConfig(model="leopard", workers=1, batch_size=8).validate()
+    memory = DDPConfig(model="leopard", workers=1, batch_size=8, data="memory").validate()
+    result = _result(1, "real")
+    assert fom_record(synthetic, result)["synthetic_data"] is True
+    assert fom_record(memory, result)["synthetic_data"] is False
+    line = json.dumps({**fom_record(synthetic, result), "throughput": 10.0})
+    foms = DDPWorkload(DDPOptions()).parse(line, "", Path("."))
+    assert foms["synthetic_data"] == 1.0

@@ -53,7 +53,8 @@ FOMS = (
     "energy_J", "energy_J_per_sample", "power_W",
 )
 #: Yes/no facts of the JSON line, recorded as FOMs 1.0 or 0.0 (always present).
-FOM_FLAGS = ("compute_emulated", "gpu", "input_bound", "amp", "oversubscribed")
+FOM_FLAGS = ("compute_emulated", "gpu", "input_bound", "amp", "oversubscribed",
+             "synthetic_data")
 
 
 class DDPOptions(WorkloadOptions):

@@ -218,6 +218,7 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "params": result["params"],
         "flops_per_sample": result.get("flops_per_sample"),
         "data": cfg.data,
+        "synthetic_data": cfg.data_spec.kind == "synthetic",
         "compute": str(cfg.compute_mode),
         "compute_emulated": bool(result["emulated"]),
         "device": result["device"],
