@@ -402,3 +402,54 @@ def test_the_scale_out_gap_is_said_in_words_in_compare_and_the_report_notes() ->
         -1] == (8, 4, "worse")
     one_node = make_runs(TRUE, [(1, 1), (2, 1)])
     assert with_layouts(View((), {}), one_node, "throughput").blocks == ()
+
+
+def _busy_runs(others: float, throughput: dict[int, list[float]]) -> pd.DataFrame:
+    """The field test's study beside a busy loop (06-busy.log): 1 worker x 2 threads against
+    2 workers x 1 thread on 2 cores, with the noise watch's figures."""
+    rows = []
+    for n, values in throughput.items():
+        for rep, value in enumerate(values):
+            rows.append({"run_id": len(rows) + 1, "point": json.dumps({"workers": n}),
+                         "repeat": rep, "status": "ok", "workers": n,
+                         "fom.throughput": value, "fom.threads": 2 // n, "fom.workers": n,
+                         "fom.hosts": 1, "fom.host_cores": 2, "fom.cpu_demand": 1.0,
+                         "noise.cpus": 2.0, "noise.others_share": others,
+                         "noise.disturbed": float(others > 0.2)})
+    return pd.DataFrame(rows)
+
+
+def test_a_speedup_above_ideal_on_cores_others_took_is_not_called_superlinear() -> None:
+    """Field test: 1 -> 2 workers read 2.57x [1.48, 4.45] 'faster' with no word that the one
+    worker's 2 threads had 0.7 free cores (its threads wait on each other)."""
+    from tunelab.noise import CONTENDED_SHARE
+    from tunelab.report.output import View, render
+    from tunelab.report.scaling import cores_lines, scaling_notes
+    from tunelab.report.views import with_cores
+    from tunelab.scaling.cores import short_of_cores
+
+    busy = _busy_runs(0.65, {1: [93.5133, 77.5017], 2: [200.766, 238.248]})
+    short = short_of_cores(busy, contended=CONTENDED_SHARE)
+    assert [(s.workers, s.short, s.threads, s.worker_threads) for s in short] == [
+        (1, 2, 2.0, 2.0), (2, 2, 2.0, 1.0)]
+    assert short[0].free == pytest.approx(0.7)
+    lines, records = cores_lines(busy)
+    assert lines[0].startswith("Short of cores: 1 worker(s) on 1 node(s): 2 of 2 runs ran 2 "
+                               "threads with 0.7 of 2 cores free (others took 65%); the 2 "
+                               "threads of a worker wait for each other")
+    assert lines[-1].startswith("Not superlinear: 2 workers on 1 node(s): 2.57x over 1 "
+                                "worker(s) is above the ideal 2x")
+    assert all(r["above_ideal"] for r in records)
+    base = View((), {"schema": "tunelab.compare"}, ())
+    view = with_cores(base, busy, "throughput")
+    assert view.document["short_of_cores"] == records
+    assert "Not superlinear" in render(view, "text")
+    assert any(n.startswith("Not superlinear") for n in scaling_notes(busy))
+    # quiet cores, or one thread per worker with a core to spare: nothing to say
+    quiet = _busy_runs(0.02, {1: [93.5, 77.5], 2: [200.8, 238.2]})
+    assert cores_lines(quiet) == ([], []) and with_cores(base, quiet, "throughput") is base
+    one = _busy_runs(0.45, {1: [50.0, 51.0], 2: [90.0, 91.0]}).assign(**{"fom.threads": 1,
+                                                                           "fom.cpu_demand": 0.5})
+    one.loc[one["workers"] == 2, "fom.cpu_demand"] = 1.0
+    assert [s.workers for s in short_of_cores(one, contended=CONTENDED_SHARE)] == [2]
+    assert cores_lines(one.drop(columns=["noise.cpus"])) == ([], [])

@@ -45,6 +45,7 @@ def compare(
     from tunelab.report.views import (
         compare_view,
         cross_compare_view,
+        with_cores,
         with_layouts,
         with_storage,
     )
@@ -58,6 +59,7 @@ def compare(
         results = load_results(directories[0], exclude_disturbed=exclude_disturbed)
         view = with_layouts(compare_view(results), results.runs, results.objective.fom,
                             results.objective.direction)
+        view = with_cores(view, results.runs, results.objective.fom, results.objective.direction)
         emit(with_headroom(with_storage(view, results.runs), results), fmt)
         exit_if_failed(status_counts(results), f"study {results.name!r}")
         return

@@ -33,8 +33,8 @@ from tunelab.stats import StatsError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ScalingPlotData", "gap_lines", "scaling_notes", "scaling_plot_data",
-           "scaling_plots"]
+__all__ = ["ScalingPlotData", "cores_lines", "gap_lines", "scaling_notes",
+           "scaling_plot_data", "scaling_plots"]
 
 
 class ScalingPlotData(NamedTuple):
@@ -111,16 +111,59 @@ def gap_lines(gaps: Sequence[LayoutGap]) -> list[str]:
     return out
 
 
+def cores_lines(runs: pd.DataFrame, fom: str = "throughput", direction: str = "maximize",
+                ) -> tuple[list[str], list[dict[str, object]]]:
+    """The points whose threads outnumbered the cores others left them
+    (:func:`tunelab.scaling.cores.short_of_cores`, at the noise watch's
+    :data:`~tunelab.noise.CONTENDED_SHARE`) and the speedups above the ideal resting on one,
+    in words, and as JSON records; none where no run was short of cores."""
+    from tunelab.noise import CONTENDED_SHARE
+    from tunelab.scaling.cores import short_of_cores, superlinear
+
+    try:
+        short = short_of_cores(runs, fom, contended=CONTENDED_SHARE)
+    except (StatsError, ValueError):  # no worker count, or one that is not a number
+        return [], []
+    if not short:
+        return [], []
+    lines = []
+    for s in short:
+        who = f"{s.series}, " if s.series else ""
+        why = (f"; the {s.worker_threads:g} threads of a worker wait for each other at every "
+               "operator when a core is taken" if s.worker_threads > 1 else "")
+        lines.append(
+            f"Short of cores: {who}{s.workers} worker(s) on {s.nodes} node(s): {s.short} of "
+            f"{s.n} runs ran {s.threads:g} threads with {s.free:.1f} of {s.cpus:g} cores free "
+            f"(others took {s.others_share:.0%}){why}: speedups of or against this point "
+            "measure the load as much as the scaling")
+    try:
+        points = scaling_table(runs, fom, direction)
+    except (StatsError, ValueError):
+        points = []
+    above: set[tuple[str, int, int]] = set()  # points of a speedup above the ideal
+    for p, base in superlinear(points, short):
+        who = f"{p.series}, " if p.series else ""
+        lines.append(
+            f"Not superlinear: {who}{p.workers} workers on {p.nodes} node(s): "
+            f"{p.speedup:.2f}x over {base.workers} worker(s) is above the ideal {p.ideal:g}x, "
+            "and runs of it or of the baseline were short of cores (above); measure on quiet "
+            "cores ('tunelab run --wait-quiet', '--rerun-disturbed')")
+        above |= {(p.series, p.workers, p.nodes), (base.series, base.workers, base.nodes)}
+    records: list[dict[str, object]] = [
+        {**s.__dict__, "above_ideal": (s.series, s.workers, s.nodes) in above} for s in short]
+    return lines, records
+
+
 def scaling_notes(runs: pd.DataFrame, fom: str = "throughput") -> list[str]:
     """What the model's curve in the throughput plot rests on, for the HTML report: per
     layout, the predictions outside the measured sizes with their intervals and notes
     (how far extrapolated, a missing interval), and why the curve stops; none without a
     worker-count axis."""
+    lines = [f"{line}." for line in cores_lines(runs, fom)[0]]
     try:
         data = scaling_plot_data(runs, fom)
     except StatsError:
-        return []
-    lines: list[str] = []
+        return lines
     lines.extend(f"{line}." for line in gap_lines(data.gaps))
     if data.model is not None:
         m = data.model

@@ -54,6 +54,7 @@ __all__ = [
     "cross_compare_view",
     "storage_blocks",
     "with_layouts",
+    "with_cores",
     "with_storage",
 ]
 
@@ -529,6 +530,20 @@ def with_layouts(view: View, runs: Any, fom: str, direction: str = "maximize") -
     doc = [{**g.__dict__, "verdict": str(g.verdict)} for g in gaps]
     return dataclasses.replace(view, blocks=(*view.blocks, Lines(tuple(gap_lines(gaps)))),
                                document={**view.document, "layout_gaps": doc})
+
+
+def with_cores(view: View, runs: Any, fom: str, direction: str = "maximize") -> View:
+    """``view`` with the points whose threads outnumbered the cores others left them, and the
+    speedups above the ideal resting on them, appended (lines and a ``short_of_cores`` key
+    in the JSON document), or unchanged when no run was short of cores."""
+    from tunelab.report.scaling import cores_lines
+
+    lines, records = cores_lines(runs, fom, direction)
+    if not lines:
+        return view
+    return dataclasses.replace(view, blocks=(*view.blocks, Lines(tuple(lines),
+                                                                 style="yellow")),
+                               document={**view.document, "short_of_cores": records})
 
 
 def with_storage(view: View, runs: Any) -> View:
