@@ -1,6 +1,6 @@
 """Scale-up vs scale-out of data-parallel ResNet-50 on virtual nodes, and the fitted model.
 
-Runs ``examples/scaling-resnet50.yaml`` (emulated V100 compute, 1-16 workers on 1, 2 or 4
+Runs ``examples/scaling-resnet50-full.yaml`` (emulated V100 compute, 1-16 workers on 1, 2 or 4
 virtual nodes, 10 Gbit/s links; the engine interleaves the layouts round by round, so slow
 drift of the machine hits them alike), or analyses a study directory that already holds it,
 then prints:
@@ -17,8 +17,8 @@ then prints:
 
 Usage (root, ~25 min on 2 quiet cores)::
 
-    python benchmarks/ddp_scaling_model.py --dir runs/scaling-resnet50
-    python benchmarks/ddp_scaling_model.py --dir runs/scaling-resnet50 --no-run   # analyse only
+    python benchmarks/ddp_scaling_model.py --dir runs/scaling-resnet50-full
+    python benchmarks/ddp_scaling_model.py --dir runs/scaling-resnet50-full --no-run  # analyse
     python benchmarks/ddp_scaling_model.py --recorded   # the means in docs/workloads/ddp.md
 """
 
@@ -44,7 +44,7 @@ from tunelab.scaling import (
 from tunelab.stats import StatsError
 from tunelab.store import open_store
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scaling-resnet50.yaml"
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scaling-resnet50-full.yaml"
 GB = 1e9
 
 # The 10 Gbit/s study of docs/workloads/ddp.md as recorded there (mean images/s of 3 runs
@@ -106,7 +106,7 @@ def _run(study_file: Path, directory: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=Path("runs/scaling-resnet50"))
+    ap.add_argument("--dir", type=Path, default=Path("runs/scaling-resnet50-full"))
     ap.add_argument("--study", type=Path, default=EXAMPLE)
     ap.add_argument("--no-run", action="store_true", help="analyse the directory only")
     ap.add_argument("--hold-out", type=int, default=8,

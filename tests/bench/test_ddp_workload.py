@@ -145,3 +145,21 @@ def test_training_flops_are_judged_per_gpu_and_per_host() -> None:
     (v,) = DDPWorkload.work({}, {}, vnodes)
     assert v.rate == pytest.approx(1e11) and v.variant["threads"] == 2
     assert DDPWorkload.work({}, {}, {**cpu, "compute_emulated": 1.0}) == []
+
+
+def test_the_scaling_example_is_the_short_study_and_names_the_full_one() -> None:
+    """Field test: examples/scaling-resnet50.yaml, the docs' first study, took about an hour
+    (24 runs of up to 16 workers) and said nothing of it; now it is the 5-minute version and
+    the hour is examples/scaling-resnet50-full.yaml, each header saying so."""
+    from tunelab.execute.study import prepare_study
+    from tunelab.spec import load_study
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    short = prepare_study(load_study(root / "scaling-resnet50.yaml"), dry_run=True)
+    assert short.planned_runs <= 10
+    assert max(int(p["workers"]) for p in short.points) <= 4
+    text = (root / "scaling-resnet50.yaml").read_text()
+    assert "about 5 minutes" in text and "tunelab run examples/scaling-resnet50-full.yaml" in text
+    full = prepare_study(load_study(root / "scaling-resnet50-full.yaml"), dry_run=True)
+    assert full.planned_runs == 24 and full.spec.name != short.spec.name
+    assert "About an hour" in (root / "scaling-resnet50-full.yaml").read_text()
