@@ -453,3 +453,6 @@ def test_a_speedup_above_ideal_on_cores_others_took_is_not_called_superlinear() 
     one.loc[one["workers"] == 2, "fom.cpu_demand"] = 1.0
     assert [s.workers for s in short_of_cores(one, contended=CONTENDED_SHARE)] == [2]
     assert cores_lines(one.drop(columns=["noise.cpus"])) == ([], [])
+    # emulated accelerators wait instead of computing: their threads are no demand (field
+    # test: the short scaling-resnet50 study named every point "short of cores")
+    assert cores_lines(busy.assign(**{"fom.compute_emulated": 1.0})) == ([], [])
