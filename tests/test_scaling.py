@@ -437,8 +437,8 @@ def test_a_speedup_above_ideal_on_cores_others_took_is_not_called_superlinear() 
     assert lines[0].startswith("Short of cores: 1 worker(s) on 1 node(s): 2 of 2 runs ran 2 "
                                "threads with 0.7 of 2 cores free (others took 65%); the 2 "
                                "threads of a worker wait for each other")
-    assert lines[-1].startswith("Not superlinear: 2 workers on 1 node(s): 2.57x over 1 "
-                                "worker(s) is above the ideal 2x")
+    assert lines[-1].startswith("Not superlinear: 2 workers on 1 node(s): its mean 219.5 is "
+                                "2.57x the mean of 1 worker(s), above the ideal 2x")
     assert all(r["above_ideal"] for r in records)
     base = View((), {"schema": "tunelab.compare"}, ())
     view = with_cores(base, busy, "throughput")

@@ -113,7 +113,7 @@ def run(
 
 def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
     from tunelab.report.results import load_results
-    from tunelab.report.views import compare_view
+    from tunelab.report.views import compare_view, with_cores
     from tunelab.stats import StatsError
 
     try:
@@ -122,7 +122,8 @@ def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
         message(f"tunelab: no ranking: {exc}")
         return
     if results.comparisons or results.summaries:
-        emit(compare_view(results), fmt)
+        emit(with_cores(compare_view(results), results.runs, results.objective.fom,
+                        results.objective.direction), fmt)
 
 
 def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:

@@ -144,8 +144,9 @@ def cores_lines(runs: pd.DataFrame, fom: str = "throughput", direction: str = "m
     for p, base in superlinear(points, short):
         who = f"{p.series}, " if p.series else ""
         lines.append(
-            f"Not superlinear: {who}{p.workers} workers on {p.nodes} node(s): "
-            f"{p.speedup:.2f}x over {base.workers} worker(s) is above the ideal {p.ideal:g}x, "
+            f"Not superlinear: {who}{p.workers} workers on {p.nodes} node(s): its mean "
+            f"{p.mean:.4g} is {p.speedup:.2f}x the mean of {base.workers} worker(s), above the "
+            f"ideal {p.ideal:g}x, "
             "and runs of it or of the baseline were short of cores (above); measure on quiet "
             "cores ('tunelab run --wait-quiet', '--rerun-disturbed')")
         above |= {(p.series, p.workers, p.nodes), (base.series, base.workers, base.nodes)}
