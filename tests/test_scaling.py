@@ -456,3 +456,17 @@ def test_a_speedup_above_ideal_on_cores_others_took_is_not_called_superlinear() 
     # emulated accelerators wait instead of computing: their threads are no demand (field
     # test: the short scaling-resnet50 study named every point "short of cores")
     assert cores_lines(busy.assign(**{"fom.compute_emulated": 1.0})) == ([], [])
+
+
+def test_the_throughput_title_names_a_band_only_when_one_is_drawn() -> None:
+    """Field test (short scaling-resnet50 study, 5 layouts): the title said "band: its 95%
+    prediction interval" over a plot with no band (the fit had no degree of freedom)."""
+    from tunelab.report.scaling import scaling_plot_data, throughput_title
+
+    wide = scaling_plot_data(make_runs(TRUE, [(1, 1), (2, 1), (4, 1), (6, 1), (8, 1)],
+                                       noise=0.02, seed=5), predict_to=32)
+    assert "band: its 95% prediction interval" in throughput_title(wide)
+    tight = scaling_plot_data(make_runs(TRUE, [(1, 1), (2, 1), (4, 1)], noise=0.01))
+    assert tight.model is not None
+    assert all(f.low is None for _, f in tight.forecasts)
+    assert throughput_title(tight).endswith("no prediction interval, see the notes)")

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["ScalingPlotData", "cores_lines", "gap_lines", "scaling_notes",
-           "scaling_plot_data", "scaling_plots"]
+           "scaling_plot_data", "scaling_plots", "throughput_title"]
 
 
 class ScalingPlotData(NamedTuple):
@@ -208,6 +208,16 @@ def scaling_plots(runs: pd.DataFrame, out_dir: str | Path, *, fom: str = "throug
     return paths
 
 
+def throughput_title(data: ScalingPlotData) -> str:
+    """The throughput plot's title: it names the prediction band only when one is drawn (a
+    fit with no degree of freedom to spare has none; the notes say so per point)."""
+    if data.model is None:
+        return "Throughput vs workers"
+    if any(f.low is not None and f.high is not None for _, f in data.forecasts):
+        return "Throughput vs workers (dashed: fitted model, band: its 95% prediction interval)"
+    return "Throughput vs workers (dashed: fitted model; no prediction interval, see the notes)"
+
+
 def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 5), layout="constrained")
@@ -242,10 +252,7 @@ def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
         ax.yaxis.set_major_formatter(plain_numbers())
         ax.set_xlabel("workers")
         ax.set_ylabel(f"{data.fom} (samples/s), mean and 95% t interval")
-        title = "Throughput vs workers"
-        if data.model is not None:
-            title += " (dashed: fitted model, band: its 95% prediction interval)"
-        ax.set_title(title)
+        ax.set_title(throughput_title(data))
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small", loc="upper left")
         fig.savefig(path, format="png", dpi=110)
