@@ -57,6 +57,12 @@ def test_more_workers_than_cores_is_flagged_oversubscribed() -> None:
     assert "OVERSUBSCRIBED" not in _row(two, "Backend")
     rec = fom_record(two, {**_result(2, "real"), "threads": 1})
     assert rec["oversubscribed"] is False and rec["cpu_demand"] == 1.0
+    assert "so compute and all-reduce times include waiting" in _row(eight, "Backend")
+    # emulated workers sleep instead of computing: only their all-reduce waits for a core
+    # (field test: the docs' first command said compute times included waiting too)
+    emulated = DDPConfig(model="resnet50", workers=8, batch_size=512,
+                         compute="emulate:0.17").validate()
+    assert "so all-reduce times include waiting for a core" in _row(emulated, "Backend")
     # two threads each make two workers oversubscribed too
     assert fom_record(two, {**_result(2, "real"), "threads": 2})["oversubscribed"] is True
 

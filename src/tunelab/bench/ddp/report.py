@@ -123,9 +123,11 @@ def _cores_text(cfg: DDPConfig, result: dict[str, Any]) -> str:
     demand = cpu_demand(cfg, result)
     if demand is None or demand <= 1.0:
         return ""
+    timed = ("all-reduce times include" if cfg.compute_mode.emulated  # compute: a sleep
+             else "compute and all-reduce times include")
     return (f"; OVERSUBSCRIBED: {demand:g} threads per core ({cfg.workers} workers on "
-            f"{result['host_cores']} cores): the workers take turns on the cores, so compute "
-            "and all-reduce times include waiting for a core")
+            f"{result['host_cores']} cores): the workers take turns on the cores, so {timed} "
+            "waiting for a core")
 
 
 def _warmup_text(cfg: DDPConfig) -> str:
