@@ -280,6 +280,27 @@ def test_the_interval_and_the_p_are_the_welch_tests_without_rounds() -> None:
     assert (c.verdict is Verdict.BETTER) == (c.p_value < 0.05)
 
 
+def test_best_names_the_point_with_the_better_mean_when_it_is_not_the_best() -> None:
+    """compare lists points by their mean; best crowns the most likely best on the log
+    scale. Where they differ (a spread-out point whose mean a single fast run lifts), best
+    says so, with that point's probability (stop 43: merge-transports, 1.098e8 listed first
+    by compare, the 1.091e8 baseline crowned by best, unexplained)."""
+    runs = make_runs({"spread": [50.0, 150.0, 160.0], "steady": [115.0, 116.0, 117.0]},
+                     fom="throughput")
+    result = best(runs, "throughput", "maximize")
+    assert result.best.params == {"np": "steady"}
+    assert result.top_by_mean is not None and result.top_by_mean.params == {"np": "spread"}
+    assert result.p_best is not None and result.p_top_by_mean is not None
+    assert result.p_top_by_mean < result.p_best
+    from tunelab.report.table import best_lines
+
+    line = next(x for x in best_lines(result) if "has the better mean" in x)
+    assert line.startswith("np=spread has the better mean (120, n=3; compare lists it first)")
+    steady = best(make_runs({"a": [100.0, 101.0], "b": [120.0, 121.0]}, fom="throughput"),
+                  "throughput", "maximize")
+    assert steady.top_by_mean is None and steady.p_top_by_mean is None
+
+
 def test_best_ignores_a_single_lucky_run(rng: np.random.Generator) -> None:
     runs = make_runs(
         {"lucky": [1.0], "a": list(rng.normal(10, 0.2, 5)), "b": list(rng.normal(12, 0.2, 5))},

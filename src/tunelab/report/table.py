@@ -193,6 +193,19 @@ def best_lines(result: BestResult, baseline: str = "", unit: str = "") -> list[s
     ]
     if result.p_best is not None:
         lines.append(f"Probability that it is the best, given all runs: {result.p_best:.0%}.")
+    top = result.top_by_mean
+    if top is not None:
+        shown = ".0%" if result.p_best is None or result.p_top_by_mean is None or \
+            f"{result.p_best:.0%}" != f"{result.p_top_by_mean:.0%}" else ".1%"
+        chance = (f" (probability {result.p_top_by_mean:{shown}}"
+                  + (f" against the best's {result.p_best:{shown}})" if result.p_best is not None
+                     else ")")
+                  if result.p_top_by_mean is not None else "")
+        lines.append(
+            f"{point_label(top.params)} has the better mean ({fmt_number(top.mean)}, n={top.n}"
+            f"; compare lists it first) but is less likely the best{chance}: the best is "
+            "judged on the log scale, from every point's runs and the noise they share, "
+            "and means this close can change places by chance.")
     if baseline:
         lines.append(baseline)
     if result.runner_up is None or result.comparison is None:
@@ -229,7 +242,7 @@ def best_lines(result: BestResult, baseline: str = "", unit: str = "") -> list[s
     if p is not None:
         lines.append(
             f"Confidence that it beats the runner-up: {p:.1%} (one-sided, same test; "
-            "optimistic: the best was chosen for having the best mean)."
+            "optimistic: the best was chosen for looking the best)."
         )
     return lines
 

@@ -422,7 +422,8 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         document = {"schema": "tunelab.best", "version": SCHEMA_VERSION,
                     "study": results.name, "objective": _objective_doc(objective),
                     "best": None, "runner_up": None, "comparison": None,
-                    "p_beats_runner_up": None, "p_best": None, "baseline": None,
+                    "p_beats_runner_up": None, "p_best": None, "top_by_mean": None,
+                    "p_top_by_mean": None, "baseline": None,
                     "versus_baseline": None, "versus_baseline_line": None,
                     "excluded": _exclusions_doc(results),
                     "noise": _noise_doc(results), "disturbance": _disturbance_doc(results),
@@ -443,6 +444,8 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         "comparison": _comparison_doc(c, objective) if c is not None else None,
         "p_beats_runner_up": best.p_beats_runner_up,
         "p_best": best.p_best,
+        "top_by_mean": _summary_doc(best.top_by_mean) if best.top_by_mean else None,
+        "p_top_by_mean": best.p_top_by_mean,
         "baseline": (_summary_doc(base.summary) if base is not None else None),
         "versus_baseline": (_comparison_doc(mine.comparison, objective)
                             if mine is not None and not mine.is_baseline else None),

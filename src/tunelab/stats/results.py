@@ -281,3 +281,9 @@ class BestResult:
     p_best: float | None = None
     """The probability that ``best`` is the best point given all runs
     (:mod:`tunelab.stats.recommend`); None while no point has two successful runs."""
+    top_by_mean: PointSummary | None = None
+    """The point with the best mean among the candidates, when that is not ``best`` (the
+    most likely best weighs each point's runs on the log scale, by their number and the
+    noise all points share): ``compare`` lists it first. None when it is ``best``."""
+    p_top_by_mean: float | None = None
+    """Its probability of being the best given all runs (None with ``top_by_mean``)."""

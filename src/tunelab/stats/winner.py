@@ -63,12 +63,16 @@ def best(
         raise StatsError(
             f"no successful run with a value of {name}: {len(runs)} runs ({failures_text(totals)})"
         )
+    top = candidates[0]  # the best mean: first in compare's order
     choice = recommend({p: g.values for p, g in groups.items()}, direction, min_n=min_n)
     p_best = choice.p_best if choice is not None else None
     if choice is not None:  # most likely best first; the same pool (n >= min_n, or all)
         order = {key: i for i, key in enumerate(choice.ranking)}
         candidates.sort(key=lambda s: order.get(s.point, len(order)))
     winner = candidates[0]
+    top_by_mean = top if top.point != winner.point else None
+    p_top = (choice.p_best_of.get(top.point) if top_by_mean is not None
+             and choice is not None else None)
     if len(candidates) == 1:
         return BestResult(name, direction, winner, None, None, None, p_best)
     runner_up = candidates[1]
@@ -77,7 +81,7 @@ def best(
     comparison = compare(a.values, b.values, direction, noise_threshold=noise_threshold,
                          confidence=confidence, rounds=rounds)
     return BestResult(name, direction, winner, runner_up, comparison,
-                      _confidence_better(comparison), p_best)
+                      _confidence_better(comparison), p_best, top_by_mean, p_top)
 
 
 def _confidence_better(c: Comparison) -> float | None:
