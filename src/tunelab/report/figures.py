@@ -6,14 +6,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["DPI", "PHONE_TEXT_PT", "by_layout", "layout_label", "min_tick_px", "plain_numbers",
-           "pyplot", "save_png", "worker_axis"]
+__all__ = ["DPI", "PHONE_TEXT_PT", "TEXT_LINE", "by_layout", "figure_titles", "layout_label",
+           "min_tick_px", "plain_numbers", "pyplot", "save_png", "worker_axis"]
 
 DPI = 100
 """Pixels per inch of the report's PNGs."""
 PHONE_TEXT_PT = 11.0
 """Tick labels of a figure meant to be read on a phone too: a 6-inch figure (600 px) shown
 370 px wide keeps 11-point text 9.4 px tall."""
+TEXT_LINE = 60
+"""Characters of one line of a figure's title or x-axis caption: at 12 points about 530 px,
+inside a 6-inch (600 px) figure."""
 MIN_TICK_PX_KEY = "tunelab:min-tick-px"
 """The PNG text chunk that records the smallest tick label's font size in image pixels (the
 report's layout test scales it by the width a browser shows the image at)."""
@@ -27,6 +30,24 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def figure_titles(fig: Any, ax: Any, title: str, xlabel: str) -> None:
+    """``title`` above the plot, centred on the figure, and ``xlabel`` below ``ax``, flush
+    with its right edge; both wrapped to :data:`TEXT_LINE` characters a line (existing line
+    breaks kept), so that both stay inside a 6-inch figure.
+
+    Centred on the axes (``ax.set_title``, ``ax.set_xlabel``), a title or label wider than
+    the axes ran off the figure's right edge once long tick labels pushed the axes right:
+    the constrained layout counts only their height, never their width."""
+    import textwrap
+
+    def wrapped(text: str) -> str:
+        return "\n".join(line for part in text.splitlines()
+                         for line in textwrap.wrap(part, TEXT_LINE) or [""])
+
+    fig.suptitle(wrapped(title))
+    ax.set_xlabel(wrapped(xlabel), loc="right")
 
 
 def plain_numbers() -> Any:

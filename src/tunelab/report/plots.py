@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from tunelab.report.figures import PHONE_TEXT_PT, pyplot, save_png
+from tunelab.report.figures import PHONE_TEXT_PT, figure_titles, pyplot, save_png
 from tunelab.report.formats import point_label
 from tunelab.stats import PointComparison, StatsError, Verdict, fom_column, verdict_label
 
@@ -222,8 +222,8 @@ def speedup_bar_chart(
             ax.text(1.0, 0.5, "no point to compare", ha="center", transform=ax.transData)
         fom = f" of {objective.fom.removeprefix('fom.')}" if objective else ""
         caption = textwrap.wrap(ci_caption(comparisons, confidence), 2 * LABEL_LINE)
-        ax.set_xlabel("\n".join([f"speedup over baseline{fom} (> 1 is better)", *caption]))
-        ax.set_title(title or "Speedup over the baseline")
+        figure_titles(fig, ax, title or "Speedup over the baseline",
+                      "\n".join([f"speedup over baseline{fom} (> 1 is better)", *caption]))
         handles, names = ax.get_legend_handles_labels()  # below: the bars keep the width
         fig.legend(handles, names, loc="outside lower center", ncols=3,
                    fontsize=PHONE_TEXT_PT - 1, frameon=False)
@@ -285,8 +285,7 @@ def fom_by_point_chart(
             for g in groups
         ]
         ax.set_yticks(y, labels)
-        ax.set_xlabel(name)
-        ax.set_title(title or f"{name} of every run, per point")
+        figure_titles(fig, ax, title or f"{name} of every run, per point", name)
         ax.grid(axis="x", alpha=0.3)
         _legible(ax)
         save_png(fig, path)
