@@ -9,7 +9,13 @@ import pandas as pd
 import pytest
 
 from tests.report.conftest import counted_reads, key, make_runs
-from tunelab.report import fom_by_point, fom_by_point_chart, speedup_bar_chart, speedup_bars
+from tunelab.report import (
+    fom_by_point,
+    fom_by_point_chart,
+    speedup_axis,
+    speedup_bar_chart,
+    speedup_bars,
+)
 from tunelab.stats import StatsError, Verdict, compare_to_baseline
 from tunelab.workload import Objective
 
@@ -144,3 +150,55 @@ def test_chart_titles_and_axis_labels_stay_inside_the_figure(
     for width, left, right, texts in figures:
         assert "merge-transports" in texts
         assert left >= 0 and right <= width, (left, right, width)
+
+
+def _two_wild_runs() -> tuple[pd.DataFrame, str]:
+    """Four points of 6 runs and one ('wild') of 2 runs 30x apart: its interval is
+    [0.0001, 742]-wide, like merge-transports' dask point in the field test."""
+    runs = make_runs({"baseline": (10.0, 6, []), "a": (7.0, 6, []), "b": (13.0, 6, []),
+                      "c": (9.0, 6, []), "wild": (10.0, 2, [])})  # fmt: skip
+    runs.loc[runs["env"] == "wild", ["wall_s", "fom.wall_s"]] = [[1.0, 1.0], [30.0, 30.0]]
+    return runs, key(env="baseline", np=2)
+
+
+def test_speedup_axis_cuts_an_interval_far_wider_than_the_others() -> None:
+    runs, baseline = _two_wild_runs()
+    bars = speedup_bars(compare_to_baseline(runs, "wall_s", "minimize", baseline))
+    wild = [b.label for b in bars].index("env=wild np=2")
+    assert bars[wild].ci_high / bars[wild].ci_low > 1e4
+    axis = speedup_axis(bars, 0.02)
+    assert axis.cut == (wild,)
+    assert axis.low > bars[wild].ci_low and axis.high < bars[wild].ci_high
+    for i, b in enumerate(bars):
+        assert axis.low <= b.speedup <= axis.high
+        if i != wild:
+            assert axis.low <= b.ci_low and b.ci_high <= axis.high
+    assert axis.low > 1 / 5 and axis.high < 5  # the others' bars fill it (was 1/16,000..16,000)
+    assert speedup_axis(bars[:1], 0.02).cut == ()  # nothing to compare with: all shown
+    assert speedup_axis([bars[wild]], 0.02).cut == ()
+
+
+def test_speedup_chart_draws_an_over_long_interval_cut_with_its_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Field test (merge-transports): one point of 2 runs, interval [0.000148, 742], set a
+    log axis from 1/16,000 to 16,000 that squeezed every other bar to nothing."""
+    import tunelab.report.plots as plots
+
+    figures: list[Any] = []
+    save = plots.save_png
+    monkeypatch.setattr(plots, "save_png", lambda fig, path: (save(fig, path),
+                                                             figures.append(fig)))
+    runs, baseline = _two_wild_runs()
+    comparisons = compare_to_baseline(runs, "wall_s", "minimize", baseline)
+    bars = speedup_bars(comparisons)
+    wild = next(b for b in bars if b.label == "env=wild np=2")
+    speedup_bar_chart(comparisons, tmp_path / "s.png")
+    ax = figures[0].axes[0]
+    low, high = ax.get_xlim()
+    assert 1 / 5 < low < 1 < high < 5  # was 1/16,000 to 16,000
+    assert all(low <= b.ci_low and b.ci_high <= high for b in bars if b is not wild)
+    written = [t.get_text() for t in ax.texts]
+    assert written == [f"interval {wild.ci_low:.3g}–{wild.ci_high:.3g}×"]
+    assert "are cut at the edge (arrow), their bounds written beside them" in " ".join(
+        ax.get_xlabel().split())

@@ -17,6 +17,7 @@ _WHERE = {
     "write_html_report": "html",
     "fom_by_point": "plots",
     "fom_by_point_chart": "plots",
+    "speedup_axis": "plots",
     "speedup_bar_chart": "plots",
     "speedup_bars": "plots",
     "StudyResults": "results",

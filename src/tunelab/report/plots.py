@@ -24,11 +24,14 @@ if TYPE_CHECKING:
     from tunelab.workload import Objective
 
 __all__ = [
+    "MAX_BARS",
     "PointRuns",
+    "SpeedupAxis",
     "SpeedupBar",
     "fom_by_point",
     "fom_by_point_chart",
     "speedup_bar_chart",
+    "speedup_axis",
     "speedup_bars",
 ]
 
@@ -42,6 +45,11 @@ LABEL_LINE = 26
 """Characters of one line of a point's label on a plot axis (two lines at most): the
 figures are 6 inches wide so that their text stays legible on a phone."""
 WIDTH_IN = 6.0
+MAX_BARS = 40
+"""Bars the speedup chart draws at most (the first in rank order)."""
+CUT_WIDTH = 3.0
+"""An interval more than this many times as wide (on the log scale) as the median of the
+others' does not set the speedup axis: it is drawn cut at the axis's edge."""
 
 
 class SpeedupBar(NamedTuple):
@@ -52,6 +60,16 @@ class SpeedupBar(NamedTuple):
     ci_low: float
     ci_high: float
     verdict: Verdict
+
+
+class SpeedupAxis(NamedTuple):
+    """The speedup chart's x axis: its limits, whether it is a log axis, and the indexes of
+    the bars whose interval reaches beyond it (drawn cut, their bounds written beside)."""
+
+    low: float
+    high: float
+    log: bool
+    cut: tuple[int, ...]
 
 
 class PointRuns(NamedTuple):
@@ -88,6 +106,42 @@ def speedup_bars(comparisons: Sequence[PointComparison]) -> list[SpeedupBar]:
             SpeedupBar(point_label(pc.summary.params), c.speedup, c.ci_low, c.ci_high, c.verdict)
         )
     return bars
+
+
+def _log_width(bar: SpeedupBar) -> float:
+    """The width of ``bar``'s interval on the log scale: inf when a bound is not positive,
+    NaN without an interval."""
+    if math.isnan(bar.ci_low) or math.isnan(bar.ci_high):
+        return math.nan
+    if bar.ci_low <= 0:
+        return math.inf
+    return math.log(bar.ci_high / bar.ci_low)
+
+
+def speedup_axis(bars: Sequence[SpeedupBar], noise: float) -> SpeedupAxis:
+    """The x axis of the speedup chart: it holds every speedup and every interval but those
+    more than :data:`CUT_WIDTH` times as wide as the median of the others (an interval of a
+    point with 2 runs, [0.0001, 742], squeezed every other bar to nothing); a log axis,
+    symmetric in 1, when the ratios span more than 4x, else a linear one with the noise band.
+    """
+    widths = [_log_width(b) for b in bars]
+    kept: list[float] = [b.speedup for b in bars]
+    for i, (bar, width) in enumerate(zip(bars, widths, strict=True)):
+        others = [w for j, w in enumerate(widths) if j != i and not math.isnan(w)]
+        if math.isnan(width):
+            continue
+        if others and width > CUT_WIDTH * max(float(np.median(others)), 2 * math.log1p(noise)):
+            continue
+        kept += [bar.ci_low, bar.ci_high]
+    lo, hi = min(kept, default=1.0), max(kept, default=1.0)
+    if lo > 0 and hi / lo > 4:  # ratios spanning orders of magnitude
+        reach = max(hi, 1 / lo) ** 1.1
+        low, high, log = 1 / reach, reach, True
+    else:
+        span = max(hi - 1.0, 1.0 - lo)
+        low, high, log = max(1 - 1.15 * span - noise, 0.0), 1 + 1.15 * span + noise, False
+    cut = tuple(i for i, b in enumerate(bars) if b.ci_low < low or b.ci_high > high)
+    return SpeedupAxis(low, high, log, cut)
 
 
 def fom_by_point(
@@ -152,13 +206,29 @@ def _ratio_labels(ax: Any) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:.3g}×"))
 
 
+def _cut_interval(ax: Any, bar: SpeedupBar, y: float, axis: SpeedupAxis) -> None:
+    """Arrows where ``bar``'s interval leaves the axis, and its bounds written above it, at
+    the edge where it is cut (the right one when cut at both)."""
+    right = bar.ci_high > axis.high
+    for edge, marker in ((axis.low, "<"), (axis.high, ">")):
+        if (edge == axis.high and right) or (edge == axis.low and bar.ci_low < axis.low):
+            ax.plot([edge], [y], marker=marker, color="black", markersize=7, clip_on=False,
+                    zorder=4)
+    ax.annotate(
+        f"interval {bar.ci_low:.3g}–{bar.ci_high:.3g}×", (axis.high if right else axis.low, y),
+        xytext=(-6 if right else 6, 5), textcoords="offset points",
+        ha="right" if right else "left", va="bottom", fontsize=PHONE_TEXT_PT - 1, zorder=5,
+        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+    )  # fmt: skip
+
+
 def speedup_bar_chart(
     comparisons: Sequence[PointComparison],
     path: str | Path,
     title: str | None = None,
     *,
     objective: Objective | None = None,
-    max_bars: int = 40,
+    max_bars: int = MAX_BARS,
 ) -> Path:
     """Horizontal bars of each point's speedup over the baseline with CI error bars,
     a line at 1 and the noise band around it, coloured by verdict. Only the first
@@ -175,6 +245,7 @@ def speedup_bar_chart(
     path = Path(path)
     noise = comparisons[0].comparison.noise_threshold if comparisons else 0.02
     confidence = comparisons[0].comparison.confidence if comparisons else 0.95
+    axis = speedup_axis(bars, noise)
     height = 1.8 + 0.5 * max(len(bars), 1)
     fig, ax = plt.subplots(figsize=(WIDTH_IN, height), layout="constrained")
     try:
@@ -189,22 +260,22 @@ def speedup_bar_chart(
             has_ci = ~np.isnan(low)
             colours = [VERDICT_COLOURS[b.verdict] for b in bars]
             ax.barh(y, speed - 1.0, left=1.0, color=colours, edgecolor="#424242", zorder=2)
-            err = np.vstack([speed - low, high - speed])[:, has_ci]
-            ax.errorbar(
-                speed[has_ci], y[has_ci], xerr=err, fmt="none", ecolor="black",
-                capsize=3, zorder=3,
-            )  # fmt: skip
+            cut = np.isin(np.arange(len(bars)), axis.cut)
+            for whole, caps in ((has_ci & ~cut, 3), (has_ci & cut, 0)):  # cut: no caps
+                drawn_low = np.clip(low, axis.low, axis.high)[whole]
+                drawn_high = np.clip(high, axis.low, axis.high)[whole]
+                ax.errorbar(
+                    speed[whole], y[whole], xerr=[speed[whole] - drawn_low,
+                                                  drawn_high - speed[whole]],
+                    fmt="none", ecolor="black", capsize=caps, zorder=3,
+                )  # fmt: skip
+            for i in axis.cut:
+                _cut_interval(ax, bars[i], float(y[i]), axis)
             ax.set_yticks(y, [_short(b.label) for b in bars])
-            values = np.concatenate([speed, low[has_ci], high[has_ci]])
-            lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
-            if hi / lo > 4:  # ratios spanning orders of magnitude: a log axis, symmetric in 1
+            if axis.log:
                 ax.set_xscale("log")
-                reach = max(hi, 1 / lo) ** 1.1
-                ax.set_xlim(1 / reach, reach)
-                _ratio_ticks(ax, 1 / reach, reach)
-            else:
-                span = max(hi - 1.0, 1.0 - lo)
-                ax.set_xlim(max(1 - 1.15 * span - noise, 0.0), 1 + 1.15 * span + noise)
+                _ratio_ticks(ax, axis.low, axis.high)
+            ax.set_xlim(axis.low, axis.high)
             _ratio_labels(ax)
             seen: set[Verdict] = set()
             for b in bars:
@@ -221,7 +292,9 @@ def speedup_bar_chart(
             ax.set_yticks([])
             ax.text(1.0, 0.5, "no point to compare", ha="center", transform=ax.transData)
         fom = f" of {objective.fom.removeprefix('fom.')}" if objective else ""
-        caption = textwrap.wrap(ci_caption(comparisons, confidence), 2 * LABEL_LINE)
+        caption = textwrap.wrap(ci_caption(comparisons, confidence) + (
+            f"; intervals over {CUT_WIDTH:g}x as wide as the others' are cut at the edge "
+            "(arrow), their bounds written beside them" if axis.cut else ""), 2 * LABEL_LINE)
         figure_titles(fig, ax, title or "Speedup over the baseline",
                       "\n".join([f"speedup over baseline{fom} (> 1 is better)", *caption]))
         handles, names = ax.get_legend_handles_labels()  # below: the bars keep the width

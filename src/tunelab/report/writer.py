@@ -24,7 +24,13 @@ def write_report(results: StudyResults, path: str | Path, *,
     study judged against another) adds a section."""
     from tunelab.errors import TunelabError
     from tunelab.report.html import write_html_report
-    from tunelab.report.plots import fom_by_point_chart, speedup_bar_chart, speedup_bars
+    from tunelab.report.plots import (
+        MAX_BARS,
+        fom_by_point_chart,
+        speedup_axis,
+        speedup_bar_chart,
+        speedup_bars,
+    )
     from tunelab.report.table import table_rows
 
     path = Path(path)
@@ -55,7 +61,8 @@ def write_report(results: StudyResults, path: str | Path, *,
             f"How much better each point's {fom} is than the baseline's (1× = the same), "
             f"with its {results.confidence:.0%} confidence interval; the shaded band is the "
             f"±{results.noise_threshold:.0%} noise threshold, inside which no difference is "
-            "claimed.")))
+            "claimed." + _cut_sentence(speedup_axis(speedup_bars(results.comparisons)[:MAX_BARS],
+                                                    results.noise_threshold).cut))))
     if any(s.n for s in results.summaries):
         order = [row.point for row in table_rows(results.comparisons or results.summaries,
                                                   results.objective)]  # fmt: skip
@@ -139,3 +146,14 @@ def _measured_workload(results: StudyResults) -> type[Workload] | None:
         return get_workload(str(name))
     except WorkloadError:
         return None
+
+
+def _cut_sentence(cut: tuple[int, ...]) -> str:
+    """The speedup figure's caption on the intervals it draws cut (none: nothing)."""
+    if not cut:
+        return ""
+    which = "An interval" if len(cut) == 1 else f"{len(cut)} intervals"
+    return (f" {which} far wider than the others (a point of few or scattered runs) "
+            f"{'is' if len(cut) == 1 else 'are'} cut at the axis's edge, marked by an arrow, "
+            f"with {'its' if len(cut) == 1 else 'their'} bounds written beside "
+            f"{'it' if len(cut) == 1 else 'them'}, so that every other bar stays readable.")
