@@ -475,3 +475,27 @@ def test_a_merge_parameter_that_is_no_option_it_reads_is_refused_at_load(cli, na
     assert_clean(answer, 2, f"s.yaml:6: workload 'merge' does not use a parameter {name!r}: "
                             "every value would run the same command; its parameters are "
                             "backend, chunk_size,")
+
+
+DRY_LOADS = [["space"], ["run", "--dry-run"]]
+
+
+def ddp_study(params: str) -> str:
+    """A study of the ``ddp`` workload (emulated ResNet-18 compute) with ``params``."""
+    return ("name: d\nworkload:\n  name: ddp\n  options: {model: resnet18, compute: "
+            "'emulate:resnet18/a100/b64'}\nparameters:\n  " + params + "\n")
+
+
+@pytest.mark.parametrize(("params", "fragment"), [
+    # each was a valid point whose every run failed on the benchmark's own refusal
+    ("batch_size: [64, -4]", "parameter 'batch_size': value -4: Input should be greater than "
+                             "or equal to 1"),
+    ("workers: [1, 0]", "parameter 'workers': value 0: Input should be greater than or equal"),
+    ("steps: [10, 2.5]", "parameter 'steps': value 2.5: Input should be a valid integer"),
+    ("bucket_mb: [25, -1]", "parameter 'bucket_mb': value -1: Input should be greater than 0"),
+])
+@pytest.mark.parametrize("command", DRY_LOADS)
+def test_a_ddp_parameter_value_the_benchmark_never_takes_is_refused_at_load(cli, command,
+                                                                            params, fragment):
+    answer = cli.run({"s.yaml": ddp_study(params)}, [*command, "s.yaml"])
+    assert_clean(answer, 2, f"s.yaml:6: workload 'ddp' {fragment}")

@@ -116,6 +116,7 @@ class DDPWorkload(Workload):
                                   "Leopard; real or emulated compute; virtual nodes)")
     Options: ClassVar[type[WorkloadOptions]] = DDPOptions
     report_figures: ClassVar[tuple[str, ...]] = ("scaling", "storage")
+    options_from_parameters: ClassVar[bool] = True
     fom_units: ClassVar[Mapping[str, str]] = {
         "throughput": "samples/s", "throughput_per_worker": "samples/s",
         "allreduce_algbw": "B/s", "allreduce_busbw": "B/s", "grad_bytes": "B"}
