@@ -499,3 +499,25 @@ def test_a_ddp_parameter_value_the_benchmark_never_takes_is_refused_at_load(cli,
                                                                             params, fragment):
     answer = cli.run({"s.yaml": ddp_study(params)}, [*command, "s.yaml"])
     assert_clean(answer, 2, f"s.yaml:6: workload 'ddp' {fragment}")
+
+
+@pytest.mark.parametrize(("params", "fragment"), [
+    # each was a valid point: -1 trained with a negative learning rate, 2.5 epochs ran 2
+    ("lr: [-1]", "parameter 'lr': value -1: Input should be greater than 0"),
+    ("batch_size: [16, 0]", "parameter 'batch_size': value 0: Input should be greater than or"),
+    ("epochs: [2.5]", "parameter 'epochs': value 2.5: Input should be a valid integer"),
+    ("nproc: [1, -2]", "parameter 'nproc': value -2: Input should be greater than or equal to 1"),
+    ("window: [0]", "parameter 'window': value 0: Input should be greater than or equal to 32"),
+])
+@pytest.mark.parametrize("command", DRY_LOADS)
+def test_a_leopard_parameter_value_training_never_takes_is_refused_at_load(cli, command,
+                                                                           params, fragment):
+    text = "name: l\nworkload: {name: leopard}\nparameters:\n  " + params + "\n"
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, f"s.yaml:4: workload 'leopard' {fragment}")
+
+
+def test_a_leopard_sync_bn_word_and_whole_epoch_values_stay_points(cli):
+    text = ("name: l\nworkload: {name: leopard}\nparameters:\n  sync_bn: ['yes', 'no']\n"
+            "  steps_per_epoch: [0, 20]\n")
+    assert_clean(cli.run({"s.yaml": text}, ["space", "s.yaml"]), 0)

@@ -28,7 +28,9 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
 
 from tunelab.errors import ParseError, WorkloadError
 from tunelab.workload import (
@@ -53,22 +55,22 @@ class LeopardOptions(WorkloadOptions):
     synth_chroms: int = 6
     synth_length: int = 200_000
     synth_seed: int = 0
-    window: int = 2048
-    batch_size: int = 64
-    lr: float = 1e-3
-    epochs: int = 5
-    steps_per_epoch: int | None = 25
-    patience: int = 5
-    in_channels: int = 5
+    window: int = Field(2048, ge=32)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0, allow_inf_nan=False)
+    epochs: int = Field(5, ge=1)
+    steps_per_epoch: int | None = Field(25, ge=0)  # 0 or None: whole epochs
+    patience: int = Field(5, ge=0)
+    in_channels: int = Field(5, ge=5, le=6)
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
-    warmup_epochs: float = 0.0
+    warmup_epochs: float = Field(0.0, ge=0, allow_inf_nan=False)
     sync_bn: bool = False
-    bn_momentum: float = 0.01
-    augment_scale: float = 0.1
+    bn_momentum: float = Field(0.01, ge=0, le=1)
+    augment_scale: float = Field(0.1, ge=0, allow_inf_nan=False)
     max_eval_windows: int = 256
-    seed: int = 0
-    nproc: int = 1
-    threads: int | None = None
+    seed: int = Field(0, ge=0)
+    nproc: int = Field(1, ge=1)
+    threads: int | None = Field(None, ge=0)  # 0 or None: the cores / nproc
     device: Literal["auto", "cpu", "cuda"] = "auto"
     python: str | None = None
     extra_args: list[str] = []
@@ -86,6 +88,7 @@ class LeopardWorkload(Workload):
     name = "leopard"
     description = "Leopard DNA-decoding U-Net training (PyTorch, optional DDP via torchrun)"
     Options = LeopardOptions
+    options_from_parameters: ClassVar[bool] = True
 
     @property
     def opts(self) -> LeopardOptions:
@@ -165,6 +168,13 @@ class LeopardWorkload(Workload):
                 raise WorkloadError(f"leopard needs the Python package {mod!r}: "
                                     "pip install 'tunelab[leopard]'")
         self.data_path(create=True)
+
+    def check_parameter(self, name: str, value: Any) -> None:
+        """A value of a point key (``batch_size``, ``lr``, …) its option refuses (a batch
+        of -4, a negative learning rate, 2.5 epochs); other names, and ``sync_bn`` (read as
+        yes/no words too), are not the options a point sets."""
+        if name in _POINT_KEYS and name != "sync_bn":
+            super().check_parameter(name, value)
 
     # -------------------------------------------------------------------- runs
 
