@@ -521,3 +521,22 @@ def test_a_leopard_sync_bn_word_and_whole_epoch_values_stay_points(cli):
     text = ("name: l\nworkload: {name: leopard}\nparameters:\n  sync_bn: ['yes', 'no']\n"
             "  steps_per_epoch: [0, 20]\n")
     assert_clean(cli.run({"s.yaml": text}, ["space", "s.yaml"]), 0)
+
+
+@pytest.mark.parametrize(("params", "value"), [
+    # each was a valid point whose runs asked mpirun (or pw.x) for an impossible count
+    ("np: [1, -2]", "-2"),
+    ("npool: [1, 0]", "0"),
+    ("omp: [1, 1.5]", "1.5"),
+    ("ntg: [true]", "True"),
+])
+@pytest.mark.parametrize("command", DRY_LOADS)
+def test_a_qe_count_pw_x_never_takes_is_refused_at_load(cli, command, params, value):
+    si = (Path(__file__).parents[2] / "examples/qe/si.in").read_text()
+    text = ("name: q\nworkload: {name: qe, options: {input: si.in, nk: 10}}\nparameters:\n  "
+            + params + "\n")
+    answer = cli.run({"s.yaml": text, "si.in": si}, [*command, "s.yaml"])
+    name = params.split(":")[0]
+    assert_clean(answer, 2, f"s.yaml:4: workload 'qe' parameter {name!r}: value {value}: a "
+                            "count of ranks, pools, groups, threads or nodes must be a whole "
+                            "number of at least 1")

@@ -202,7 +202,7 @@ class QEWorkload(Workload):
     name = "qe"
     description = "Quantum ESPRESSO pw.x: MPI ranks, pools, ndiag, task groups, OpenMP threads"
     Options = QEOptions
-    reads = frozenset((*PARAMETERS, "nodes", "ppn"))
+    reads = frozenset((*PARAMETERS, "nodes", "ppn"))  # all counts (check_parameter)
 
     def __init__(self, options: WorkloadOptions | Mapping[str, Any],
                  study_file: Path | None = None) -> None:
@@ -352,6 +352,16 @@ class QEWorkload(Workload):
         require_executable(self.opts.pw, QE_PACKAGE)
         require_executable(self.opts.mpirun, MPI_PACKAGE_HINT)
         self.setup  # noqa: B018 - resolves (and generates) everything, or raises
+
+    def check_parameter(self, name: str, value: Any) -> None:
+        """A count (``np``, ``npool``, ``ndiag``, ``ntg``, ``omp``, ``nodes``, ``ppn``) that
+        is no whole number of at least 1 (``np: -2``, ``omp: 1.5``): no launcher or pw.x
+        takes it."""
+        whole = (isinstance(value, int) and not isinstance(value, bool)) or \
+            (isinstance(value, float) and value.is_integer())
+        if name in (self.reads or ()) and (not whole or value < 1):
+            raise WorkloadError("a count of ranks, pools, groups, threads or nodes must be a "
+                                "whole number of at least 1")
 
     def needs(self, values: Mapping[str, Any]) -> Needs:
         """``np`` ranks of ``omp`` threads, over ``nodes`` nodes (or ``ppn`` per node)."""
