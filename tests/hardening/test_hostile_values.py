@@ -540,3 +540,12 @@ def test_a_qe_count_pw_x_never_takes_is_refused_at_load(cli, command, params, va
     assert_clean(answer, 2, f"s.yaml:4: workload 'qe' parameter {name!r}: value {value}: a "
                             "count of ranks, pools, groups, threads or nodes must be a whole "
                             "number of at least 1")
+
+
+@pytest.mark.parametrize("command", DRY_LOADS)
+def test_a_ddp_derived_value_the_benchmark_never_takes_is_refused_at_its_line(cli, command):
+    # before, batch_size -4 x workers made valid points whose every run failed
+    text = ddp_study("workers: [1, 2]") + "derived:\n  batch_size: -4 * workers\n"
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    assert_clean(answer, 2, "s.yaml:8: workload 'ddp': point workers=1: batch_size -4: Input "
+                            "should be greater than or equal to 1")

@@ -275,6 +275,8 @@ def _check_values(spec: StudySpec, workload: Workload, space: Space,
         except WorkloadError as exc:
             if exc.option and exc.option[0] in point:  # an option the point's parameter set
                 where = spec.where("parameters", exc.option[0])
+            elif exc.option and exc.option[0] in spec.derived:  # or a derived value
+                where = spec.where("derived", exc.option[0])
             else:
                 where = spec.where("workload", "options", *exc.option)
             raise StudyError(f"{where}: workload {spec.workload!r}: point {point.label()}: "
