@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from tests.conftest import PY, tunelab
-from tunelab.execute.gpuwatch import GpuProcess, GpuWatch
+from tunelab.execute.gpuwatch import GpuProcess, GpuWatch, compute_apps
 from tunelab.store import open_store
 
 A, B = "GPU-aaaa", "GPU-bbbb"
@@ -191,3 +191,14 @@ def test_a_batch_jobs_task_is_its_own_by_the_jobs_id_in_its_environment():
         for proc in (stranger, task, other):
             proc.kill()
             proc.wait()
+
+
+def test_the_rows_nvidia_smi_lists_are_read_and_the_mps_server_left_out(tmp_path, monkeypatch):
+    """CUDA MPS's server holds its clients' contexts and is listed beside them: it is no
+    neighbour (every run would be flagged on a machine that runs MPS)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '%s\\n' 'GPU-aaaa, 101, /usr/bin/nvidia-cuda-mps-server' "
+                   "'GPU-aaaa, 102, python3' 'GPU-aaaa, [N/A], python3' 'GPU-bbbb, 10'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert compute_apps() == [GpuProcess("GPU-aaaa", 102, "python3")]

@@ -36,6 +36,8 @@ SAMPLE_S = 2.0
 _FIRST_S = 0.25
 """The first reading after the start; the pause doubles up to :data:`SAMPLE_S`."""
 _TIMEOUT_S = 5.0
+_MPS_SERVER = "nvidia-cuda-mps-server"
+"""CUDA MPS's server holds the contexts of its clients, listed beside them: no neighbour."""
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,15 @@ def _nvidia_smi(query: str) -> list[list[str]] | None:
 
 def compute_apps() -> list[GpuProcess] | None:
     """The processes with a compute context on a GPU now; None when ``nvidia-smi`` cannot
-    say. Rows cut short or without a pid (``[N/A]`` in a container) are left out."""
+    say. Rows cut short or without a pid (``[N/A]`` in a container) are left out, and so is
+    CUDA MPS's server (its clients, a run's own or another's, are listed themselves)."""
     rows = _nvidia_smi("--query-compute-apps=gpu_uuid,pid,process_name")
     if rows is None:
         return None
     found = []
     for row in rows:
-        if len(row) == 3 and row[0].startswith("GPU-") and row[1].isdigit():
+        if (len(row) == 3 and row[0].startswith("GPU-") and row[1].isdigit()
+                and not row[2].endswith(_MPS_SERVER)):
             found.append(GpuProcess(row[0], int(row[1]), row[2]))
     return found
 
@@ -108,7 +112,6 @@ class GpuRun:
         self._read, self._root, self._own_env, self._names = read, root, own_env, names
         self._own_gpus: set[str] = set()
         self._others: dict[tuple[str, int], str] = {}
-        self._readable = False
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, args=(every_s,), daemon=True,
@@ -128,7 +131,6 @@ class GpuRun:
             return
         seen = [(app, _is_own(app.pid, self._root, self._own_env)) for app in apps]
         with self._lock:
-            self._readable = True
             for app, own in seen:
                 if own:
                     self._own_gpus.add(app.gpu)
