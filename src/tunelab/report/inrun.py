@@ -11,7 +11,6 @@ which ``best``, ``compare`` and the report show beside it when one is stored.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,40 +55,29 @@ class InRunBound:
         return f"{self.low:.2f}-{self.high:.2f} over {self.n} runs"
 
 
-def _finite(values: Any) -> list[float]:
-    out = []
-    for v in values:
-        try:
-            x = float(v)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(x):
-            out.append(x)
-    return out
-
-
 def inrun_bounds(runs: pd.DataFrame) -> dict[str, InRunBound]:
     """Every point whose ok runs recorded a finite ``bound_fraction``, keyed by the point's
     key; empty when no run did."""
-    column = f"fom.{FOM}"
+    from tunelab.stats import StatsError
+    from tunelab.stats.summaries import point_groups, point_params
+
+    column, limit = f"fom.{FOM}", f"fom.{_LIMIT_FOM}"
     if not len(runs) or column not in runs.columns or "status" not in runs.columns:
         return {}
-    ok = runs[runs["status"] == "ok"]
-    limit = f"fom.{_LIMIT_FOM}"
+    limits = point_groups(runs, limit) if limit in runs.columns else {}
     found: dict[str, InRunBound] = {}
-    for key, group in ok.groupby("point", sort=False):
-        fractions = _finite(group[column])
-        if not fractions:
+    for key, group in point_groups(runs, column).items():
+        fractions = group.values
+        if not fractions.size:
             continue
         try:
-            params = json.loads(str(key))
-        except ValueError:
+            params = point_params(key)
+        except StatsError:
             continue
-        limits = _finite(group[limit]) if limit in group.columns else []
-        found[str(key)] = InRunBound(
-            str(key), params if isinstance(params, dict) else {}, sum(fractions) / len(fractions),
-            min(fractions), max(fractions), len(fractions),
-            sum(limits) / len(limits) if limits else math.nan)
+        timed = limits[key].values if key in limits else fractions[:0]
+        found[key] = InRunBound(key, params, float(fractions.mean()), float(fractions.min()),
+                                float(fractions.max()), int(fractions.size),
+                                float(timed.mean()) if timed.size else math.nan)
     return found
 
 
