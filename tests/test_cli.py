@@ -178,6 +178,32 @@ def test_compare_refuses_studies_with_different_objectives(done_study, tmp_path)
     assert len(res.stderr.strip().splitlines()) == 1
 
 
+def test_status_says_what_the_infrastructure_lost_though_every_run_ended_ok(tmp_path):
+    """Attempts a node failure or a cancellation lost were run again and every run is ok:
+    ``status`` still says they happened (a study that hides a failed node hides a fact about
+    its cluster), in text and JSON, and they count nowhere as results."""
+    from tunelab.store import open_store
+
+    d = tmp_path / "d"
+    assert tunelab("run", study(tmp_path, xs="[1, 2]", repeats=1), "--dir", d,
+                   "-q").returncode == 0
+    assert "infrastructure" not in tunelab("status", d).stdout
+    with open_store(d, write=True) as store:
+        for state, node in (("NODE_FAIL", "node1,node2"), ("CANCELLED", None)):
+            store.record_attempt('{"mode": "ok", "x": 2}', {"mode": "ok", "x": 2}, 0, job="7",
+                                 state=state, node=node, reason=f"scheduler: {state}", at="t")
+    text = tunelab("status", d)
+    assert text.returncode == 0, text.stderr
+    assert "2/2 runs done (2 ok)" in text.stdout
+    assert "the infrastructure lost 2 attempts (CANCELLED, NODE_FAIL)" in text.stdout
+    assert "never counts as a result" in text.stdout
+    row = next(line for line in text.stdout.splitlines() if line.startswith("NODE_FAIL"))
+    assert "mode=ok x=2" in row and "node1,node2" in row and "scheduler: NODE_FAIL" in row
+    doc = json.loads(tunelab("status", d, "--format", "json").stdout)
+    assert doc["counts"] == {"ok": 2} and doc["lost_attempts"]["total"] == 2
+    assert [a["state"] for a in doc["lost_attempts"]["latest"]] == ["CANCELLED", "NODE_FAIL"]
+
+
 def test_every_run_failed_is_exit_1_everywhere_and_report_still_writes(tmp_path):
     d = tmp_path / "d"
     res = tunelab("run", study(tmp_path, modes="[crash]", repeats=1), "--dir", d)

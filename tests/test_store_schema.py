@@ -52,7 +52,7 @@ def test_a_version_2_store_reads_as_it_is_with_the_new_columns_empty(tmp_path: P
     _v2(tmp_path)
     with open_store(tmp_path) as store:  # read-only: nothing migrated
         frame = store.runs_frame()
-        assert store.lost_attempts() == {}
+        assert store.lost_attempts() == (0, [])
     assert frame.loc[0, "noise.others_cpu"] == 0.9 and frame.loc[0, "noise.disturbed"] == 1
     assert math.isnan(frame.loc[0, "noise.others_share"])
     assert frame.loc[0, "noise.evidence"] == ""
@@ -88,7 +88,8 @@ def test_a_lost_run_is_not_completed_and_its_next_attempt_replaces_it(tmp_path: 
         store.record_run(_run(0, "lost"))
         assert store.completed() == set()
         assert store.status_counts() == {"lost": 1}
-        assert store.lost_attempts() == {('{"x": 1}', 0): 2}
+        assert store.lost_attempts(limit=1) == (
+            2, [('{"x": 1}', 0, "CANCELLED", "", "cancelled")])
         store.record_run(_run(0, "ok"))
         assert store.completed() == {('{"x": 1}', 0)}
         assert store.status_counts() == {"ok": 1}

@@ -45,9 +45,10 @@ launcher: {launcher}
     return Path("study.yaml"), marker
 
 
-def _start(tmp_path: Path, study: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([PY, "-m", "tunelab", "run", str(study), "-q"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start(tmp_path: Path, study: Path, *, quiet: bool = True) -> subprocess.Popen[str]:
+    return subprocess.Popen([PY, "-m", "tunelab", "run", str(study), *(["-q"] if quiet else [])],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def _processes() -> list[str]:
@@ -144,7 +145,7 @@ def test_a_killed_srun_loses_its_run_not_the_program(slurm_env, tmp_path, mode):
     study, marker = _study(tmp_path, "srunkill", f"{{type: slurm, mode: {mode}, site: virtual, "
                                                  "poll_interval: 0.5s}", xs=4, sleep=3)
     d = tmp_path / "runs" / "srunkill"
-    proc = _start(tmp_path, study)
+    proc = _start(tmp_path, study, quiet=False)
     wait_for(lambda: _kill_srun(marker), what="the srun of a run in flight")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
@@ -158,6 +159,9 @@ def test_a_killed_srun_loses_its_run_not_the_program(slurm_env, tmp_path, mode):
     assert not [a for a in attempts if a not in killed
                 and re.search(r"never started|Unable to create step|step creation", a["reason"])
                 ], _explain(d, attempts)
+    said = [line for line in err.splitlines() if "an attempt was lost on node1,node2 (the "
+            "run's launcher srun was killed by signal 9" in line]
+    assert len(said) == 1 and said[0].endswith("; submitted again (retry 1 of 2)"), err
     waited = [p for p in d.glob("runs/*/r*/stderr.txt")
               if "step creation temporarily disabled" in p.read_text()]
     assert waited == [], _explain(d, attempts)  # no run waited for the killed srun's step

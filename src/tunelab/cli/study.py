@@ -129,12 +129,13 @@ def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
 def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
     """Show how far a study is and its latest failures (exit 1 when runs failed); collect
     what its batch jobs finished."""
-    from tunelab.report.listings import FailureLine, StatusData, status_view
+    from tunelab.report.listings import FailureLine, LostAttempt, StatusData, status_view
     from tunelab.space import Point
     from tunelab.store import open_store
 
     jobs_line = _collect_jobs(directory)
     with open_store(directory) as store:
+        lost_total, lost = store.lost_attempts(limit=10)
         data = StatusData(
             name=store.get_meta("study_name") or directory.name,
             directory=str(directory),
@@ -143,6 +144,9 @@ def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:
             failures=tuple(FailureLine(dict(Point.from_key(key)), rep, st, reason)
                            for key, rep, st, reason in store.failures(limit=10)),
             jobs=jobs_line or "",
+            lost_total=lost_total,
+            lost=tuple(LostAttempt(dict(Point.from_key(key)), rep, state, node, reason)
+                       for key, rep, state, node, reason in lost),
         )
     emit(status_view(data), fmt)
     if failed_runs(data.counts):

@@ -463,8 +463,14 @@ class Executor:
             state=state, node=node_text, reason=reason, at=_now())
         key = (run.point_key, run.repeat)
         self._losses[key] = self._losses.get(key, 0) + 1
-        if self._losses[key] <= self.launcher.config.retries:
+        retries = self.launcher.config.retries
+        if self._losses[key] <= retries:
             self.again.append((point, run.repeat))
+            if self.on_note is not None:
+                where = f" on {node_text}" if node_text else ""
+                self.on_note(f"{point.label() or '(default)'} r{run.repeat}: an attempt was "
+                             f"lost{where} ({reason}); submitted again (retry "
+                             f"{self._losses[key]} of {retries})")
             return 0
         self._record_request(run, Outcome(
             "lost", None, 0.0, reason=f"{reason}; lost {attempts} times, not submitted again "

@@ -41,6 +41,18 @@ class FailureLine:
 
 
 @dataclass(frozen=True)
+class LostAttempt:
+    """An attempt of a run that the infrastructure lost (a node failure, a cancellation
+    from outside, a killed launcher…): the run was submitted again or stored ``lost``."""
+
+    params: dict[str, Any]
+    repeat: int
+    state: str
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class StatusData:
     """How far a study is: planned and stored runs, counts per status, latest failures."""
 
@@ -51,6 +63,10 @@ class StatusData:
     failures: tuple[FailureLine, ...]
     jobs: str = ""
     """A line on the study's open batch jobs (empty without any)."""
+    lost_total: int = 0
+    """Attempts the infrastructure lost, in all."""
+    lost: tuple[LostAttempt, ...] = ()
+    """The latest of them, newest first."""
 
     @property
     def done(self) -> int:
@@ -71,7 +87,8 @@ def status_view(data: StatusData) -> View:
                                    if s not in STATUSES},
                                 "jobs": data.jobs}
     figures = {k: str(v) for k, v in progress.items() if k != "jobs"}
-    blocks: list[Block] = [Summary(headline, figures, (data.jobs,) if data.jobs else ())]
+    details = tuple(line for line in (data.jobs, _lost_line(data)) if line)
+    blocks: list[Block] = [Summary(headline, figures, details)]
     if data.failures:
         blocks.append(TextTable(
             f"latest runs that were not ok ({len(data.failures)})",
@@ -79,13 +96,38 @@ def status_view(data: StatusData) -> View:
              Column("repeat", "repeat", "right", drop=1), Column("reason", "reason", wrap=True)),
             tuple({"status": (f.status, "red"), "point": point_label(f.params),
                    "repeat": str(f.repeat), "reason": f.reason} for f in data.failures)))
+    if data.lost:
+        blocks.append(TextTable(
+            f"latest attempts the infrastructure lost ({len(data.lost)} of {data.lost_total})",
+            (Column("state", "state"), Column("point", "point", wrap=True),
+             Column("repeat", "repeat", "right", drop=1), Column("node", "node", drop=2),
+             Column("reason", "reason", wrap=True)),
+            tuple({"state": (a.state, "yellow"), "point": point_label(a.params),
+                   "repeat": str(a.repeat), "node": a.node, "reason": a.reason}
+                  for a in data.lost)))
     failures = [{"point": f.params, "label": point_label(f.params), "repeat": f.repeat,
                  "status": f.status, "reason": f.reason} for f in data.failures]
+    lost = [{"point": a.params, "label": point_label(a.params), "repeat": a.repeat,
+             "state": a.state, "node": a.node or None, "reason": a.reason} for a in data.lost]
     document = {"schema": "tunelab.status", "version": SCHEMA_VERSION, "study": data.name,
                 "directory": data.directory, "planned": data.planned, "done": data.done,
                 "counts": dict(sorted(data.counts.items())), "jobs": data.jobs or None,
-                "failures": failures}
+                "failures": failures,
+                "lost_attempts": {"total": data.lost_total, "latest": lost}}
     return View(tuple(blocks), document, (progress,))
+
+
+def _lost_line(data: StatusData) -> str:
+    """What the infrastructure lost, in a line ("" when nothing): a lost attempt is never a
+    result, and its run was submitted again (or, its retries spent, stored ``lost``)."""
+    if not data.lost_total:
+        return ""
+    states = sorted({a.state for a in data.lost})
+    s = "" if data.lost_total == 1 else "s"
+    return (f"the infrastructure lost {data.lost_total} attempt{s} ({', '.join(states)}"
+            f"{', …' if data.lost_total > len(data.lost) else ''}): a lost attempt never "
+            "counts as a result; its run is submitted again (launcher.retries), then stored "
+            "'lost'")
 
 
 # ---------------------------------------------------------------------------------------

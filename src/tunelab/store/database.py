@@ -327,14 +327,16 @@ class Store:
                 (point_id, repeat)).fetchone()
         return int(row[0])
 
-    def lost_attempts(self) -> dict[tuple[str, int], int]:
-        """(point key, repeat) -> how many attempts of that run the infrastructure lost."""
+    def lost_attempts(self, limit: int = 10) -> tuple[int, list[tuple[str, int, str, str, str]]]:
+        """How many attempts the infrastructure lost in all, and the latest ``limit`` of
+        them: (point key, repeat, state, node(s) or "", reason), newest first."""
         if not self._has_table("attempts"):
-            return {}
+            return 0, []
+        (total,) = self._conn.execute("SELECT COUNT(*) FROM attempts").fetchone()
         rows = self._conn.execute(
-            "SELECT p.key, a.repeat, COUNT(*) FROM attempts a JOIN points p "
-            "ON p.id = a.point_id GROUP BY p.key, a.repeat")
-        return {(k, int(rep)): int(n) for k, rep, n in rows}
+            "SELECT p.key, a.repeat, a.state, COALESCE(a.node, ''), a.reason FROM attempts a "
+            "JOIN points p ON p.id = a.point_id ORDER BY a.id DESC LIMIT ?", (limit,))
+        return int(total), [(k, int(rep), st, node, reason) for k, rep, st, node, reason in rows]
 
     def _has_table(self, name: str) -> bool:
         return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
