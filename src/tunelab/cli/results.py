@@ -41,6 +41,7 @@ def compare(
     --baseline-study), the second study against the first, point by point.
     """
     from tunelab.report.headroom import with_headroom
+    from tunelab.report.rates import with_rates
     from tunelab.report.results import load_results
     from tunelab.report.views import (
         compare_view,
@@ -60,7 +61,8 @@ def compare(
         view = with_layouts(compare_view(results), results.runs, results.objective.fom,
                             results.objective.direction)
         view = with_cores(view, results.runs, results.objective.fom, results.objective.direction)
-        emit(with_headroom(with_storage(view, results.runs), results), fmt)
+        view = with_rates(with_storage(view, results.runs), results)
+        emit(with_headroom(view, results), fmt)
         exit_if_failed(status_counts(results), f"study {results.name!r}")
         return
     a, b = (load_results(d, exclude_disturbed=exclude_disturbed) for d in directories)

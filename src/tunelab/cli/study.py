@@ -112,6 +112,7 @@ def run(
 
 
 def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
+    from tunelab.report.rates import with_rates
     from tunelab.report.results import load_results
     from tunelab.report.views import compare_view, with_cores
     from tunelab.stats import StatsError
@@ -122,8 +123,8 @@ def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
         message(f"tunelab: no ranking: {exc}")
         return
     if results.comparisons or results.summaries:
-        emit(with_cores(compare_view(results), results.runs, results.objective.fom,
-                        results.objective.direction), fmt)
+        emit(with_rates(with_cores(compare_view(results), results.runs, results.objective.fom,
+                                   results.objective.direction), results), fmt)
 
 
 def status(directory: DirArg, fmt: FormatOpt = OutputFormat.text) -> None:

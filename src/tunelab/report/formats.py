@@ -4,12 +4,13 @@ the plots print exactly the same numbers and names."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from tunelab.spec import value_text
 
-__all__ = ["DETECTABLE_SHOWN", "VERDICT_STYLES", "detectable_text", "fmt_mean_sd", "fmt_number",
-           "fmt_ratio", "fmt_spread", "p_text", "point_label"]
+__all__ = ["DETECTABLE_SHOWN", "VERDICT_STYLES", "byte_rate_prefix", "detectable_text",
+           "fmt_mean_sd", "fmt_number", "fmt_ratio", "fmt_spread", "p_text", "point_label"]
 
 VERDICT_STYLES: dict[str, str] = {  # keyed by a Verdict's value (a Verdict is a str): the
     "better": "bold green",        # listings (status, space) import these formats, and
@@ -44,6 +45,17 @@ def fmt_mean_sd(mean: float, sd: float) -> str:
     if sd is None or math.isnan(sd):
         return fmt_number(mean)
     return f"{fmt_number(mean)} ± {fmt_spread(sd, mean)}"
+
+
+_BYTE_RATE_PREFIXES = ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"))
+
+
+def byte_rate_prefix(values: Iterable[float]) -> tuple[float, str]:
+    """The divisor and decimal unit that put the largest of ``values`` (bytes per second)
+    at 1 or more: ``(1e9, "GB/s")``, ``(1e6, "MB/s")``, ``(1e3, "kB/s")`` or
+    ``(1.0, "B/s")``; NaN and infinities are ignored."""
+    top = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    return next(((d, u) for d, u in _BYTE_RATE_PREFIXES if top >= d), (1.0, "B/s"))
 
 
 def fmt_ratio(value: float) -> str:

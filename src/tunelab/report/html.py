@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunelab.errors import TunelabError
-from tunelab.report.output import TextTable, View
+from tunelab.report.output import Block, TextTable
 from tunelab.report.results import failed_runs
 from tunelab.report.table import (
     against_baseline,
@@ -93,10 +93,11 @@ _CSS_OF_STYLE = {"bold green": "v-better", "bold red": "v-worse", "yellow": "v-i
                  "dim": "v-insufficient", "bold": "v-baseline", "red": "notok"}
 
 
-def _html_tables(view: View) -> list[dict[str, Any]]:
-    """The text tables of a :class:`~tunelab.report.output.View` as template data."""
+def _html_tables(blocks: Sequence[Block]) -> list[dict[str, Any]]:
+    """The text tables among ``blocks`` (a :class:`~tunelab.report.output.View`'s) as
+    template data."""
     tables = []
-    for block in view.blocks:
+    for block in blocks:
         if not isinstance(block, TextTable):
             continue
         columns = [c for c in block.columns if any(r.get(c.key) for r in block.rows)]
@@ -120,7 +121,7 @@ def _cross_section(cross: StudyComparison | None) -> dict[str, Any] | None:
         return None
     from tunelab.report.views import cross_compare_view
 
-    tables = _html_tables(cross_compare_view(cross))
+    tables = _html_tables(cross_compare_view(cross).blocks)
     title = tables[0]["title"]
     tables[0]["title"] = ""
     return {"heading": f"Against study {cross.name_a!r}", "title": title, "tables": tables}
@@ -149,6 +150,7 @@ def render_html_report(
     runs: pd.DataFrame | None = None,
     notes: Sequence[str] = (),
     cross: StudyComparison | None = None,
+    tables: Sequence[TextTable] = (),
 ) -> str:
     """The report as an HTML string (see :func:`write_html_report`)."""
     import jinja2
@@ -201,6 +203,7 @@ def render_html_report(
         study_file=study_file,
         notes=list(notes),
         cross=_cross_section(cross),
+        tables=_html_tables(tables),
     )
 
 
@@ -219,6 +222,7 @@ def write_html_report(
     objective: Objective | None = None,
     notes: Sequence[str] = (),
     cross: StudyComparison | None = None,
+    tables: Sequence[TextTable] = (),
 ) -> Path:
     """Write one self-contained HTML report and return its path.
 
@@ -227,7 +231,8 @@ def write_html_report(
     (from ``runs``), the machine snapshot (``sysinfo``) and the study (``study_spec``: the
     user's YAML text, or the parsed mapping). ``notes`` are shown under the verdict;
     ``objective`` defaults to the one of ``best``; ``cross`` adds a section judging this
-    study against another one.
+    study against another one; ``tables`` (e.g. the byte rates per point) follow the
+    ranked table, each a section of its own.
     """
     html = render_html_report(
         title=title,
@@ -242,6 +247,7 @@ def write_html_report(
         images=images,
         runs=runs,
         notes=notes,
+        tables=tables,
     )
     path = Path(path)
     try:

@@ -125,6 +125,8 @@ class StudyResults:
     study_file: str = ""
     failures: tuple[FailedRun, ...] = ()
     exclusions: tuple[Exclusion, ...] = ()
+    fom_units: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The unit of each figure of merit the workload declared (``throughput``: ``B/s``)."""
 
     @property
     def has_failures(self) -> bool:
@@ -160,6 +162,7 @@ def results_from_frame(
     exclude_disturbed: bool = False,
     plan: SequentialPlan | None = None,
     planned: int = 0,
+    fom_units: Mapping[str, str] | None = None,
 ) -> StudyResults:
     """Summaries of every point and, with a baseline, every point compared with it.
 
@@ -169,6 +172,7 @@ def results_from_frame(
     every statistic; ``plan`` decides the verdicts look by look (``repeats: auto``).
     ``planned`` is the number of runs the study makes (0: not known in advance, as for an
     adaptive search): fewer stored runs add a first note that the study is not finished.
+    ``fom_units`` are the workload's units of its figures of merit.
     """
     notes: list[str] = []
     column = fom_column(objective.fom)
@@ -249,6 +253,7 @@ def results_from_frame(
         disturbance=watched,
         exclude_disturbed=exclude_disturbed,
         plan=plan,
+        fom_units=dict(fom_units or {}),
     )
 
 
@@ -317,15 +322,23 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
     return notes
 
 
-def _unit(raw: str | None, fom: str) -> str:
-    """The unit of ``fom`` from the store's meta ``fom_units`` (JSON, name -> unit), "" when
-    it names none (or is not such a mapping: a unit is only ever shown)."""
+def _units(raw: str | None) -> dict[str, str]:
+    """The units of the store's meta ``fom_units`` (JSON, name -> unit); a unit that is not
+    a short printable string is left out, and so is all of a value that is not such a
+    mapping (a unit is only ever shown)."""
     try:
         units = json.loads(raw) if raw else {}
     except ValueError:
-        return ""
-    unit = units.get(fom) if isinstance(units, dict) else None
-    return unit if isinstance(unit, str) and unit.isprintable() and len(unit) <= 20 else ""
+        return {}
+    if not isinstance(units, dict):
+        return {}
+    return {str(k): u for k, u in units.items()
+            if isinstance(u, str) and u.isprintable() and len(u) <= 20}
+
+
+def _unit(raw: str | None, fom: str) -> str:
+    """The unit of ``fom`` in :func:`_units` (``""`` when it names none)."""
+    return _units(raw).get(fom, "")
 
 
 def _about(text: str) -> str:
@@ -468,9 +481,10 @@ def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> S
         auto = store.get_meta("repeats_auto")
         plan = SequentialPlan(*json.loads(auto)) if auto else None
         spec = json.loads(spec_raw) if spec_raw else {}
+        units = _units(store.get_meta("fom_units"))
         return results_from_frame(
             runs,
-            Objective(fom, cast(Direction, direction), _unit(store.get_meta("fom_units"), fom)),
+            Objective(fom, cast(Direction, direction), units.get(fom, "")),
             store.get_meta("baseline") or None,
             name=store.get_meta("study_name") or directory.name,
             spec=spec,
@@ -482,6 +496,7 @@ def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> S
             exclude_disturbed=exclude_disturbed,
             plan=plan,
             planned=_planned_runs(store.get_meta("planned_runs"), spec, plan),
+            fom_units=units,
         )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from tunelab.report.formats import (
+    byte_rate_prefix,
     detectable_text,
     fmt_mean_sd,
     fmt_number,
@@ -183,14 +184,18 @@ def baseline_line(mine: PointComparison | None, base: PointComparison | None,
 def best_lines(result: BestResult, baseline: str = "", unit: str = "") -> list[str]:
     """Plain sentences on the best point and how sure we are (terminal and HTML);
     ``baseline`` is :func:`baseline_line`'s sentence, said after the best point; ``unit``
-    the objective's, when known."""
+    the objective's, when known (bytes per second, ``B/s``, shown in GB/s, MB/s or kB/s)."""
     b, fom = result.best, result.fom
+    scale = 1.0
+    if unit == "B/s":  # bytes per second in GB/s, MB/s or kB/s, read at a glance
+        scale, unit = byte_rate_prefix([b.mean])
     lines = [
-        f"Best point: {point_label(b.params)} — mean {fom} {fmt_number(b.mean)}"
-        + (f" ± {fmt_spread(b.std, b.mean)}" if not math.isnan(b.std) else "")
+        f"Best point: {point_label(b.params)} — mean {fom} {fmt_number(b.mean / scale)}"
+        + (f" ± {fmt_spread(b.std / scale, b.mean / scale)}" if not math.isnan(b.std) else "")
         + (f" {unit}" if unit else "")
         + f" (n={b.n}, {result.direction})."
     ]
+    per = f" {unit}" if scale != 1.0 else ""  # the other means and differences, when scaled
     if result.p_best is not None:
         lines.append(f"Probability that it is the best, given all runs: {result.p_best:.0%}.")
     top = result.top_by_mean
@@ -202,17 +207,18 @@ def best_lines(result: BestResult, baseline: str = "", unit: str = "") -> list[s
                      else ")")
                   if result.p_top_by_mean is not None else "")
         lines.append(
-            f"{point_label(top.params)} has the better mean ({fmt_number(top.mean)}, n={top.n}"
-            f"; compare lists it first) but is less likely the best{chance}: the best is "
-            "judged on the log scale, from every point's runs and the noise they share, "
-            "and means this close can change places by chance.")
+            f"{point_label(top.params)} has the better mean ({fmt_number(top.mean / scale)}"
+            f"{per}, n={top.n}; compare lists it first) but is less likely the best{chance}: "
+            "the best is judged on the log scale, from every point's runs and the noise they "
+            "share, and means this close can change places by chance.")
     if baseline:
         lines.append(baseline)
     if result.runner_up is None or result.comparison is None:
         lines.append("It is the only point with successful runs: nothing to compare it with.")
         return lines
     r, c = result.runner_up, result.comparison
-    lines.append(f"Runner-up: {point_label(r.params)} — mean {fmt_number(r.mean)} (n={r.n}).")
+    lines.append(f"Runner-up: {point_label(r.params)} — mean {fmt_number(r.mean / scale)}{per}"
+                 f" (n={r.n}).")
     verdict = verdict_label(c.verdict, fom, result.direction)
     if c.verdict is Verdict.INSUFFICIENT:
         lines.append(
@@ -222,8 +228,9 @@ def best_lines(result: BestResult, baseline: str = "", unit: str = "") -> list[s
         return lines
     if c.on_difference:
         lines.append(
-            f"Best vs runner-up: difference of means {c.difference:+.4g} [{c.diff_low:.4g}, "
-            f"{c.diff_high:.4g}] ({c.ci_level:.0%} CI), p = {p_text(c.p_adjusted)} "
+            f"Best vs runner-up: difference of means {c.difference / scale:+.4g} "
+            f"[{c.diff_low / scale:.4g}, {c.diff_high / scale:.4g}]{per} ({c.ci_level:.0%} CI), "
+            f"p = {p_text(c.p_adjusted)} "
             f"({c.test}): {verdict}. No speedup or detectable change: a run of {fom} is at "
             "or below zero, so ratios are not defined.")
     else:

@@ -83,6 +83,9 @@ def write_report(results: StudyResults, path: str | Path, *,
     lines, figure = headroom_report(results, best_result, path)  # every point beside its limit
     notes += lines
     images += [figure] if figure else []
+    from tunelab.report.rates import byte_rates, rates_table
+
+    rates = byte_rates(results)  # a workload with figures in B/s: them per point, in GB/s
     return write_html_report(
         path,
         title=f"tunelab: {results.name}",
@@ -97,6 +100,7 @@ def write_report(results: StudyResults, path: str | Path, *,
         runs=results.runs,
         objective=results.objective,
         notes=notes,
+        tables=(rates_table(rates),) if rates is not None else (),
     )
 
 
