@@ -35,6 +35,28 @@ def test_parquet_export_writes_a_column_of_mixed_or_huge_values_as_strings(cli, 
     assert sorted(frame["x"]) == sorted(text) and frame["status"].tolist() == ["ok", "ok"]
 
 
+def test_a_damaged_run_environment_is_exported_as_its_text(cli):
+    """A store whose runs' env text is no JSON object (nested 50,000 deep, cut short)
+    exports it as it is, in CSV and JSON: never a RecursionError traceback."""
+    import json
+    import sqlite3
+
+    ran = cli.run({"s.yaml": command_study(ECHO, params="x: [1, 2]")}, ["run", "s.yaml", "-q"])
+    assert_clean(ran, 0)
+    deep, cut = "[" * 50_000, '{"A": "1"'
+    with sqlite3.connect(f"{ran['dir']}/runs/s/tunelab.db") as conn:
+        conn.executemany("UPDATE runs SET env = ? WHERE id = ?", [(deep, 1), (cut, 2)])
+    conn.close()
+    for fmt in ("csv", "json"):
+        answer = cli.run({}, ["export", "runs/s", "-f", fmt, "-o", f"runs.{fmt}"],
+                         cwd=ran["dir"])
+        assert_clean(answer, 0)
+    frame = pd.read_csv(f"{ran['dir']}/runs.csv")
+    assert frame["run_env"].tolist() == [deep, cut]
+    runs = json.loads(Path(f"{ran['dir']}/runs.json").read_text())
+    assert [r["env"] for r in runs] == [deep, cut]
+
+
 # --- FOM names: reserved, empty, unknown -----------------------------------------------------
 
 

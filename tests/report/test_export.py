@@ -55,3 +55,56 @@ def test_the_json_export_is_written_run_by_run_as_the_whole_list_would_be(
     _write_json_runs(None, frame)
     assert capsys.readouterr().out == whole
     assert len(json.loads(whole)) == runs
+
+
+def _export(directory, fmt: str):
+    """``tunelab export DIR -f FMT`` (the real command line, in this process): the path."""
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    result = CliRunner().invoke(app, ["export", str(directory), "-f", fmt])
+    assert result.exit_code == 0, result.output
+    return directory / f"runs.{fmt}"
+
+
+def test_the_export_has_each_run_s_environment(write_study, tmp_path) -> None:
+    """A run's environment (the workload's OMP_NUM_THREADS, the env set's UCX_TLS) was in
+    the store but in no export: CSV had no column for it, JSON no key."""
+    import csv
+    import json
+    import shutil
+
+    from tunelab.execute.runner import run_study
+    from tunelab.execute.study import prepare_study
+    from tunelab.spec import load_study
+
+    study = write_study(f"""
+        name: envs
+        workload:
+          name: command
+          options:
+            argv: [{shutil.which("echo")}, "t=1"]
+            foms: {{t: 't=(?P<t>[0-9]+)'}}
+            env: {{OMP_NUM_THREADS: "2"}}
+        parameters:
+          run_env: [p]
+        env:
+          tcp: {{UCX_TLS: "tcp,self"}}
+          shm: {{UCX_TLS: 'sm "quoted", é'}}
+        repeats: 1
+        """)
+    assert run_study(prepare_study(load_study(study)), tmp_path / "d").counts == {"ok": 2}
+    with _export(tmp_path / "d", "csv").open(newline="") as text:
+        rows = list(csv.DictReader(text))
+    header = list(rows[0])
+    assert header[header.index("host") + 1] == "run_env"
+    by_set = {r["env"]: json.loads(r["run_env"]) for r in rows}  # env: the env set's name
+    assert by_set == {"tcp": {"OMP_NUM_THREADS": "2", "UCX_TLS": "tcp,self"},
+                      "shm": {"OMP_NUM_THREADS": "2", "UCX_TLS": 'sm "quoted", é'}}
+    assert {r["param.run_env"] for r in rows} == {"p"}  # a parameter of that name kept
+    runs = json.loads(_export(tmp_path / "d", "json").read_text())
+    assert {r["point"]["env"]: r["env"]["UCX_TLS"] for r in runs} == {
+        "tcp": "tcp,self", "shm": 'sm "quoted", é'}
+    back = pd.read_parquet(_export(tmp_path / "d", "parquet"))
+    assert json.loads(back["run_env"][0])["OMP_NUM_THREADS"] == "2"

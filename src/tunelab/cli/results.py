@@ -249,7 +249,7 @@ def export(
                                                 "(default: DIR/runs.<format>; - for standard "
                                                 "output).")] = None,
 ) -> None:
-    """Export every run with its parameters and figures of merit."""
+    """Export every run with its parameters, figures of merit and environment."""
     from tunelab.report.export import export_runs
 
     formats = ("csv", "parquet", "json")

@@ -1,8 +1,10 @@
 """``tunelab export``: every run of a study as CSV, Parquet or JSON, to a file or stdout.
 
 CSV and Parquet hold the flat runs table (one column per parameter and per figure of merit,
-``fom.<name>``). JSON holds one object per run with the point as an object and the figures
-of merit under ``foms`` — never JSON inside a string. A Parquet column holds one type: a
+``fom.<name>``), and the environment each run was started with as one JSON-encoded column,
+``run_env`` (:func:`with_run_env`). JSON holds one object per run with the point as an
+object, the figures of merit under ``foms`` and the environment under ``env`` — never JSON
+inside a string. A Parquet column holds one type: a
 column whose values have none in common (a parameter ``[1, fast]``) or an integer beyond
 64 bits is written as strings (:func:`parquet_frame`).
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -22,15 +24,42 @@ from tunelab.report.output import json_safe
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["export_runs", "parquet_frame", "run_records"]
+__all__ = ["ENV_COLUMN", "export_runs", "parquet_frame", "run_records", "with_run_env"]
+
+ENV_COLUMN = "run_env"
+"""The flat table's column of a run's environment (``env`` names a study's env set)."""
 
 _RUN_FIELDS = ("run_id", "repeat", "status", "reason", "rc", "wall_s", "started_at",
                "ended_at", "host")
 
 
 def run_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """One JSON-ready object per run: its fields, ``point`` as an object, ``foms``."""
+    """One JSON-ready object per run: its fields, ``point`` as an object, ``foms``, and
+    ``env`` as an object when ``frame`` has :data:`ENV_COLUMN` (:func:`with_run_env`)."""
     return list(_iter_records(frame))
+
+
+def with_run_env(frame: pd.DataFrame, envs: Mapping[int, str]) -> pd.DataFrame:
+    """``frame`` with :data:`ENV_COLUMN` after ``host``: each run's environment
+    (``envs``: run id -> the stored JSON object of its variables) as JSON text with sorted
+    names (``{"OMP_NUM_THREADS": "2"}``, ``{}`` when nothing was set; a stored value that is
+    not a JSON object is kept as it is). A parameter of that name becomes
+    ``param.run_env``."""
+    out = frame.rename(columns={ENV_COLUMN: f"param.{ENV_COLUMN}"})
+    texts = [_env_text(envs.get(int(run_id))) for run_id in frame["run_id"]]
+    at = out.columns.get_loc("host") + 1 if "host" in out.columns else len(out.columns)
+    out.insert(int(at), ENV_COLUMN, texts)
+    return out
+
+
+def _env_text(stored: str | None) -> str | None:
+    try:
+        env = json.loads(stored) if stored is not None else None
+    except (ValueError, RecursionError):  # a damaged store's text
+        return stored
+    if not isinstance(env, dict):
+        return stored
+    return json.dumps(env, sort_keys=True, ensure_ascii=False)
 
 
 def _iter_records(frame: pd.DataFrame, chunk: int = 1000) -> Iterator[dict[str, Any]]:
@@ -41,7 +70,18 @@ def _iter_records(frame: pd.DataFrame, chunk: int = 1000) -> Iterator[dict[str, 
         record.update({k: row.get(k) for k in _RUN_FIELDS if k != "run_id"})
         record["foms"] = {k.removeprefix("fom."): v for k, v in row.items()
                           if k.startswith("fom.") and v == v and v is not None}
+        if ENV_COLUMN in row:
+            record["env"] = _env_object(row[ENV_COLUMN])
         yield json_safe(record)
+
+
+def _env_object(text: str | None) -> Any:
+    """The environment of :func:`with_run_env`'s column as an object (text that is not
+    one, from a damaged store, as it is)."""
+    try:
+        return json.loads(text) if text is not None else None
+    except (ValueError, RecursionError):
+        return text
 
 
 def _write_json_runs(path: Path | None, frame: pd.DataFrame) -> None:
@@ -63,7 +103,7 @@ def export_runs(directory: Path, fmt: str, path: Path | None) -> int:
     from tunelab.store import open_store
 
     with open_store(directory) as store:
-        frame = store.runs_frame()
+        frame = with_run_env(store.runs_frame(), store.run_envs())
     try:
         if fmt == "json":
             _write_json_runs(path, frame)

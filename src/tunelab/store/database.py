@@ -440,3 +440,10 @@ class Store:
     def runs_frame(self) -> pd.DataFrame:
         """One row per run: run columns, one column per parameter, ``fom.<name>`` columns."""
         return read_runs_frame(self._conn)
+
+    def run_envs(self) -> dict[int, str]:
+        """Per run id, the environment its command was started with, as stored: a JSON
+        object of the variables set over the inherited environment (the env set's and the
+        workload's own, e.g. ``OMP_NUM_THREADS``)."""
+        return {int(run_id): str(env) for run_id, env in
+                self._conn.execute("SELECT id, env FROM runs ORDER BY id")}
