@@ -383,9 +383,9 @@ def test_the_scale_out_gap_is_said_in_words_in_compare_and_the_report_notes() ->
     """The seed's question (scale-out vs scale-up at equal workers) was answered only by a
     bar chart in the HTML report: compare and the report's notes said nothing of it (field
     test: 2 and 4 workers on 1 and 2 virtual nodes)."""
+    from tunelab.report.appendices import with_layouts
     from tunelab.report.output import Lines, View
     from tunelab.report.scaling import scaling_notes
-    from tunelab.report.views import with_layouts
 
     runs = make_runs(TRUE.with_(link_bw=0.2e9), LAYOUTS, noise=0.005)
     said = [line for line in scaling_notes(runs) if line.startswith("Scale-out vs scale-up")]
@@ -423,9 +423,9 @@ def test_a_speedup_above_ideal_on_cores_others_took_is_not_called_superlinear() 
     """Field test: 1 -> 2 workers read 2.57x [1.48, 4.45] 'faster' with no word that the one
     worker's 2 threads had 0.7 free cores (its threads wait on each other)."""
     from tunelab.noise import CONTENDED_SHARE
+    from tunelab.report.appendices import with_cores
     from tunelab.report.output import View, render
     from tunelab.report.scaling import cores_lines, scaling_notes
-    from tunelab.report.views import with_cores
     from tunelab.scaling.cores import short_of_cores
 
     busy = _busy_runs(0.65, {1: [93.5133, 77.5017], 2: [200.766, 238.248]})

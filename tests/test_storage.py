@@ -144,8 +144,8 @@ def test_runs_without_pipeline_figures_are_refused() -> None:
 
 
 def test_compare_view_gains_the_storage_table(tmp_path: Path) -> None:
+    from tunelab.report.appendices import with_storage
     from tunelab.report.output import View, render
-    from tunelab.report.views import with_storage
 
     base = View((), {"schema": "tunelab.compare"}, ())
     view = with_storage(base, make_runs())
@@ -208,9 +208,9 @@ def test_synthetic_data_has_no_storage_section(tmp_path: Path) -> None:
     with read 0.0 MB/s, the JSON had a ``storage`` key and the report drew the AU chart and
     storage lines; none of them now, for runs flagged synthetic and for runs recorded before
     the flag that read nothing."""
+    from tunelab.report.appendices import with_storage
     from tunelab.report.output import View
     from tunelab.report.storage import storage_notes, storage_plots
-    from tunelab.report.views import with_storage
 
     memory = make_runs()
     memory = memory[memory["source"] == "memory"]

@@ -40,16 +40,11 @@ def compare(
     With one directory, every point against the study's baseline; with two (or
     --baseline-study), the second study against the first, point by point.
     """
+    from tunelab.report.appendices import with_cores, with_layouts, with_storage
     from tunelab.report.headroom import with_headroom
     from tunelab.report.rates import with_rates
     from tunelab.report.results import load_results
-    from tunelab.report.views import (
-        compare_view,
-        cross_compare_view,
-        with_cores,
-        with_layouts,
-        with_storage,
-    )
+    from tunelab.report.views import compare_view, cross_compare_view
 
     if len(directories) > 2 or (baseline_study is not None and len(directories) != 1):
         raise TunelabError("compare takes one study directory, or two (DIR_A DIR_B), or one "

@@ -112,9 +112,10 @@ def run(
 
 
 def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
+    from tunelab.report.appendices import with_cores
     from tunelab.report.rates import with_rates
     from tunelab.report.results import load_results
-    from tunelab.report.views import compare_view, with_cores
+    from tunelab.report.views import compare_view
     from tunelab.stats import StatsError
 
     try:

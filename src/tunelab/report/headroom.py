@@ -5,7 +5,7 @@ the HTML report.
 (:mod:`tunelab.bounds`) through its workload's account of what a run did
 (:meth:`Workload.work <tunelab.workload.Workload.work>`). :func:`with_headroom` appends an
 ``of bound`` column to ``compare``'s table (and the fractions to its JSON and CSV) the way
-:func:`~tunelab.report.views.with_storage` appends the storage table;
+:func:`~tunelab.report.appendices.with_storage` appends the storage table;
 :func:`with_best_headroom` adds the headroom sentence to ``best``. A study whose machine has
 no stored profile is never refused: the views say how to measure one. The fractions the runs
 measured themselves (the figure of merit ``bound_fraction``, :mod:`tunelab.report.inrun`)
