@@ -549,3 +549,36 @@ def test_a_ddp_derived_value_the_benchmark_never_takes_is_refused_at_its_line(cl
     answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
     assert_clean(answer, 2, "s.yaml:8: workload 'ddp': point workers=1: batch_size -4: Input "
                             "should be greater than or equal to 1")
+
+
+QE_DERIVED = ("name: q\nworkload: {name: qe, options: {input: si.in, nk: 10}}\nparameters:\n"
+              "  omp: [1, 2]\nderived:\n  np: 2 - 2 * omp\n")
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    # before, only the ddp workload checked a derived value: these made valid points whose
+    # every run failed (leopard: a negative learning rate; qe: -np 0; merge on a batch
+    # launcher: chunk_size -10; here its memory check refused it at the options' line)
+    ({"s.yaml": merge_study("workers: [2, 3]") + "derived:\n  chunk_size: -5 * workers\n"},
+     "s.yaml:8: workload 'merge': point workers=2: chunk_size -10: Input should be greater "
+     "than 0"),
+    ({"s.yaml": merge_study("workers: [2, 3]") + "derived:\n  chunk_size: -5 * workers\n"
+                "launcher: {type: slurm}\n"},
+     "s.yaml:8: workload 'merge': point workers=2: chunk_size -10: Input should be greater "
+     "than 0"),
+    ({"s.yaml": "name: l\nworkload: {name: leopard}\nparameters:\n  batch_size: [16, 32]\n"
+                "derived:\n  lr: -0.001 * batch_size\n"},
+     "s.yaml:6: workload 'leopard': point batch_size=16: lr -0.016: Input should be greater "
+     "than 0"),
+    ({"s.yaml": QE_DERIVED, "si.in": "examples/qe/si.in"},
+     "s.yaml:6: workload 'qe': point omp=1: np 0: a count of ranks, pools, groups, threads or "
+     "nodes must be a whole number of at least 1"),
+])
+@pytest.mark.parametrize("command", EVERY_LOAD)
+def test_a_derived_value_a_workload_never_takes_is_refused_at_its_line(cli, command, files,
+                                                                       message):
+    root = Path(__file__).parents[2]
+    files = {k: (root / v).read_text() if k.endswith(".in") else v for k, v in files.items()}
+    answer = cli.run(files, [*command, "s.yaml"])
+    assert_clean(answer, 2, message)
+    assert not (Path(answer["dir"]) / "runs").exists()

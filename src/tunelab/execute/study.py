@@ -268,10 +268,20 @@ def _check_parameters(spec: StudySpec, workload: Workload) -> None:
 def _check_values(spec: StudySpec, workload: Workload, space: Space,
                   points: list[Point]) -> None:
     """Refuse a point known before the study runs whose values cannot make the workload's
-    command (``space``, ``--dry-run`` and ``run`` alike), at the option at fault."""
+    command (``space``, ``--dry-run`` and ``run`` alike), at the option at fault: first a
+    derived value the workload never takes (:meth:`~tunelab.workload.Workload.check_parameter`,
+    as :func:`_check_parameters` refuses a parameter's value), at its ``derived`` line."""
     for point in points:
+        values = space.values(point)
+        for name in space.derived:
+            try:
+                workload.check_parameter(name, values[name])
+            except WorkloadError as exc:
+                raise StudyError(f"{spec.where('derived', name)}: workload {spec.workload!r}: "
+                                 f"point {point.label()}: {name} {values[name]!r}: {exc}"
+                                 ) from None
         try:
-            workload.check_values(space.values(point))
+            workload.check_values(values)
         except WorkloadError as exc:
             if exc.option and exc.option[0] in point:  # an option the point's parameter set
                 where = spec.where("parameters", exc.option[0])

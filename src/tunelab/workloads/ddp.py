@@ -190,15 +190,6 @@ class DDPWorkload(Workload):
 
         return self.point_options(values, resolve)
 
-    def check_values(self, values: Mapping[str, Any]) -> None:
-        """A derived value named like an option that the option never takes (``batch_size:
-        -4 * workers``), as :meth:`check_parameter` refuses a parameter's."""
-        for name, value in values.items():
-            try:
-                self.check_parameter(name, value)
-            except WorkloadError as exc:
-                raise WorkloadError(f"{name} {value!r}: {exc}", (name,)) from None
-
     def needs(self, values: Any) -> Needs:
         """``workers`` processes on ``nodes`` nodes, one thread each."""
         settings = self.settings(values)
