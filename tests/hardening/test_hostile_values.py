@@ -523,6 +523,29 @@ def test_a_leopard_sync_bn_word_and_whole_epoch_values_stay_points(cli):
     assert_clean(cli.run({"s.yaml": text}, ["space", "s.yaml"]), 0)
 
 
+@pytest.mark.parametrize("params", ["data: [a.json, b.json]", "device: [cpu, cuda]",
+                                    "max_eval_windows: [64, 256]", "batchsize: [8, 16]",
+                                    "python: [python3, python3.12]"])
+@pytest.mark.parametrize("command", DRY_LOADS)
+def test_a_leopard_parameter_training_never_reads_is_refused_at_load(cli, command, params):
+    # before, an option only the study sets (or a misspelt batch_size) made points that all
+    # ran the same command, ranked against each other as if they differed
+    text = "name: l\nworkload: {name: leopard}\nparameters:\n  " + params + "\n"
+    answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
+    name = params.split(":")[0]
+    assert_clean(answer, 2, f"s.yaml:4: workload 'leopard' does not use a parameter {name!r}: "
+                            "every value would run the same command; its parameters are "
+                            "augment_scale, batch_size, bn_momentum, epochs, in_channels, lr, "
+                            "lr_scaling, nodes, nproc, patience, ppn, seed, steps_per_epoch, "
+                            "sync_bn, threads, warmup_epochs, window")
+
+
+def test_a_leopard_placement_and_thread_parameters_stay_points(cli):
+    text = ("name: l\nworkload: {name: leopard}\nparameters:\n  nodes: [1]\n  ppn: [1]\n"
+            "  threads: [1, 2]\n  in_channels: [5, 6]\n")
+    assert_clean(cli.run({"s.yaml": text}, ["space", "s.yaml"]), 0)
+
+
 @pytest.mark.parametrize(("params", "value"), [
     # each was a valid point whose runs asked mpirun (or pw.x) for an impossible count
     ("np: [1, -2]", "-2"),

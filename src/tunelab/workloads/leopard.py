@@ -8,7 +8,8 @@ line is a JSON object of figures of merit (``val_pr_auc``, ``test_pr_auc``, ``tr
 Point values used when present (else the option of the same name): ``batch_size``, ``lr``,
 ``epochs``, ``steps_per_epoch``, ``window``, ``nproc``, ``threads``, ``lr_scaling``,
 ``warmup_epochs``, ``sync_bn``, ``bn_momentum``, ``augment_scale``, ``patience``, ``seed``,
-``in_channels``.
+``in_channels``; ``nodes`` and ``ppn`` place the processes. A study parameter of another name
+is refused when the study is loaded (:attr:`LeopardWorkload.reads`).
 
 Data: ``options.data`` (a ``leopard.json`` data set or a directory of ``.npz`` windows,
 relative to the study file). Without it, a synthetic genome is generated once into
@@ -89,6 +90,9 @@ class LeopardWorkload(Workload):
     description = "Leopard DNA-decoding U-Net training (PyTorch, optional DDP via torchrun)"
     Options = LeopardOptions
     options_from_parameters: ClassVar[bool] = True
+    #: the options a point may set and the placement; the others (``data``, ``device``,
+    #: ``max_eval_windows``, …) stay the study's, so a parameter of theirs changes nothing
+    reads: ClassVar[frozenset[str] | None] = frozenset((*_POINT_KEYS, "nodes", "ppn"))
 
     @property
     def opts(self) -> LeopardOptions:
