@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tunelab.leopard.data import (
+from tunelab.leopard.data import load_manifest
+from tunelab.leopard.genomefiles import (
     check_bigwig_values,
-    load_manifest,
     open_bigwig,
     read_bigwig_region,
 )

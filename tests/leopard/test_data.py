@@ -16,8 +16,8 @@ from tunelab.leopard.data import (
     build_inputs,
     load_chromosomes,
     load_manifest,
-    read_intervals,
 )
+from tunelab.leopard.genomefiles import read_intervals
 from tunelab.leopard.synthetic import CONSENSUS
 from tunelab.leopard.windows import load_windows
 
@@ -148,8 +148,8 @@ def test_bigwig_regions_read_gaps_as_zero_and_refuse_stored_nan_or_infinity(
     """Values are read first and checked only where one is not finite: a gap is 0, a stored
     NaN or infinity is a one-line error naming the file and chromosome, a region wholly in a
     gap is zeros, a track without gaps comes back as stored."""
-    from tunelab.leopard.data import read_bigwig_region
     from tunelab.leopard.errors import LeopardError
+    from tunelab.leopard.genomefiles import read_bigwig_region
 
     def track(name: str, values: list[float]) -> Any:
         path = tmp_path / name

@@ -4,8 +4,9 @@ resolution from DNA sequence and chromatin accessibility (DNase-seq).
 Modules (torch is imported lazily by each, never here):
 
 * :mod:`~tunelab.leopard.model` — the U-Net (475,969 parameters for 5 input channels);
-* :mod:`~tunelab.leopard.data` — FASTA / bigWig / narrowPeak loaders, chromosome splits,
+* :mod:`~tunelab.leopard.data` — the manifest, chromosome splits, whole chromosomes loaded,
   length-proportional window sampling, DNase scale augmentation, label masks;
+* :mod:`~tunelab.leopard.genomefiles` — FASTA / bigWig / narrowPeak readers;
 * :mod:`~tunelab.leopard.synthetic` — a synthetic genome written as real files;
 * :mod:`~tunelab.leopard.windows` — pre-extracted ``.npz`` window arrays;
 * :mod:`~tunelab.leopard.metrics` — PR-AUC (1001 thresholds), Dice, binary IoU, masked;

@@ -401,10 +401,10 @@ def predict_genome(checkpoint: str | Path, data: str | Path, out: str | Path,
     """
     import torch
 
-    from tunelab.leopard.data import (
+    from tunelab.leopard.data import load_manifest
+    from tunelab.leopard.genomefiles import (
         check_bigwig_size,
         fasta_sizes,
-        load_manifest,
         open_bigwig,
         open_fasta,
     )

@@ -34,13 +34,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tunelab.leopard.data import (
+from tunelab.leopard.errors import LeopardError
+from tunelab.leopard.genomefiles import (
     open_bigwig,
     open_fasta,
     read_bigwig_region,
     sequence_codes,
 )
-from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.prefetch import prefetch
 
 __all__ = ["Loaded", "Reading", "Region", "Tracks", "read_regions", "region_reader",

@@ -23,12 +23,11 @@ from tunelab.leopard import distributed as D
 from tunelab.leopard.data import (
     Manifest,
     RegionReader,
-    fasta_sizes,
     load_chromosomes,
     load_manifest,
-    open_fasta,
 )
 from tunelab.leopard.errors import LeopardError
+from tunelab.leopard.genomefiles import fasta_sizes, open_fasta
 from tunelab.leopard.windows import WindowSource, load_windows
 
 if TYPE_CHECKING:
