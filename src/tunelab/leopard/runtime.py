@@ -30,9 +30,7 @@ import functools
 import os
 import platform
 import shutil
-import statistics
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +39,7 @@ import torch
 
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.inference import InferenceUNet, fold_batchnorm, to_nwc_input
+from tunelab.leopard.timing import medians, probe_rates, speedup
 
 if TYPE_CHECKING:
     from tunelab.leopard.bound import Bound
@@ -248,49 +247,6 @@ class Engine:
             return torch.sigmoid(self._fn(x.to(self.device))[:n])
 
 
-def _rate(fn: Callable[[torch.Tensor], Any], x: torch.Tensor, reps: int) -> float:
-    """Windows per second of ``fn`` on ``x``: the best of ``reps`` timed calls."""
-    best = float("inf")
-    for _ in range(reps):
-        _sync(x)
-        t = time.perf_counter()
-        fn(x)
-        _sync(x)
-        best = min(best, time.perf_counter() - t)
-    return x.shape[0] / best
-
-
-def _sync(x: torch.Tensor) -> None:
-    """Wait for the device's queued work (a GPU runs asynchronously)."""
-    if x.is_cuda:
-        torch.cuda.synchronize(x.device)
-
-
-def _probe(fns: Mapping[str, Callable[[torch.Tensor], Any]], x: torch.Tensor,
-           rounds: int = 3, grad: bool = False) -> dict[str, list[float]]:
-    """Windows/s of several candidates in every round, called back to back (so a busy moment
-    of the machine hits them alike; compare them with :func:`_speedup`). ``grad``: the
-    candidates are training steps (no inference mode)."""
-    with contextlib.nullcontext() if grad else torch.inference_mode():
-        for fn in fns.values():
-            fn(x)  # warm-up: oneDNN picks and caches its kernels
-        rates: dict[str, list[float]] = {k: [] for k in fns}
-        order = list(fns.items())
-        for r in range(rounds):
-            for k, fn in order if r % 2 == 0 else order[::-1]:  # neither always goes first
-                rates[k].append(_rate(fn, x, 1))
-    return rates
-
-
-def _speedup(rates: dict[str, list[float]], a: str, b: str) -> float:
-    """Median over rounds of ``a``'s rate over ``b``'s in the same round."""
-    return statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True))
-
-
-def _medians(rates: dict[str, list[float]]) -> dict[str, float]:
-    return {k: statistics.median(v) for k, v in rates.items()}
-
-
 def _pick_threads(net: InferenceUNet, x: torch.Tensor, cores: int, notes: list[str]) -> int:
     """``cores`` threads, or 1 when a quick alternating measurement finds one thread at least
     10 % faster (other processes keep the cores busy); leaves torch set to the choice."""
@@ -300,7 +256,7 @@ def _pick_threads(net: InferenceUNet, x: torch.Tensor, cores: int, notes: list[s
             return net(t)
         return run
 
-    ratio = _speedup(_probe({"many": with_threads(cores), "one": with_threads(1)}, x),
+    ratio = speedup(probe_rates({"many": with_threads(cores), "one": with_threads(1)}, x),
                      "one", "many")
     chosen = 1 if ratio >= MARGIN else cores
     if chosen == 1:
@@ -406,10 +362,10 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
         chosen = "fp32"
         if runtime.cpu_bf16:
             nets["bf16"] = build("bf16")
-            rates = _probe(nets, probe_x)
-            runtime.probe_windows_per_s = _medians(rates)
+            rates = probe_rates(nets, probe_x)
+            runtime.probe_windows_per_s = medians(rates)
             _probe_gemm(runtime, n_threads)
-            ratio = _speedup(rates, "bf16", "fp32")
+            ratio = speedup(rates, "bf16", "fp32")
             if ratio >= MARGIN:
                 chosen = "bf16"
                 notes.append(f"bf16: the CPU has {'/'.join(f for f in BF16_FLAGS if f in flags)}"
@@ -430,7 +386,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
     want = compile == "on"
     if compile == "auto":
         rate = (runtime.probe_windows_per_s.get(chosen)
-                or _medians(_probe({chosen: net}, probe_x, 1))[chosen]) * probe_len / window
+                or medians(probe_rates({chosen: net}, probe_x, 1))[chosen]) * probe_len / window
         eager_s = (expected_windows or 0) / max(rate, 1e-9)
         want = eager_s > COMPILE_PAYBACK * COMPILE_GUESS_S
         if not want:
@@ -440,7 +396,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
         full = to_nwc_input(torch.rand(batch, net.in_channels, window)).to(dev)
         fn = _compile(net, full, notes)
         if fn is not None and compile == "auto":
-            ratio = _speedup(_probe({"eager": net, "compiled": fn}, full), "compiled", "eager")
+            ratio = speedup(probe_rates({"eager": net, "compiled": fn}, full), "compiled", "eager")
             if ratio < 1.0:
                 notes.append(f"eager: compiled ran {ratio:.2f}x eager")
                 fn = None
@@ -450,7 +406,7 @@ def prepare(model: LeopardUNet, device: str | torch.device = "cpu",
         base = fn if fn is not None else net
         graphed = _capture(base, full, notes)
         if graphed is not None:
-            ratio = _speedup(_probe({"graph": graphed, "base": base}, full), "graph", "base")
+            ratio = speedup(probe_rates({"graph": graphed, "base": base}, full), "graph", "base")
             if ratio >= 1.0:
                 fn, runtime.graphed = graphed, True
                 notes.append(f"CUDA graph: it ran {ratio:.2f}x the uncaptured forward pass")
@@ -512,9 +468,9 @@ def choose_training_layout(model: LeopardUNet, layout: str, batch: int, window: 
             probe.zero_grad(set_to_none=True)
         return run
 
-    rates = _probe({"2d": step(True), "1d": step(False)}, x, grad=True)
+    rates = probe_rates({"2d": step(True), "1d": step(False)}, x, grad=True)
     if rates_out is not None:
-        rates_out.update(_medians(rates))
-    ratio = _speedup(rates, "2d", "1d")
+        rates_out.update(medians(rates))
+    ratio = speedup(rates, "2d", "1d")
     chosen = "2d" if ratio >= 1.0 else "1d"
     return chosen, f"the 2-D form ran a training step {ratio:.2f}x the 1-D one"
