@@ -19,13 +19,12 @@ from tunelab.leopard.data import load_chromosomes, load_manifest
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.model import LeopardUNet
 from tunelab.leopard.predict import (
-    Tiling,
     pipeline_workers,
-    plan_sections,
     predict_chromosome,
     predict_genome,
 )
 from tunelab.leopard.readers import Region, Tracks, read_regions, region_reader, start_reading
+from tunelab.leopard.tiling import Tiling, plan_sections
 
 
 def _checkpoint(path: Path, channels: int = 5) -> LeopardUNet:

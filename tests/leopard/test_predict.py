@@ -201,7 +201,7 @@ def test_a_reader_error_ends_the_pipeline_with_one_line(synth: Path, tmp_path: P
 
 
 def test_tiling_is_checked() -> None:
-    from tunelab.leopard.predict import Tiling
+    from tunelab.leopard.tiling import Tiling
 
     t = Tiling.make(256)
     assert (t.edge, t.stride) == (32, 192)

@@ -12,7 +12,8 @@ Modules (torch is imported lazily by each, never here):
 * :mod:`~tunelab.leopard.metrics` — PR-AUC (1001 thresholds), Dice, binary IoU, masked;
 * :mod:`~tunelab.leopard.train` / :mod:`~tunelab.leopard.distributed` — (DDP) training
   (its set-up in :mod:`~tunelab.leopard.trainsetup`);
-* :mod:`~tunelab.leopard.predict` — whole-chromosome prediction to bigWig / bedGraph;
+* :mod:`~tunelab.leopard.predict` — whole-chromosome prediction to bigWig / bedGraph (its
+  windows and sections planned by :mod:`~tunelab.leopard.tiling`);
 * :mod:`~tunelab.leopard.cli` — ``tunelab leopard synth | extract | train | predict``.
 """
 
