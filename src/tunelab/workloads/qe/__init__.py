@@ -5,6 +5,7 @@ Only :class:`QEWorkload` is imported eagerly; :mod:`.plots` imports matplotlib w
 
 from __future__ import annotations
 
-from tunelab.workloads.qe.workload import QEOptions, QEWorkload, pw_rules
+from tunelab.workloads.qe.options import QEOptions
+from tunelab.workloads.qe.workload import QEWorkload, pw_rules
 
 __all__ = ["QEOptions", "QEWorkload", "pw_rules"]
