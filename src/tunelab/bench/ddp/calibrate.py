@@ -37,9 +37,9 @@ def calibrate_device(*, model: str, batch: int, steps: int = 5, warmup: int = 2,
     """Measure; write the entry; return it and the table's path."""
     import torch
 
-    from tunelab.bench.ddp.data import SyntheticSource
     from tunelab.bench.ddp.models import build_model
     from tunelab.bench.ddp.step import training_step
+    from tunelab.bench.ddp.synthetic import SyntheticSource
     from tunelab.bench.ddp.worker import select_runtime
 
     if model not in MODELS:

@@ -6,7 +6,7 @@ the same reads, corrupt samples skipped; see :mod:`tunelab.bench.ddp.samples`).
 
 * ``synthetic``: one random batch made once and served every step, as the synthetic modes
   of the Horovod and torchvision benchmarks do: the figures measure training and
-  communication, not input.
+  communication, not input (:mod:`tunelab.bench.ddp.synthetic`).
 * ``memory``: decoded samples held in RAM (made up, or ``memory:DIR``: this worker's share of
   a dataset read and decoded once before training), batched every step through the same
   DataLoader path as files: infinitely fast storage, with the batching cost still paid
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.models import ModelSpec
+from tunelab.bench.ddp.synthetic import SyntheticSource, memory_pool_size, random_samples
 from tunelab.errors import WorkloadError
 from tunelab.sysinfo import mem_available
 
@@ -43,8 +44,7 @@ if TYPE_CHECKING:
     from tunelab.bench.ddp.samples import Batch, Decoder
     from tunelab.bench.ddp.sampling import EpochChain
 
-__all__ = ["DataSource", "LoaderFailure", "LoaderSource", "SyntheticSource", "check_dataset",
-           "make_source", "memory_pool_size"]
+__all__ = ["DataSource", "LoaderFailure", "LoaderSource", "check_dataset", "make_source"]
 
 #: decoded samples a worker may hold for ``memory:DIR``, as a share of the memory available
 MEMORY_FRACTION = 0.5
@@ -84,77 +84,6 @@ class DataSource(Protocol):
     def summary(self) -> dict[str, Any]:
         """Epochs begun, corrupt files named, what was done to the page cache."""
         ...
-
-
-def _empty_info(samples: int) -> dict[str, Any]:
-    return {"samples": samples, "bytes": 0, "rchar": 0, "device_bytes": 0, "loader": -1,
-            "corrupt": 0, "corrupt_files": [], "fatal": ""}
-
-
-def _random_samples(spec: ModelSpec, n: int, gen: torch.Generator,
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` random samples of the model's input, in the dtype a loader delivers (images as
-    uint8, as decoded JPEGs are)."""
-    import torch
-
-    shape = (n, *spec.sample_shape)
-    if spec.task == "classify":
-        x = torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
-        y = torch.randint(0, spec.classes, (n,), generator=gen)
-    elif spec.task == "segment3d":
-        x = torch.randn(shape, generator=gen)
-        y = torch.randint(0, spec.classes, (n, *spec.sample_shape[1:]), generator=gen,
-                          dtype=torch.uint8)
-    else:
-        x = torch.randn(shape, generator=gen)
-        y = (torch.rand((n, spec.sample_shape[-1]), generator=gen) < 0.1).float()
-    return x, y
-
-
-class SyntheticSource:
-    """The same random batch every step, generated once from ``seed``, on the device."""
-
-    name = "synthetic"
-    drop_s = 0.0
-
-    def __init__(self, spec: ModelSpec, local_batch: int, device: torch.device,
-                 seed: int) -> None:
-        import torch
-
-        gen = torch.Generator().manual_seed(seed)
-        x, y = _random_samples(spec, local_batch, gen)
-        if x.dtype == torch.uint8:
-            x = x.float().div_(255)
-        self._x = x.to(device)
-        self._y = y.to(device)
-        self._n = local_batch
-
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """The batch (the same tensors every step)."""
-        return self._x, self._y, _empty_info(self._n)
-
-    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch (any step)."""
-        return self._x, self._y
-
-    def close(self) -> None:
-        """Nothing to stop."""
-
-    def kill_loader(self) -> None:
-        """No loader to kill."""
-
-    def translate(self, exc: Exception) -> Exception:
-        """No loader: the error as it is."""
-        return exc
-
-    def summary(self) -> dict[str, Any]:
-        """Nothing read."""
-        return {"epochs": 0, "corrupt_files": [], "cache": "n/a"}
-
-
-def memory_pool_size(local_batch: int) -> int:
-    """Made-up samples a ``memory`` worker holds: two local batches."""
-    return max(2, 2 * local_batch)
 
 
 def _decoder(cfg: DDPConfig, unit: str) -> Decoder:
@@ -241,7 +170,7 @@ class LoaderSource:
         sampler: Any = None
         if index is None:  # made-up samples in RAM
             blank = cfg.decode == "off"  # files would give blanks: so does memory
-            x, y = _random_samples(spec, 1 if blank else memory_pool_size(cfg.local_batch), gen)
+            x, y = random_samples(spec, 1 if blank else memory_pool_size(cfg.local_batch), gen)
             dataset = S.MemorySamples(x, y, blank)
             sampler = BatchSampler(Cycle(len(dataset), cfg.seed + rank), cfg.local_batch,
                                    drop_last=True)
