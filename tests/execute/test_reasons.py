@@ -19,8 +19,8 @@ import pytest
 from tests.conftest import tunelab
 from tunelab.cluster.mpi import mpirun_argv
 from tunelab.errors import ParseError, RunReportedError
-from tunelab.execute.executor import parse_run
 from tunelab.execute.reasons import MESSAGE_CHARS, REASON_CHARS, failure_reason, printable
+from tunelab.execute.records import parse_run
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
 SEGFAULT = "import ctypes; ctypes.string_at(0)"

@@ -28,21 +28,17 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tunelab.errors import LaunchError, ParseError, RunReportedError, WorkloadError
+from tunelab.errors import LaunchError, WorkloadError
 from tunelab.execute.guards import (
-    check_run_dir,
     command_problem,
     overridden_env,
     override_note,
     read_output,
-    split_finite,
     write_fault,
 )
-from tunelab.execute.invariants import check_invariants
 from tunelab.execute.jobends import judge_run_end, scheduler_reason
 from tunelab.execute.launchers.base import (
     Job,
@@ -52,11 +48,11 @@ from tunelab.execute.launchers.base import (
     RunRequest,
     started_info,
 )
-from tunelab.execute.reasons import MESSAGE_CHARS, failure_reason, printable
+from tunelab.execute.reasons import printable
+from tunelab.execute.records import drop_scratch, run_record, timestamp
 from tunelab.execute.study import run_dir_of
 from tunelab.space import Point
 from tunelab.store import RunRecord, Store
-from tunelab.workload import ENGINE_FOMS, WALL_FOM
 
 if TYPE_CHECKING:
     from tunelab.execute.study import Study
@@ -68,10 +64,6 @@ _CANCEL_WAIT_S = 30.0
 #: How long the scheduler may not answer polls before the controller gives up (its jobs
 #: stay stored: running it again re-attaches).
 _POLL_PATIENCE_S = 300.0
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _tail(path: Path) -> str:
@@ -345,7 +337,7 @@ class Executor:
                 raise write_fault(exc, runs[0].run_dir) from None
             self._collect_finished(job)
             return
-        self.store.add_job(job.token, self.launcher.name, [r.to_json() for r in runs], _now())
+        self.store.add_job(job.token, self.launcher.name, [r.to_json() for r in runs], timestamp())
         try:
             job_id = self.launcher.submit(job)
         except BaseException as exc:
@@ -460,7 +452,7 @@ class Executor:
         active = next((a for a in self.active.values() if a.job.token == job.token), None)
         attempts = self.store.record_attempt(
             run.point_key, dict(point), run.repeat, job=active.job_id if active else job.name,
-            state=state, node=node_text, reason=reason, at=_now())
+            state=state, node=node_text, reason=reason, at=timestamp())
         key = (run.point_key, run.repeat)
         self._losses[key] = self._losses.get(key, 0) + 1
         retries = self.launcher.config.retries
@@ -484,73 +476,9 @@ class Executor:
 
     def _record(self, key: str, params: dict[str, object], repeat: int, run_dir: Path,
                 argv: list[str], env: dict[str, str], outcome: Outcome) -> None:
-        study = self.study
-        foms: dict[str, float] = {}
-        status: str = outcome.status
-        reason = outcome.reason
-        if outcome.status == "stopped":  # the pruner stopped it (see execute/launchers/watch.py)
-            status = "pruned"
-        elif outcome.status == "lost":  # the infrastructure lost it, retries spent
-            status = "lost"
-        elif reason is not None:  # could not start, or cut off by the scheduler
-            status = "timeout" if outcome.status == "timeout" else "failed"
-        elif outcome.status == "timeout":
-            check_run_dir(run_dir, run_dir / "stdout.txt", run_dir / "stderr.txt")
-            reason = f"killed after the {study.spec.timeout_s:g} s timeout"
-        else:
-            check_run_dir(run_dir, run_dir / "stdout.txt", run_dir / "stderr.txt")
-            status, reason, foms = parse_run(study, outcome.rc, run_dir)
-        foms = {**foms, WALL_FOM: outcome.wall_s}
-        if status == "ok":
-            status, reason = check_invariants(study, self.store, params, foms)
+        record = run_record(self.study, self.store, key, params, repeat, run_dir, argv, env,
+                            outcome, host=self.host, study_dir=self.study_dir,
+                            sysinfo_id=self.sysinfo_id)
         self.done.add((key, repeat))
-        self.on_record(RunRecord(
-            point_key=key, params=params, repeat=repeat, status=status, reason=reason,
-            rc=outcome.rc, wall_s=outcome.wall_s, started_at=outcome.started_at or _now(),
-            ended_at=outcome.ended_at or _now(), host=outcome.host or self.host,
-            command=argv, env=env, run_dir=str(run_dir.relative_to(self.study_dir)),
-            foms=foms, sysinfo_id=self.sysinfo_id, noise=outcome.noise))
-        drop_scratch(study, run_dir)
-
-
-def drop_scratch(study: Study, run_dir: Path) -> None:
-    """Delete the scratch files the workload names (:meth:`Workload.scratch`) once the run
-    is recorded: only paths inside ``run_dir``; one that cannot be deleted stays."""
-    base = run_dir.resolve()
-    for path in study.workload.scratch(run_dir):
-        target = path.resolve()
-        if target == base or not target.is_relative_to(base):
-            continue
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target, ignore_errors=True)
-        else:
-            target.unlink(missing_ok=True)
-
-
-def parse_run(study: Study, rc: int | None,
-              run_dir: Path) -> tuple[str, str | None, dict[str, float]]:
-    """(status, reason, FOMs) of a finished run from its output files; a missing or
-    truncated output is ``failed``, never a number."""
-    stdout_path, stderr_path = run_dir / "stdout.txt", run_dir / "stderr.txt"
-    for path in (stdout_path, stderr_path):
-        if not path.is_file():
-            return "failed", f"output missing: No such file or directory: {path}", {}
-    stdout, stderr = read_output(stdout_path), read_output(stderr_path)
-    try:
-        foms, not_finite = split_finite(study.workload.parse(stdout, stderr, run_dir))
-    except RunReportedError as exc:  # the program's own words: made printable, bounded
-        why = printable(str(exc), MESSAGE_CHARS)
-        return "failed", (f"exit code {rc}: {why}" if rc else why), {}
-    except ParseError as exc:
-        if rc == 0:
-            return "failed", f"unparsable output: {printable(str(exc), MESSAGE_CHARS)}", {}
-        foms, not_finite = {}, None
-    if rc != 0:
-        return "failed", failure_reason(rc, stdout, stderr), foms
-    if not_finite is not None:
-        return "failed", not_finite, foms
-    if study.objective.fom not in ENGINE_FOMS and study.objective.fom not in foms:
-        have = ", ".join(sorted(foms)) or "none"
-        return "failed", (f"objective FOM {study.objective.fom!r} missing from the output; "
-                          f"parsed: {have}"), foms
-    return "ok", None, foms
+        self.on_record(record)
+        drop_scratch(self.study, run_dir)
