@@ -108,3 +108,55 @@ def test_the_export_has_each_run_s_environment(write_study, tmp_path) -> None:
         "tcp": "tcp,self", "shm": 'sm "quoted", é'}
     back = pd.read_parquet(_export(tmp_path / "d", "parquet"))
     assert json.loads(back["run_env"][0])["OMP_NUM_THREADS"] == "2"
+
+
+def test_a_parameter_named_host_reaches_every_reader(write_study, tmp_path) -> None:
+    """A parameter named like a run column (``host``) was dropped from the runs table: the
+    export's ``host`` column held the machine and the parameter was only inside ``point``.
+    Now the export has it as ``param.host``; compare, best and report label and rank the
+    points ``host=1`` and ``host=2`` apart."""
+    import csv
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+    from tunelab.execute.runner import run_study
+    from tunelab.execute.study import prepare_study
+    from tunelab.spec import load_study
+
+    study = write_study(f"""
+        name: hosts
+        workload:
+          name: command
+          options:
+            argv: [{shutil.which("echo")}, "value={{host}}"]
+            foms: {{value: 'value=(?P<value>[0-9]+)'}}
+        parameters:
+          host: [1, 2]
+        repeats: 2
+        baseline: {{host: 1}}
+        objective: {{fom: value, direction: minimize}}
+        """)
+    directory = tmp_path / "d"
+    assert run_study(prepare_study(load_study(study)), directory).counts == {"ok": 4}
+    with _export(directory, "csv").open(newline="") as text:
+        rows = list(csv.DictReader(text))
+    assert {(r["param.host"], r["fom.value"]) for r in rows} == {("1", "1.0"), ("2", "2.0")}
+    assert {r["host"] for r in rows} != {"1", "2"}  # the machine's name, not the parameter
+    back = pd.read_parquet(_export(directory, "parquet"))
+    assert sorted(back["param.host"]) == [1, 1, 2, 2]
+    runner = CliRunner()
+    compared = runner.invoke(app, ["compare", str(directory), "--format", "json"])
+    assert compared.exit_code == 0, compared.output
+    assert [(p["label"], p["verdict"]) for p in json.loads(compared.output)["points"]] == [
+        ("host=1", "baseline"), ("host=2", "worse")]
+    best = runner.invoke(app, ["best", str(directory), "--format", "json"])
+    assert best.exit_code == 0, best.output
+    doc = json.loads(best.output)
+    assert (doc["best"]["point"], doc["runner_up"]["point"]) == ({"host": 1}, {"host": 2})
+    report = runner.invoke(app, ["report", str(directory), "-o", str(tmp_path / "r.html")])
+    assert report.exit_code == 0, report.output
+    html = (tmp_path / "r.html").read_text()
+    assert "host=1" in html and "host=2" in html

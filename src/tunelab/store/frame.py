@@ -19,7 +19,14 @@ __all__ = ["read_runs_frame"]
 
 
 def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
-    """One row per run: run columns, one column per parameter, ``fom.<name>`` columns."""
+    """One row per run: run columns, one column per parameter, ``fom.<name>`` columns and
+    ``noise.<name>`` columns.
+
+    A parameter named like another column (a run's ``host``, ``repeat``, ``status``,
+    ``point``, …) is the column ``param.<name>``: that column keeps its meaning and the
+    parameter its values. The ``point`` column
+    (the point's key, from which every reader labels a point) keeps the parameter's own name:
+    the label reads ``host=1``."""
     import pandas as pd  # on use: ``tunelab run`` starts its first run sooner without it
 
     runs = pd.read_sql_query(
@@ -47,5 +54,6 @@ def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
         noise[name] = (noise[name].astype(object).where(noise[name].notna(), "")
                        if kind == "TEXT" else noise[name].astype(float))
     noise.columns = [f"noise.{c}" for c in noise.columns]
-    params = params.drop(columns=[c for c in params.columns if c in runs.columns])
+    taken = {*runs.columns, *wide.columns, *noise.columns}
+    params.columns = [f"param.{c}" if c in taken else c for c in params.columns]
     return pd.concat([runs, params, wide, noise], axis=1)
