@@ -417,7 +417,7 @@ def test_runs_on_cores_another_load_takes_are_flagged_and_said(tmp_path: Path) -
     the runs table, and --exclude-disturbed leaves every run out."""
     from tunelab.execute.runner import run_study
     from tunelab.execute.study import prepare_study
-    from tunelab.report.results import load_results
+    from tunelab.report.load import load_results
     from tunelab.spec import load_study
 
     (tmp_path / "spin.py").write_text(SPIN)

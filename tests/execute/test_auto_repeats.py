@@ -15,7 +15,7 @@ from tunelab.execute.launchers.watch import RunWatch
 from tunelab.execute.runner import run_study
 from tunelab.execute.study import prepare_study
 from tunelab.noise import NoiseSample, NoiseWatch, Snapshot
-from tunelab.report.results import load_results
+from tunelab.report.load import load_results
 from tunelab.spec import load_study
 from tunelab.stats import Verdict
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.conftest import PY
 from tunelab.execute.runner import run_study
 from tunelab.execute.study import point_dir_name, prepare_study
-from tunelab.report.results import load_results
+from tunelab.report.load import load_results
 from tunelab.search import IntermediateTail, RunPruner
 from tunelab.space import Point
 from tunelab.spec import load_study

@@ -13,7 +13,7 @@ from tests.conftest import PY, tunelab
 from tunelab.execute.runner import run_study
 from tunelab.execute.study import prepare_study
 from tunelab.replay import load_landscape
-from tunelab.report.results import load_results
+from tunelab.report.load import load_results
 from tunelab.space import Point
 from tunelab.spec import load_study
 from tunelab.stats import Verdict

@@ -42,8 +42,8 @@ def compare(
     """
     from tunelab.report.appendices import with_cores, with_layouts, with_storage
     from tunelab.report.headroom import with_headroom
+    from tunelab.report.load import load_results
     from tunelab.report.rates import with_rates
-    from tunelab.report.results import load_results
     from tunelab.report.views import compare_view, cross_compare_view
 
     if len(directories) > 2 or (baseline_study is not None and len(directories) != 1):
@@ -73,7 +73,7 @@ def best(directory: DirArg, exclude_disturbed: ExcludeDisturbedOpt = False,
          fmt: FormatOpt = OutputFormat.text) -> None:
     """The best point, and how sure we are that it beats the runner-up."""
     from tunelab.report.headroom import with_best_headroom
-    from tunelab.report.results import load_results
+    from tunelab.report.load import load_results
     from tunelab.report.views import best_view
     from tunelab.stats import StatsError
 
@@ -99,7 +99,7 @@ def forecast(
     """The scaling model's throughput at worker counts and layouts (measured or not), each
     with its prediction interval and how far it is extrapolated, or why it cannot say."""
     from tunelab.report.forecast import forecast_view
-    from tunelab.report.results import load_results
+    from tunelab.report.load import load_results
     from tunelab.stats import StatsError
 
     counts = _counts("--workers", workers)
@@ -135,7 +135,7 @@ def report(
     exclude_disturbed: ExcludeDisturbedOpt = False,
 ) -> None:
     """Write the plots (PNG) and a self-contained HTML report; print the report's path."""
-    from tunelab.report.results import load_results
+    from tunelab.report.load import load_results
     from tunelab.report.writer import write_report
 
     results = load_results(directory, exclude_disturbed=exclude_disturbed)
@@ -204,7 +204,7 @@ def combine(
 ) -> None:
     """Write the follow-up study: env sets that were better than the baseline, combined."""
     from tunelab.report.combine import combine_better_options, left_out_text
-    from tunelab.report.results import load_results
+    from tunelab.report.load import load_results
 
     if output.exists() and not force:
         raise TunelabError(f"{output} exists; pass --force to overwrite it")

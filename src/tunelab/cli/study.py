@@ -113,8 +113,8 @@ def run(
 
 def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
     from tunelab.report.appendices import with_cores
+    from tunelab.report.load import load_results
     from tunelab.report.rates import with_rates
-    from tunelab.report.results import load_results
     from tunelab.report.views import compare_view
     from tunelab.stats import StatsError
 

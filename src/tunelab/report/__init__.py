@@ -21,7 +21,7 @@ _WHERE = {
     "speedup_bar_chart": "plots",
     "speedup_bars": "plots",
     "StudyResults": "results",
-    "load_results": "results",
+    "load_results": "load",
     "results_from_frame": "results",
     "write_report": "writer",
     "TableRow": "table",

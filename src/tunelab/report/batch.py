@@ -54,7 +54,7 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
     from tunelab.execute.launchers.script import SCHEDULERS, JobScript, render, suggest_walltime
     from tunelab.execute.launchers.sites import site_for
     from tunelab.execute.study import prepare_study
-    from tunelab.report.results import load_results
+    from tunelab.report.load import load_results
     from tunelab.space import Point
     from tunelab.spec import StudySpec
     from tunelab.store import open_store

@@ -1,7 +1,8 @@
 """A study's results, computed once from its runs: what ``tunelab compare|best|report`` show.
 
 :func:`results_from_frame` is the pure step (runs table + objective + baseline in, frozen
-:class:`StudyResults` out); :func:`load_results` reads them from a study directory's store.
+:class:`StudyResults` out); :func:`tunelab.report.load.load_results` reads them from a study
+directory's store.
 The bottom of the report package: views (:mod:`tunelab.report.views`) and renderers build on
 it; :func:`tunelab.report.writer.write_report` draws the plots and writes the HTML file.
 """
@@ -14,7 +15,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunelab.report.formats import detectable_text, fmt_number, point_label
 from tunelab.stats import (
@@ -35,7 +36,7 @@ from tunelab.stats import (
     summarize,
     verdict_label,
 )
-from tunelab.workload import Direction, Objective
+from tunelab.workload import Objective
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +49,6 @@ __all__ = [
     "busy_line",
     "exclusions_from_frame",
     "failed_runs",
-    "load_results",
     "results_from_frame",
 ]
 
@@ -322,25 +322,6 @@ def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[Poin
     return notes
 
 
-def _units(raw: str | None) -> dict[str, str]:
-    """The units of the store's meta ``fom_units`` (JSON, name -> unit); a unit that is not
-    a short printable string is left out, and so is all of a value that is not such a
-    mapping (a unit is only ever shown)."""
-    try:
-        units = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    if not isinstance(units, dict):
-        return {}
-    return {str(k): u for k, u in units.items()
-            if isinstance(u, str) and u.isprintable() and len(u) <= 20}
-
-
-def _unit(raw: str | None, fom: str) -> str:
-    """The unit of ``fom`` in :func:`_units` (``""`` when it names none)."""
-    return _units(raw).get(fom, "")
-
-
 def _about(text: str) -> str:
     """``about 12.5%``, or ``more than 1000%`` for a figure shown as ``>1000%``."""
     return f"more than {text[1:]}" if text.startswith(">") else f"about {text}"
@@ -452,64 +433,3 @@ def failed_runs(runs: pd.DataFrame | None) -> list[FailedRun]:
             )  # fmt: skip
         )
     return out
-
-
-def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> StudyResults:
-    """Read a study directory's store and compute its results (``exclude_disturbed``:
-    leave runs flagged disturbed out of every statistic).
-
-    Uses the store's meta values ``study_name``, ``objective`` (JSON ``[fom, direction]``),
-    ``baseline`` (point key, empty for none), ``noise_threshold``, ``repeats_auto`` (JSON
-    ``[min, max]`` of a ``repeats: auto`` study) and ``spec``.
-    """
-    from tunelab.store import open_store
-
-    directory = Path(directory)
-    with open_store(directory) as store:
-        runs = store.runs_frame()
-        fom, direction = "wall_s", "minimize"
-        raw = store.get_meta("objective")
-        if raw:
-            fom, direction = json.loads(raw)
-        if direction not in ("minimize", "maximize"):
-            raise StatsError(f"{directory}: stored objective direction {direction!r} is unknown")
-        raw_noise = store.get_meta("noise_threshold")
-        noise = float(raw_noise) if raw_noise else 0.02
-        if not math.isfinite(noise):
-            noise = 0.02
-        spec_raw = store.get_meta("spec")
-        auto = store.get_meta("repeats_auto")
-        plan = SequentialPlan(*json.loads(auto)) if auto else None
-        spec = json.loads(spec_raw) if spec_raw else {}
-        units = _units(store.get_meta("fom_units"))
-        return results_from_frame(
-            runs,
-            Objective(fom, cast(Direction, direction), units.get(fom, "")),
-            store.get_meta("baseline") or None,
-            name=store.get_meta("study_name") or directory.name,
-            spec=spec,
-            sysinfo=store.sysinfo(),
-            noise_threshold=noise,
-            directory=directory,
-            spec_yaml=store.get_meta("spec_yaml") or "",
-            study_file=store.get_meta("study_file") or "",
-            exclude_disturbed=exclude_disturbed,
-            plan=plan,
-            planned=_planned_runs(store.get_meta("planned_runs"), spec, plan),
-            fom_units=units,
-        )
-
-
-def _planned_runs(stored: str | None, spec: Mapping[str, Any],
-                  plan: SequentialPlan | None) -> int:
-    """The runs a study makes, as ``run`` stored it, when that number is exact (a grid or
-    random search with fixed repeats); 0 otherwise (adaptive searches and ``repeats: auto``
-    stop when they have seen enough: their number is an upper bound)."""
-    search = spec.get("search") if isinstance(spec, Mapping) else None
-    strategy = search.get("strategy", "grid") if isinstance(search, Mapping) else "grid"
-    if plan is not None or strategy not in ("grid", "random") or not stored:
-        return 0
-    try:
-        return max(int(stored), 0)
-    except ValueError:
-        return 0
