@@ -317,7 +317,7 @@ class UnitWorkload(CommandWorkload):
 
 def test_a_figure_s_unit_is_stored_and_shown_beside_the_objective(write_study, tmp_path):
     """merge's throughput read '1.548e+08' in compare, best and the report, in no unit."""
-    from tunelab.report.load import fom_unit
+    from tunelab.report.load import stored_units
 
     study = prepare_study(load_study(write_study(study_text(
         "[ok]", "[1, 2]", extra="baseline: {mode: ok, x: 1}\n"
@@ -331,9 +331,9 @@ def test_a_figure_s_unit_is_stored_and_shown_beside_the_objective(write_study, t
     doc = json.loads(tunelab("compare", tmp_path / "d", "--format", "json").stdout)
     assert doc["objective"] == {"fom": "value", "direction": "maximize", "unit": "B/s"}
     # a unit is only ever shown: a stored value that is not a mapping of short names is none
-    assert fom_unit('{"value": "B/s"}', "value") == "B/s"
-    assert fom_unit("[1, 2]", "value") == fom_unit("{", "value") == fom_unit(None, "value") == ""
-    assert fom_unit('{"value": "x\\u001b[31m"}', "value") == ""
+    assert stored_units('{"value": "B/s"}') == {"value": "B/s"}
+    assert stored_units("[1, 2]") == stored_units("{") == stored_units(None) == {}
+    assert stored_units('{"value": "x\\u001b[31m"}') == {}
 
 
 class OddFirstWorkload(EnergyWorkload):

@@ -18,7 +18,7 @@ from tunelab.report.results import StudyResults, results_from_frame
 from tunelab.stats import SequentialPlan, StatsError
 from tunelab.workload import Direction, Objective
 
-__all__ = ["fom_unit", "load_results"]
+__all__ = ["load_results", "stored_units"]
 
 
 def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> StudyResults:
@@ -48,7 +48,7 @@ def load_results(directory: str | Path, *, exclude_disturbed: bool = False) -> S
         auto = store.get_meta("repeats_auto")
         plan = SequentialPlan(*json.loads(auto)) if auto else None
         spec = json.loads(spec_raw) if spec_raw else {}
-        units = _units(store.get_meta("fom_units"))
+        units = stored_units(store.get_meta("fom_units"))
         return results_from_frame(
             runs,
             Objective(fom, cast(Direction, direction), units.get(fom, "")),
@@ -82,7 +82,7 @@ def _planned_runs(stored: str | None, spec: Mapping[str, Any],
         return 0
 
 
-def _units(raw: str | None) -> dict[str, str]:
+def stored_units(raw: str | None) -> dict[str, str]:
     """The units of the store's meta ``fom_units`` (JSON, name -> unit); a unit that is not
     a short printable string is left out, and so is all of a value that is not such a
     mapping (a unit is only ever shown)."""
@@ -95,7 +95,3 @@ def _units(raw: str | None) -> dict[str, str]:
     return {str(k): u for k, u in units.items()
             if isinstance(u, str) and u.isprintable() and len(u) <= 20}
 
-
-def fom_unit(raw: str | None, fom: str) -> str:
-    """The unit of ``fom`` in :func:`_units` (``""`` when it names none)."""
-    return _units(raw).get(fom, "")
