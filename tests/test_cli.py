@@ -308,7 +308,8 @@ def test_a_derived_value_that_cannot_be_computed_is_said_by_space_and_run(tmp_pa
     assert dry.returncode == 0
     (note,) = [line for line in dry.stderr.splitlines() if "left out" in line]
     assert note.startswith(f"{path}:") and "derived value 'lim' cannot be computed" in note
-    assert f"'tunelab space {path}' counts them" in note
+    assert note.endswith(f": 1 of 3 combinations are left out where {excluded['why']}; "
+                         f"'tunelab space {path}' lists them")
 
 
 STEPS = """\

@@ -134,3 +134,56 @@ def test_a_rule_that_cannot_be_evaluated_says_why_and_where_it_first_failed():
 def test_a_rule_that_only_fails_is_not_broken():
     summary, _ = qe_space().summarize()
     assert summary.broken == {}
+
+
+def positive_size(name, value):
+    """A program that takes only a positive ``size`` (as a workload's check_parameter)."""
+    return "a value the program never takes: must be > 0" if name == "size" and value <= 0 \
+        else None
+
+
+def test_a_derived_value_the_program_never_takes_is_no_point_of_the_space():
+    """Such combinations were points whose every run failed at command build."""
+    space = Space([("a", (1, 2, 3, 4)), ("b", (1, 2))],
+                  derived={"size": Expression.parse("3 - a")}, refuses=positive_size)
+    summary, points = space.summarize()
+    assert sorted({p["a"] for p in points}) == [1, 2]
+    assert summary.valid == 4 and summary.excluded == {"size": 4}
+    assert summary.broken == {"size": "derived value 'size' is 0, a value the program never "
+                                      "takes: must be > 0 (first at a=3)"}
+    assert space.broken == summary.broken and space.left_out == {"size": 4}
+    assert not space.contains({"a": 4, "b": 1})
+    assert space.why_not({"a": 4, "b": 1}) == ("derived value 'size' is -1, a value the "
+                                               "program never takes: must be > 0")
+    assert all(space.contains(p) for p in points)
+
+
+def test_a_derived_value_the_program_never_takes_anywhere_leaves_no_point():
+    space = Space([("a", (3, 4))], derived={"size": Expression.parse("3 - a")},
+                  refuses=positive_size)
+    with pytest.raises(SpaceError) as info:
+        space.points()
+    assert str(info.value) == (
+        "no valid point: all 2 combinations are excluded ('size' excluded 2); the first "
+        "combination (a=3): derived value 'size' is 0, a value the program never takes: "
+        "must be > 0")
+    assert info.value.subject == ("derived", "size")
+
+
+def test_sampling_a_space_too_large_to_enumerate_says_what_a_derived_value_left_out():
+    space = Space([("a", tuple(range(1, 401))), ("b", tuple(range(400)))],
+                  derived={"size": Expression.parse("300 - a")}, refuses=positive_size)
+    assert not space.enumerable
+    points = space.sample(50, seed=1)
+    assert len(points) == 50 and all(p["a"] < 300 for p in points)
+    assert space.broken["size"].startswith("derived value 'size' is ")
+    assert space.left_out == {}  # not counted: the space was not enumerated
+
+
+def test_a_space_is_enumerated_once():
+    space = qe_space()
+    first, points = space.summarize()
+    points.clear()
+    first.excluded.clear()
+    again, points_again = space.summarize()
+    assert again.excluded and len(points_again) == again.valid == len(space.points())

@@ -4,7 +4,11 @@ Enumeration binds parameters one at a time (in study-file order, the ``env`` axi
 checks every constraint as soon as all the names it reads are bound, so a whole sub-tree of
 invalid points is pruned at once and never materialised. The size of each pruned sub-tree is
 credited to the constraint that pruned it, which is how ``tunelab space`` can say how many
-points each constraint excluded without visiting them.
+points each constraint excluded without visiting them. A derived value is computed, and checked
+against what the program takes (``refuses``: the workload's
+:meth:`~tunelab.workload.Workload.check_parameter`), at the depth where its names are bound: a
+combination whose value the program never takes is no point of the space, left out like one a
+rule that cannot be evaluated leaves out (:attr:`Space.broken`).
 
 The size of the full product is known without enumerating it (:attr:`Space.size`).
 Enumeration takes at most ``LIMITS.enumeration_steps`` steps (one per value bound at any
@@ -21,8 +25,8 @@ import json
 import math
 import os
 import random
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tunelab.errors import SpaceError
@@ -102,6 +106,9 @@ class Space:
     """The valid points of a study: parameters x env sets, filtered by constraints.
 
     ``constants`` are extra read-only names for expressions (``cores`` is always there).
+    ``refuses(name, value)`` says why the program never takes ``value`` as the derived value
+    ``name`` — a clause such as ``a value workload 'merge' never takes: Input should be
+    greater than 0`` — or None: a combination where it says why is left out.
     """
 
     def __init__(
@@ -110,16 +117,20 @@ class Space:
         derived: Mapping[str, Expression] | None = None,
         constraints: list[ConstraintSpec] | None = None,
         constants: Mapping[str, Any] | None = None,
+        refuses: Callable[[str, Any], str | None] | None = None,
     ) -> None:
         self.axes = [_Axis(n, v) for n, v in axes]
         self._members = [{(type(v), v) for v in a.values} for a in self.axes]
         self.derived = dict(derived or {})
         self.constraints = list(constraints or [])
         self.constants = {"cores": _local_cores(), **(constants or {})}
+        self.refuses = refuses
         self.broken: dict[str, str] = {}
         """Per rule that could not be evaluated for some combination met while enumerating
-        (a derived value that gives ``None``, a constraint that divides by zero): why, at
-        the first such combination. Those combinations are left out, as a failed rule's."""
+        or sampling (a derived value that gives ``None`` or one the program never takes, a
+        constraint that divides by zero): why, at the first such combination. Those
+        combinations are left out, as a failed rule's."""
+        self._summary: tuple[SpaceSummary, list[Point]] | None = None
         names = [a.name for a in self.axes]
         self._depth_of_name = {n: i for i, n in enumerate(names)}
         self._derived_depth = {d: self._depth(e.names, ("derived", d))
@@ -134,8 +145,10 @@ class Space:
 
     @classmethod
     def from_spec(cls, spec: StudySpec, workload_rules: list[ConstraintSpec] | None = None,
-                  constants: Mapping[str, Any] | None = None) -> Space:
-        """The space of a study, with the workload's rules that apply to its parameters."""
+                  constants: Mapping[str, Any] | None = None,
+                  refuses: Callable[[str, Any], str | None] | None = None) -> Space:
+        """The space of a study, with the workload's rules that apply to its parameters and
+        what it ``refuses`` of a derived value (see :class:`Space`)."""
         axes = [(p.name, p.values) for p in spec.parameters]
         if spec.env_sets is not None:
             axes.append((ENV_AXIS, tuple(spec.env_sets)))
@@ -150,7 +163,7 @@ class Space:
                         (kind, name))
         known = {a for a, _ in axes} | set(spec.derived) | fixed
         rules = [r for r in workload_rules or [] if r.expr.names <= known]
-        return cls(axes, spec.derived, [*rules, *spec.constraints], constants)
+        return cls(axes, spec.derived, [*rules, *spec.constraints], constants, refuses)
 
     def _depth(self, names: frozenset[str], subject: tuple[str, str]) -> int:
         what = f"{'derived value' if subject[0] == 'derived' else 'constraint'} {subject[1]!r}"
@@ -235,11 +248,16 @@ class Space:
 
     def _first_failure(self, point: Mapping[str, Scalar]) -> str | None:
         """The reason the first failing rule gives for a point of the product, or None."""
+        failed = self._first_failed(point)
+        return None if failed is None else failed[1]
+
+    def _first_failed(self, point: Mapping[str, Scalar]) -> tuple[str, str, bool] | None:
+        """The first failing rule of a point of the product (as :meth:`_check_level`)."""
         scope: dict[str, Any] = {**self.constants, **point}
         for depth in range(len(self.axes)):
             failed = self._check_level(depth, scope)
             if failed is not None:
-                return failed[1]
+                return failed
         return None
 
     def contains(self, point: Mapping[str, Scalar]) -> bool:
@@ -249,12 +267,16 @@ class Space:
     def _check_level(self, depth: int,
                      scope: dict[str, Any]) -> tuple[str, str, bool] | None:
         """None, or (the failing rule's label, the reason, whether the rule could not be
-        evaluated at all) for the names bound at ``depth``."""
+        evaluated at all — or gave a derived value the program never takes) for the names
+        bound at ``depth``."""
         for d in self._derived_at[depth]:
             try:
-                scope[d] = self.derived[d].evaluate(scope)
+                scope[d] = value = self.derived[d].evaluate(scope)
             except ExpressionError as exc:
                 return d, f"derived value {d!r} cannot be computed: {exc}", True
+            refused = self.refuses(d, value) if self.refuses is not None else None
+            if refused is not None:
+                return d, f"derived value {d!r} is {value_text(value)}, {refused}", True
         for c in self._checks[depth]:
             try:
                 ok = bool(c.expr.evaluate(scope))
@@ -313,25 +335,38 @@ class Space:
         return self._walk(None)
 
     def summarize(self) -> tuple[SpaceSummary, list[Point]]:
-        """Count valid points and what each constraint excluded; also return the points.
+        """Count valid points and what each constraint excluded; also return the points
+        (enumerated once: later calls answer from the first).
 
         Raises :class:`SpaceError` when the space is too large to enumerate."""
-        summary = SpaceSummary(total=self.size, valid=0)
-        points = list(self._walk(summary))
-        summary.broken = {k: v for k, v in self.broken.items() if k in summary.excluded}
-        return summary, points
+        if self._summary is None:
+            summary = SpaceSummary(total=self.size, valid=0)
+            points = list(self._walk(summary))
+            summary.broken = {k: v for k, v in self.broken.items() if k in summary.excluded}
+            self._summary = summary, points
+        summary, points = self._summary
+        return replace(summary, excluded=dict(summary.excluded),
+                       broken=dict(summary.broken)), list(points)
+
+    @property
+    def left_out(self) -> dict[str, int]:
+        """Per rule, how many combinations it left out, once the space was enumerated
+        (:meth:`summarize`; empty before, and for a space too large to enumerate)."""
+        return dict(self._summary[0].excluded) if self._summary is not None else {}
 
     def points(self) -> list[Point]:
         """Every valid point; raise :class:`SpaceError` when there is none."""
         summary, points = self.summarize()
         if not points:
             detail = ", ".join(f"{k!r} excluded {v}" for k, v in summary.excluded.items())
-            first = self._first_failure({a.name: a.values[0] for a in self.axes})
+            combination = {a.name: a.values[0] for a in self.axes}
+            first = self._first_failed(combination)
+            at = ", ".join(f"{k}={v!r}" for k, v in combination.items())
             most = max(summary.excluded, key=summary.excluded.__getitem__, default=None)
             raise SpaceError(
                 f"no valid point: all {summary.total} combinations are excluded"
                 + (f" ({detail})" if detail else "")
-                + (f"; the first combination: {first}" if first and "cannot be" in first
+                + (f"; the first combination ({at}): {first[1]}" if first and first[2]
                    else ""),
                 None if most is None else self.subject_of(most))
         return points
@@ -355,10 +390,14 @@ class Space:
         found: dict[Point, None] = {}
         for _ in range(min(max(1000, 200 * n), LIMITS.sample_draws)):
             values = {a.name: rng.choice(a.values) for a in self.axes}
-            if self._first_failure(values) is None:
+            failed = self._first_failed(values)
+            if failed is None:
                 found[Point(values)] = None
                 if len(found) == n:
                     break
+            elif failed[2] and failed[0] not in self.broken:
+                at = ", ".join(f"{a.name}={values[a.name]!r}" for a in self.axes)
+                self.broken[failed[0]] = f"{failed[1]} (first at {at})"
         if not found:
             raise SpaceError("no valid point found by random sampling; check the constraints")
         return list(found)

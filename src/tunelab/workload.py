@@ -448,6 +448,7 @@ ENTRY_POINT_GROUP = "tunelab.workloads"
 
 
 @functools.cache
+@functools.cache
 def _option_adapter(options: type[WorkloadOptions], name: str) -> TypeAdapter[Any] | None:
     """A strict validator of the option ``name`` of ``options`` alone, or None."""
     info = options.model_fields.get(name)

@@ -8,6 +8,7 @@ Every case runs the real command line (in the worker process, see ``worker.py``)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -565,13 +566,20 @@ def test_a_qe_count_pw_x_never_takes_is_refused_at_load(cli, command, params, va
                             "number of at least 1")
 
 
+def no_point_left(line: int, workload: str, name: str, at: str, value: str, why: str) -> str:
+    """The refusal of a study whose derived value ``name`` the workload takes nowhere."""
+    return (f"s.yaml:{line}: no valid point: all 2 combinations are excluded ({name!r} "
+            f"excluded 2); the first combination ({at}): derived value {name!r} is {value}, a "
+            f"value workload {workload!r} never takes: {why}")
+
+
 @pytest.mark.parametrize("command", DRY_LOADS)
 def test_a_ddp_derived_value_the_benchmark_never_takes_is_refused_at_its_line(cli, command):
     # before, batch_size -4 x workers made valid points whose every run failed
     text = ddp_study("workers: [1, 2]") + "derived:\n  batch_size: -4 * workers\n"
     answer = cli.run({"s.yaml": text}, [*command, "s.yaml"])
-    assert_clean(answer, 2, "s.yaml:8: workload 'ddp': point workers=1: batch_size -4: Input "
-                            "should be greater than or equal to 1")
+    assert_clean(answer, 2, no_point_left(8, "ddp", "batch_size", "workers=1", "-4",
+                                          "Input should be greater than or equal to 1"))
 
 
 QE_DERIVED = ("name: q\nworkload: {name: qe, options: {input: si.in, nk: 10}}\nparameters:\n"
@@ -583,19 +591,19 @@ QE_DERIVED = ("name: q\nworkload: {name: qe, options: {input: si.in, nk: 10}}\np
     # every run failed (leopard: a negative learning rate; qe: -np 0; merge on a batch
     # launcher: chunk_size -10; here its memory check refused it at the options' line)
     ({"s.yaml": merge_study("workers: [2, 3]") + "derived:\n  chunk_size: -5 * workers\n"},
-     "s.yaml:8: workload 'merge': point workers=2: chunk_size -10: Input should be greater "
-     "than 0"),
+     no_point_left(8, "merge", "chunk_size", "workers=2", "-10",
+                   "Input should be greater than 0")),
     ({"s.yaml": merge_study("workers: [2, 3]") + "derived:\n  chunk_size: -5 * workers\n"
                 "launcher: {type: slurm}\n"},
-     "s.yaml:8: workload 'merge': point workers=2: chunk_size -10: Input should be greater "
-     "than 0"),
+     no_point_left(8, "merge", "chunk_size", "workers=2", "-10",
+                   "Input should be greater than 0")),
     ({"s.yaml": "name: l\nworkload: {name: leopard}\nparameters:\n  batch_size: [16, 32]\n"
                 "derived:\n  lr: -0.001 * batch_size\n"},
-     "s.yaml:6: workload 'leopard': point batch_size=16: lr -0.016: Input should be greater "
-     "than 0"),
+     no_point_left(6, "leopard", "lr", "batch_size=16", "-0.016",
+                   "Input should be greater than 0")),
     ({"s.yaml": QE_DERIVED, "si.in": "examples/qe/si.in"},
-     "s.yaml:6: workload 'qe': point omp=1: np 0: a count of ranks, pools, groups, threads or "
-     "nodes must be a whole number of at least 1"),
+     no_point_left(6, "qe", "np", "omp=1", "0", "a count of ranks, pools, groups, threads or "
+                   "nodes must be a whole number of at least 1")),
 ])
 @pytest.mark.parametrize("command", EVERY_LOAD)
 def test_a_derived_value_a_workload_never_takes_is_refused_at_its_line(cli, command, files,
@@ -605,3 +613,35 @@ def test_a_derived_value_a_workload_never_takes_is_refused_at_its_line(cli, comm
     answer = cli.run(files, [*command, "s.yaml"])
     assert_clean(answer, 2, message)
     assert not (Path(answer["dir"]) / "runs").exists()
+
+
+PARTLY = merge_study("workers: [2, 3, 4]") + "derived:\n  chunk_size: 1500 - 500 * workers\n"
+"""A merge study whose derived chunk size the benchmark takes at workers=2 only."""
+LEFT_OUT = ("derived value 'chunk_size' is 0, a value workload 'merge' never takes: Input "
+            "should be greater than 0 (first at workers=3)")
+
+
+@pytest.mark.parametrize("search", ["", "search: {strategy: optuna, samples: 3}\n",
+                                    "search: {strategy: racing, max_runs: 2}\n"])
+def test_a_derived_value_a_workload_takes_at_some_points_leaves_the_others_out(cli, search):
+    # before, grid and random refused the study (the first point it never takes), optuna
+    # and the run strategies ran those points: every run failed ('invalid point'), and the
+    # search learnt from the failures
+    text = PARTLY + search
+    shown = cli.run({"s.yaml": text}, ["space", "s.yaml"])
+    assert_clean(shown, 0)
+    assert re.search(r"\b1 valid points? of 3 combinations", shown["stdout"])
+    assert re.search(r"\b2\s+chunk_size\s+study\s+" + re.escape(LEFT_OUT), shown["stdout"])
+    dry = cli.run({"s.yaml": text}, ["run", "--dry-run", "s.yaml"])
+    assert_clean(dry, 0, f"s.yaml:8: 2 of 3 combinations are left out where {LEFT_OUT}; "
+                         "'tunelab space s.yaml' lists them")
+    assert dry["stderr"].count("left out") == 1
+    assert "workers 3" not in dry["stdout"] and "workers 4" not in dry["stdout"]
+
+
+def test_an_optuna_study_runs_only_points_whose_derived_values_the_workload_takes(cli):
+    text = PARTLY + "search: {strategy: optuna, samples: 3}\n"
+    answer = cli.run({"s.yaml": text}, ["run", "--repeats", "1", "s.yaml"])
+    assert_clean(answer, 0, "s.yaml:8: 2 of 3 combinations are left out")
+    rows = store_rows(Path(answer["dir"], "runs/m/tunelab.db"))
+    assert [(json.loads(key)["workers"], status) for key, _, status, _ in rows] == [(2, "ok")]

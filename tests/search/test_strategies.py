@@ -230,3 +230,63 @@ def test_point_strategies_as_run_strategies_keep_the_classic_plan(qe_like: Lands
     strategy, result = run_strategy(qe_like, strategy="grid", repeats=2)
     assert result.runs == 18 and result.points == 9
     assert result.chosen == qe_like.true_best()[0]
+
+
+MERGE_DERIVED = """\
+name: m
+workload: {name: merge, options: {transport: tcp}}
+parameters:
+  workers: [2, 3, 4]
+  iterations: [1, 2, 3]
+derived:
+  chunk_size: 1500 - 500 * workers
+search: {strategy: %s}
+"""
+"""Workers 3 and 4 give a chunk size (0, -500) the merge benchmark never takes."""
+
+
+def merge_derived_study(tmp_path, search: str):
+    from tunelab.execute.study import prepare_study
+    from tunelab.spec import load_study
+
+    path = tmp_path / "s.yaml"
+    path.write_text(MERGE_DERIVED % search)
+    return prepare_study(load_study(path), dry_run=True)
+
+
+def test_optuna_never_proposes_a_point_whose_derived_value_the_workload_never_takes(
+        tmp_path) -> None:
+    """Before, optuna proposed them: each run failed at command build and the trial was
+    told a failure; now they are no points of the space, as a constraint's exclusions."""
+    from optuna.trial import TrialState
+
+    study = merge_derived_study(tmp_path, "optuna, samples: 9")
+    strategy = study.new_strategy()
+    seen: list[Point] = []
+    while not strategy.done:
+        for p in strategy.ask(1):
+            seen.append(p)
+            strategy.tell(p, 10.0 * int(p["iterations"]))
+    assert sorted(p.key for p in seen) == sorted(p.key for p in study.space.points())
+    assert {p["workers"] for p in seen} == {2} and len(seen) == 3
+    for p in seen:  # every point makes its command
+        study.workload.point_options(study.space.values(p))
+    states = {t.state for t in strategy._study.trials}  # type: ignore[attr-defined]
+    assert states == {TrialState.COMPLETE}
+    assert study.space.left_out == {"chunk_size": 6}
+    assert "chunk_size' is 0, a value workload 'merge' never takes" in \
+        study.space.broken["chunk_size"]
+
+
+@pytest.mark.parametrize("search", ["racing, max_runs: 12", "auto, max_runs: 12",
+                                    "racing, propose: optuna, samples: 9, max_runs: 12"])
+def test_run_strategies_never_request_a_point_whose_derived_value_the_workload_never_takes(
+        tmp_path, search: str) -> None:
+    study = merge_derived_study(tmp_path, search)
+    strategy = study.new_run_strategy()
+    requested: list[RunRequest] = []
+    while not strategy.done and (batch := strategy.ask_runs(4)):
+        for r in batch:
+            requested.append(r)
+            strategy.tell_run(r, 10.0 * int(r.point["iterations"]) + r.repeat)
+    assert requested and {r.point["workers"] for r in requested} == {2}

@@ -72,8 +72,11 @@ def run(
         for rule, why in study.space.broken.items():
             where = spec.where("derived", rule) if rule in study.space.derived \
                 else spec.where("constraints")
-            message(f"{where}: combinations are left out where {why}; "
-                    f"'tunelab space {study_file}' counts them")
+            n = study.space.left_out.get(rule)
+            count = f"{n:,} of {study.space.size:,} combinations are" if n else \
+                "combinations are"
+            message(f"{where}: {count} left out where {why}; "
+                    f"'tunelab space {study_file}' {'lists' if n else 'counts'} them")
     if dry_run:
         notes: list[str] = []
         for line in describe_commands(study, study_dir, notes):

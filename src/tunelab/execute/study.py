@@ -10,7 +10,7 @@ import hashlib
 import os
 import shlex
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +148,7 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
                  for expr, why in workload.rules()]
         constants = {**_launcher_constants(spec, launcher), **workload.constants()}
     try:
-        space = Space.from_spec(spec, rules, constants)
+        space = Space.from_spec(spec, rules, constants, _refuses(workload))
     except SpaceError as exc:
         raise StudyError(f"{_space_where(spec, exc)}: {exc}") from None
     except Exception as exc:
@@ -178,6 +178,8 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
     adaptive = True
     points: list[Point] = []
     try:
+        if space.enumerable:  # every rule and derived value checked once, whatever searches
+            space.points()
         if spec.strategy not in RUN_STRATEGIES:
             strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
                                      direction=objective.direction, first=baseline,
@@ -265,21 +267,30 @@ def _check_parameters(spec: StudySpec, workload: Workload) -> None:
                                  f"{value!r}: {exc}") from None
 
 
+def _refuses(workload: Workload) -> Callable[[str, Any], str | None]:
+    """What the space asks of each derived value: why ``workload`` never takes it
+    (:meth:`~tunelab.workload.Workload.check_parameter`, which refuses a parameter's value
+    at load), or None. A combination whose derived value it never takes is no point of the
+    space — never run, never a failed run or trial of any strategy — and the space says so
+    once per derived value (:attr:`~tunelab.space.Space.broken`)."""
+
+    def refuses(name: str, value: Any) -> str | None:
+        try:
+            workload.check_parameter(name, value)
+        except WorkloadError as exc:
+            return f"a value workload {workload.name!r} never takes: {exc}"
+        return None
+
+    return refuses
+
+
 def _check_values(spec: StudySpec, workload: Workload, space: Space,
                   points: list[Point]) -> None:
     """Refuse a point known before the study runs whose values cannot make the workload's
-    command (``space``, ``--dry-run`` and ``run`` alike), at the option at fault: first a
-    derived value the workload never takes (:meth:`~tunelab.workload.Workload.check_parameter`,
-    as :func:`_check_parameters` refuses a parameter's value), at its ``derived`` line."""
+    command (``space``, ``--dry-run`` and ``run`` alike), at the option at fault (a derived
+    value the workload never takes left the space already, see :func:`_refuses`)."""
     for point in points:
         values = space.values(point)
-        for name in space.derived:
-            try:
-                workload.check_parameter(name, values[name])
-            except WorkloadError as exc:
-                raise StudyError(f"{spec.where('derived', name)}: workload {spec.workload!r}: "
-                                 f"point {point.label()}: {name} {values[name]!r}: {exc}"
-                                 ) from None
         try:
             workload.check_values(values)
         except WorkloadError as exc:
