@@ -39,8 +39,7 @@ if TYPE_CHECKING:
     from tunelab.bench.ddp.config import DDPConfig
 
 __all__ = ["ACTIVATION_FACTOR", "AGENT_FACTOR", "RUNTIME_FACTOR", "Runtime", "check_memory",
-           "job_bytes", "runtime", "shared_bytes",
-           "worker_bytes"]
+           "job_bytes", "runtime", "shared_bytes", "worker_bytes"]
 
 _GB = 1e9
 
