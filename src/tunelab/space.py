@@ -349,6 +349,12 @@ class Space:
                        broken=dict(summary.broken)), list(points)
 
     @property
+    def valid_count(self) -> int | None:
+        """How many valid points the space has, once it was enumerated (:meth:`summarize`);
+        None before, and for a space too large to enumerate."""
+        return self._summary[0].valid if self._summary is not None else None
+
+    @property
     def left_out(self) -> dict[str, int]:
         """Per rule, how many combinations it left out, once the space was enumerated
         (:meth:`summarize`; empty before, and for a space too large to enumerate)."""

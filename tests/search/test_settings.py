@@ -78,3 +78,19 @@ def test_auto_over_a_space_too_large_to_enumerate_needs_max_runs(write_study) ->
     assert "study.yaml:" in res.stderr and "needs 'max_runs: N'" in res.stderr
     fine = write_study(big + "search: {strategy: auto, max_runs: 40}\n", "fine.yaml")
     assert prepare_study(load_study(fine)).new_run_strategy().name == "auto"
+
+
+def test_a_search_plans_no_more_points_than_the_space_holds(write_study) -> None:
+    """Optuna asked for 6 samples of a space whose constraint leaves 2 valid points plans
+    2 points (it said "up to 6 points … = up to 18 runs", then ran 6)."""
+    path = write_study(HEAD + "constraints: ['a == 1']\nsearch: {strategy: optuna, samples: 6}\n"
+                              "repeats: 3\n")
+    study = prepare_study(load_study(path))
+    assert study.planned_runs == 2 * 3
+    res = tunelab("space", path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("2 valid points of 6 combinations")
+    assert "up to 2 points chosen by optuna x 3 repeats = up to 6 runs" in res.stdout
+    one = write_study(HEAD.replace("b: [x, y]", "b: [x]") + "constraints: ['a == 1']\n",
+                      "one.yaml")
+    assert tunelab("space", one).stdout.startswith("1 valid point of 3 combinations")

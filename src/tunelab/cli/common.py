@@ -137,7 +137,8 @@ def plan_text(study: Any) -> str:
         return (f"runs chosen by {study.spec.strategy} (repeats where they decide), "
                 f"up to {study.planned_runs} runs")
     if study.adaptive:
-        return (f"up to {study.spec.samples} points chosen by {study.spec.strategy} x "
+        return (f"up to {study.planned_runs // max(study.spec.repeats, 1)} points chosen by "
+                f"{study.spec.strategy} x "
                 f"{study.spec.repeats} repeats = up to {study.planned_runs} runs")
     if study.spec.auto_repeats is not None:
         low, high = study.spec.auto_repeats

@@ -217,7 +217,7 @@ def space(
     study file, or of the study a study directory holds)."""
     from tunelab.errors import SpaceError
     from tunelab.execute.study import prepare_study
-    from tunelab.report.listings import SpaceView, space_view
+    from tunelab.report.listings import DERIVED_SOURCE, SpaceView, space_view
     from tunelab.space import SpaceSummary
 
     if show < 0:
@@ -232,7 +232,8 @@ def space(
     why.update(summary.broken if summary else {})
     origin = {c.label: c.origin for c in study.space.constraints}
     exclusions = tuple(
-        (label, n, origin.get(label, "study"), why.get(label, ""))
+        (label, n, origin.get(label, DERIVED_SOURCE if label in study.space.derived
+                              else "study"), why.get(label, ""))
         for label, n in sorted((summary.excluded if summary else {}).items(),
                                key=lambda kv: -kv[1]))
     data = SpaceView(

@@ -7,6 +7,7 @@ space, objective, points, launcher), and where its runs live (:func:`run_dir_of`
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shlex
 import tempfile
@@ -66,10 +67,16 @@ class Study:
             settings = self.search_settings()
             if settings.max_runs is not None:
                 return settings.max_runs
-            n_points = settings.samples or len(self.space.points())
+            n_points = int(min(settings.samples or len(self.space.points()), self._valid_points()))
             return n_points * settings.max_repeats
-        n_points = (self.spec.samples or 0) if self.adaptive else len(self.points)
+        n_points = (int(min(self.spec.samples or 0, self._valid_points())) if self.adaptive
+                    else len(self.points))
         return n_points * self.spec.repeats
+
+    def _valid_points(self) -> int | float:
+        """How many valid points the space has, once it was enumerated at load (constraints
+        and derived values a workload never takes left out); else no bound (``inf``)."""
+        return self.space.valid_count if self.space.valid_count is not None else math.inf
 
     def search_settings(self) -> SearchSettings:
         """The study's ``search`` section."""

@@ -134,6 +134,11 @@ def _lost_line(data: StatusData) -> str:
 # space
 
 
+DERIVED_SOURCE = "study (derived)"
+"""Where a row of :attr:`SpaceView.exclusions` comes from when it is a derived value that
+the workload never takes (or whose expression fails), not a constraint."""
+
+
 @dataclass(frozen=True)
 class SpaceView:
     """What ``tunelab space`` found, as plain data."""
@@ -156,7 +161,8 @@ class SpaceView:
 def space_view(data: SpaceView) -> View:
     """The valid points of a study's space and what each constraint excluded."""
     names = ", ".join(data.names) or "no parameters"
-    counted = (f"{data.valid} valid points of {data.total} combinations ({names})"
+    counted = (f"{data.valid} valid point{'' if data.valid == 1 else 's'} of {data.total} "
+               f"combinations ({names})"
                if data.valid is not None else
                f"{data.total:,} combinations ({names}): too many to enumerate, so the valid "
                "ones are not counted; the search samples them")
@@ -165,9 +171,10 @@ def space_view(data: SpaceView) -> View:
                "parameters": names}
     blocks: list[Block] = [Summary(counted, figures, data.facts)]
     if data.exclusions:
+        derived = any(source == DERIVED_SOURCE for _, _, source, _ in data.exclusions)
         blocks.append(TextTable(
-            "excluded by constraint",
-            (Column("count", "excluded", "right"), Column("constraint", "constraint"),
+            "excluded by constraint" + (" or derived value" if derived else ""),
+            (Column("count", "excluded", "right"), Column("constraint", "rule"),
              Column("source", "from", drop=2), Column("why", "why", wrap=True, drop=1)),
             tuple({"count": str(n), "constraint": label, "source": source, "why": why}
                   for label, n, source, why in data.exclusions)))
