@@ -631,7 +631,8 @@ def test_a_derived_value_a_workload_takes_at_some_points_leaves_the_others_out(c
     shown = cli.run({"s.yaml": text}, ["space", "s.yaml"])
     assert_clean(shown, 0)
     assert re.search(r"\b1 valid points? of 3 combinations", shown["stdout"])
-    assert re.search(r"\b2\s+chunk_size\s+study\s+" + re.escape(LEFT_OUT), shown["stdout"])
+    assert re.search(r"\b2\s+chunk_size\s+study \(derived\)\s+" + re.escape(LEFT_OUT),
+                     shown["stdout"])
     dry = cli.run({"s.yaml": text}, ["run", "--dry-run", "s.yaml"])
     assert_clean(dry, 0, f"s.yaml:8: 2 of 3 combinations are left out where {LEFT_OUT}; "
                          "'tunelab space s.yaml' lists them")
