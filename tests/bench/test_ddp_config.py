@@ -206,10 +206,50 @@ def test_the_loop_times_only_the_steps_after_the_raised_warmup(
     monkeypatch.setattr(dist, "barrier", lambda: barriers.append(source.asked))
     cfg = DDPConfig(data="memory", loader_workers=3, prefetch=2, warmup=1, steps=4,
                     compute="emulate:0.01")
-    marks, parts, start = _loop(cfg, 0, source, lambda x, y: (0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0),
-                                StatusFile(None, 0, 0), True)
+    marks, parts, start, warm, end = _loop(
+        cfg, 0, source, lambda x, y: (0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0),
+        StatusFile(None, 0, 0), True)
     assert source.asked == len(parts) == 6 + 4
-    assert barriers == [6]  # the timed steps begin after the 6 batches read ahead
+    # one barrier before any batch (its code paged in), the other after the 6 read ahead
+    assert barriers == [0, 6] and (warm, end) == (6, "fixed")
+
+
+def test_the_warmup_goes_on_until_the_read_ahead_has_drained() -> None:
+    """Field test: 1 emulated A100, 4 loaders x prefetch 2 (8 batches read ahead), a disk
+    throttled to 95 MB/s (about 90 % of what the steps ask for): after the fixed warm-up of
+    8 steps, 4 and 16 timed steps both ran on the read-ahead (AU 99.5 / 99.2 %, 'read
+    105-106 MB/s' above the limit). The warm-up now ends once a step waited for its batch."""
+    from tunelab.bench.ddp.warmup import max_warmup, warmup_end
+
+    step = 0.435
+    # the steps ask every 0.435 s; the loaders fall behind by 0.15 s a step: a batch is ready
+    # 2.0 s ahead at step 8, 0.05 s ahead at step 21, 0.1 s late at step 22
+    asked = [10 + step * i for i in range(24)]
+    ready = [a - (2.0 - 0.15 * (i - 8) if i >= 1 else -2.0) for i, a in enumerate(asked)]
+    kw = {"min_steps": 8, "max_steps": max_warmup(8, 8), "read_ahead": 8}
+    verdicts = [warmup_end(asked[:n], ready[:n], **kw) for n in range(1, 24)]
+    assert verdicts.index("drained") + 1 == 23 and set(verdicts[:22]) == {None}
+    assert max_warmup(8, 8) == 88 and max_warmup(2, 0) == 2
+
+
+def test_the_warmup_ends_when_the_loaders_keep_pace() -> None:
+    """Compute-bound (fast storage): the read-ahead stays full, no step waits; the warm-up
+    ends once the loaders' pace is measured past their start-up (2 x read-ahead batches,
+    then read-ahead batches more), not at its limit."""
+    from tunelab.bench.ddp.warmup import warmup_end
+
+    asked = [10 + 0.435 * i for i in range(60)]
+    ready = [asked[0] + 1.0] + [a - 2.5 for a in asked[1:]]
+    kw = {"min_steps": 4, "max_steps": 44, "read_ahead": 4}
+    ends = [(n, warmup_end(asked[:n], ready[:n], **kw)) for n in range(1, 60)]
+    assert next(n for n, e in ends if e) == 13 and dict(ends)[13] == "steady"
+    # a slower loader pace (20 % behind) is not steady; the limit ends it, and says so
+    slow = [asked[0] + 1.0] + [a - 2.5 + 0.2 * 0.435 * i for i, a in enumerate(asked)][1:]
+    got = [warmup_end(asked[:n], slow[:n], **kw) for n in range(1, 45)]
+    assert got[-1] in ("drained", "limit") and "steady" not in got
+    assert warmup_end(asked[:44], [None] * 44, **kw) == "limit"
+    assert warmup_end(asked[:4], [None] * 4, **kw) == "fixed"  # a source that does not say
+    assert warmup_end(asked[:2], ready[:2], min_steps=2, max_steps=2, read_ahead=0) == "fixed"
 
 
 def test_the_bandwidth_divides_by_the_all_reduce_s_own_time_not_its_window() -> None:

@@ -45,7 +45,8 @@ def test_cold_files_bytes_agree_with_proc_io_cache_is_stated_corrupt_is_named(
     bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")
     (root / "tunelab-dataset.json").unlink()
     proc = bench(*EMULATED, "--workers", "2", "-b", "4", "--steps", "8", "--warmup", "1",
-                 "--data", f"files:{root}", "--loader-workers", "1", "--cache", "cold")
+                 "--max-warmup", "0", "--data", f"files:{root}", "--loader-workers", "1",
+                 "--cache", "cold")
     r = fom(proc)
     assert r["data_kind"] == "files" and r["dataset_samples"] == 24 and r["epochs"] == 2
     # bytes counted as the workers read them vs the kernel's count for the same reads
@@ -89,7 +90,7 @@ def test_tar_shards_and_unet3d_volumes_train_through_the_loaders(tmp_path: Path)
                                 jobs=2))
     r = fom(bench("--model", "unet3d", "--patch", "64", "--compute", "emulate:0.05",
                   "--workers", "2", "-b", "2", "--steps", "3", "--warmup", "1",
-                  "--data", f"files:{tmp_path / 'v'}", "--loader-workers", "1",
+                  "--max-warmup", "0", "--data", f"files:{tmp_path / 'v'}", "--loader-workers", "1",
                   "--cache", "cold"))
     # 2 warm-up steps (the loader's read-ahead: 1 x prefetch 2) + 3 timed, 2 steps an epoch
     assert (r["warmup"], r["dataset_layout"], r["unit"], r["epochs"]) == \

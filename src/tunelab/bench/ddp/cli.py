@@ -30,6 +30,10 @@ def ddp(
         "--batch-size", "-b", help="Global batch (divided evenly among the workers).")] = 64,
     steps: Annotated[int, typer.Option("--steps", "-s", help="Timed steps.")] = 10,
     warmup: Annotated[int, typer.Option(help="Untimed steps first.")] = 2,
+    max_warmup: Annotated[int | None, typer.Option(
+        help="At most this many untimed steps: the warm-up goes on until the loaders' "
+             "read-ahead has drained or keeps pace (default: --warmup + 10 x loaders x "
+             "prefetch; --max-warmup 0: a fixed warm-up).")] = None,
     compute: Annotated[str, typer.Option(
         help="real, emulate:SECONDS (wait SECONDS per step instead of computing) or "
              "emulate:MODEL/ACCELERATOR/bBATCH (a profile, e.g. "
@@ -102,7 +106,8 @@ def ddp(
             cfg = DDPConfig(
                 model=model, image_size=image_size, window=window, patch=patch,
                 batch_size=batch_size, workers=workers, nodes=nodes, steps=steps,
-                warmup=warmup, compute=compute, data=data, loader_workers=loader_workers,
+                warmup=warmup, max_warmup=max_warmup, compute=compute, data=data,
+                loader_workers=loader_workers,
                 prefetch=prefetch, cache=cache, read_limit=read_limit, decode=decode,
                 on_corrupt=on_corrupt, device=device, backend=backend, amp=amp,
                 threads=threads, bucket_mb=bucket_mb, allreduce=allreduce, fabric=fabric,

@@ -187,6 +187,8 @@ class DDPConfig:
     nodes: int = 1
     steps: int = 10
     warmup: int = 2
+    #: the most untimed steps (None: :func:`tunelab.bench.ddp.warmup.max_warmup`)
+    max_warmup: int | None = None
     compute: str = "real"
     data: str = "synthetic"
     loader_workers: int = 2
@@ -244,6 +246,8 @@ class DDPConfig:
         _bounded("--batch-size", self.batch_size, 1, MAX_BATCH)
         _bounded("--steps", self.steps, 1, MAX_STEPS)
         _bounded("--warmup", self.warmup, 0, MAX_STEPS)
+        if self.max_warmup is not None:
+            _bounded("--max-warmup", self.max_warmup, 0, MAX_STEPS)
         _bounded("--image-size", self.image_size, 32, MAX_IMAGE)
         _bounded("--window", self.window, 32, MAX_WINDOW)
         _bounded("--port", self.port, 0, 65535)
@@ -330,6 +334,18 @@ class DDPConfig:
         for the accelerators, 6 timed steps after 2 warm-up ones with 4 loaders x prefetch 2
         measured the read-ahead: AU 99.7 % and 425 MB/s on a disk throttled to 150 MB/s)."""
         return max(self.warmup, self.read_ahead)
+
+    @property
+    def warmup_max_steps(self) -> int:
+        """The most untimed steps: after :attr:`warmup_steps` the warm-up goes on until the
+        loaders' read-ahead has drained or keeps pace (:mod:`tunelab.bench.ddp.warmup`), at
+        most this many: ``--max-warmup`` (never below :attr:`warmup_steps`; equal to it, a
+        fixed warm-up), by default :func:`tunelab.bench.ddp.warmup.max_warmup`."""
+        from tunelab.bench.ddp.warmup import max_warmup
+
+        if self.max_warmup is not None:
+            return max(self.warmup_steps, self.max_warmup)
+        return max_warmup(self.warmup_steps, self.read_ahead)
 
     @property
     def local_batch(self) -> int:

@@ -226,7 +226,7 @@ class LoaderSource:
         from tunelab.bench.ddp.dataset import shard_plan
 
         cfg = self._cfg
-        need = cfg.warmup_steps + cfg.steps
+        need = cfg.warmup_max_steps + cfg.steps
         for epoch in range(MAX_EPOCHS):
             plan, steps = shard_plan(index, epoch, cfg.seed, world, cfg.loader_workers,
                                      cfg.local_batch)
@@ -314,7 +314,7 @@ class LoaderSource:
 
                 self._ahead = DecodeAhead(self._fetch, self._cfg.image_size, self._device,
                                           self._cfg.seed + self._rank,
-                                          self._cfg.warmup_steps + self._cfg.steps,
+                                          self._cfg.warmup_max_steps + self._cfg.steps,
                                           fail_on_corrupt=self._cfg.on_corrupt == "fail",
                                           check=self._check)
             t = time.perf_counter()

@@ -242,8 +242,9 @@ class _Run:
             where += f" in phase {st.get('phase')}"
         step = int(st.get("step", -1))
         if step >= 0:
-            timed = step - self.cfg.warmup_steps
-            where += f" at step {timed}" if timed >= 0 else f" at warm-up step {step}"
+            start = st.get("timed_from")
+            where += f" at step {step - start}" if isinstance(start, int) and step >= start \
+                else f" at warm-up step {step}"
         return where
 
     def _worker_failure(self, text: str, codes: Sequence[int | None]) -> str:

@@ -79,7 +79,7 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
         ("Compute", _compute_text(cfg, result)),
         ("Backend", f"{result['backend']}, {result.get('threads', '?')} thread(s) per worker"
                     f"{_cores_text(cfg, result)}"),
-        ("Steps", f"{s['steps']} timed, {_warmup_text(cfg)}"),
+        ("Steps", f"{s['steps']} timed, {_warmup_text(cfg, result)}"),
         ("Throughput", f"{s['throughput']:.2f} {unit}/s total, "
                        f"{s['throughput_per_worker']:.2f} per worker"),
         ("Step time", f"{s['step_s'] * 1e3:.1f} ms +/- {s['step_s_std'] * 1e3:.1f} ms"),
@@ -130,12 +130,22 @@ def _cores_text(cfg: DDPConfig, result: dict[str, Any]) -> str:
             "waiting for a core")
 
 
-def _warmup_text(cfg: DDPConfig) -> str:
-    if cfg.warmup_steps == cfg.warmup:
-        return f"{cfg.warmup} warm-up"
-    return (f"{cfg.warmup_steps} warm-up (--warmup {cfg.warmup} raised to the loaders' "
-            f"read-ahead, {cfg.loader_workers} process(es) x prefetch {cfg.prefetch}, so that "
-            "the timed steps do not begin on batches read before them)")
+def _warmup_text(cfg: DDPConfig, result: dict[str, Any]) -> str:
+    """The warm-up run, and why it was longer than ``--warmup`` (see
+    :mod:`tunelab.bench.ddp.warmup`)."""
+    warm = int(result.get("warmup", cfg.warmup_steps))
+    end = result.get("warmup_end", "fixed")
+    text = f"{warm} warm-up"
+    if cfg.warmup_steps != cfg.warmup:
+        text += (f" (--warmup {cfg.warmup} raised to at least the loaders' read-ahead, "
+                 f"{cfg.loader_workers} process(es) x prefetch {cfg.prefetch}, so that the "
+                 "timed steps do not begin on batches read before them)")
+    reason = {"drained": "until the read-ahead had drained (a step waited for its batch)",
+              "steady": "until the loaders kept pace with the steps (the read-ahead stays)",
+              "limit": f"stopped at its limit of {cfg.warmup_max_steps} steps with the "
+                       "loaders still behind and batches read ahead left: the timed steps "
+                       "run partly on them (give more --steps)"}.get(str(end))
+    return f"{text}; {reason}" if reason and warm > cfg.warmup_steps else text
 
 
 def _data_rows(cfg: DDPConfig, result: dict[str, Any]) -> list[tuple[str, str]]:
@@ -240,7 +250,9 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "batch_size": cfg.batch_size,
         "local_batch": cfg.local_batch,
         "steps": s["steps"],
-        "warmup": cfg.warmup_steps,
+        "warmup": int(result.get("warmup", cfg.warmup_steps)),
+        "warmup_end": result.get("warmup_end", "fixed"),
+        "warmup_max": cfg.warmup_max_steps,
         "unit": unit,
         "throughput": s["throughput"],
         f"{unit}_per_s": s["throughput"],

@@ -27,6 +27,7 @@ import itertools
 import os
 import signal
 import tarfile
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -150,7 +151,8 @@ class _Account:
             rchar, dev = end[0] - self.start[0], end[1] - self.start[1]
         return {"samples": self.samples, "bytes": self.bytes, "rchar": rchar,
                 "device_bytes": dev, "loader": _loader_id(), "corrupt": self.corrupt,
-                "corrupt_files": self.corrupt_files, "fatal": self.fatal}
+                "corrupt_files": self.corrupt_files, "fatal": self.fatal,
+                "ready": time.monotonic()}
 
 
 class Decoder:

@@ -44,6 +44,8 @@ class StatusFile:
         self._base = {"pid": os.getpid(), "rank": rank, "node": node}
         self._step = -1
         self._fd: int | None = None
+        #: the step the timed steps began at (None during the warm-up)
+        self.timed_from: int | None = None
 
     def write(self, phase: str, step: int | None = None, error: str | None = None,
               origin: bool = False) -> None:
@@ -54,7 +56,8 @@ class StatusFile:
         step = self._step
         if self._path is None:
             return
-        record = {**self._base, "phase": phase, "step": step, "error": error, "origin": origin}
+        record = {**self._base, "phase": phase, "step": step, "timed_from": self.timed_from,
+                  "error": error, "origin": origin}
         data = json.dumps(record).encode()
         if len(data) >= STATUS_BYTES:
             record["error"] = (error or "")[:STATUS_BYTES // 2]
@@ -261,8 +264,9 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
 
         meter = open_meter(device.index or 0)
     try:
-        marks, parts, start = _loop(cfg, rank, source, step_fn, status, compute.emulated,
-                                    meter.start if meter is not None else None)
+        marks, parts, start, warm, warm_end = _loop(
+            cfg, rank, source, step_fn, status, compute.emulated,
+            meter.start if meter is not None else None)
     except (RuntimeError, OSError, EOFError) as exc:  # a loader's death surfaces anywhere
         raise source.translate(exc) from None
     if device.type == "cuda":
@@ -290,7 +294,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
                      device_bytes=sum(s.device_bytes for s in steps),
                      corrupt=sum(s.corrupt for s in steps))
     status.write("gather")
-    mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(steps[cfg.warmup_steps:]), run)
+    mine = RankRecord(rank, cfg.node_of(rank), elapsed, tuple(steps[warm:]), run)
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, {"record": asdict(mine), "boot": _boot_id(),
                                       "data": source.summary(), "prep_s": prep_s,
@@ -307,32 +311,53 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
             "per_rank_elapsed_s": [r.elapsed_s for r in ranks],
             "data": _merge_data([g["data"] for g in gathered]),
             "prep_s": max(g["prep_s"] for g in gathered), "allreduce": allreduce,
-            "setup": setup, "energy": _merge_energy([g["energy"] for g in gathered],
-                                                    summary.samples)}
+            "setup": setup, "warmup": warm, "warmup_end": warm_end,
+            "energy": _merge_energy([g["energy"] for g in gathered], summary.samples)}
 
 
 def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFile,
-          emulated: bool, on_timed: Any = None) -> tuple[list[float], list[Any], float]:
+          emulated: bool, on_timed: Any = None,
+          ) -> tuple[list[float], list[Any], float, int, str]:
     """Every step: ask for a batch (timed: the data wait), run the step; the start of each
-    step, its parts, and when the timed steps began (``on_timed`` is called then)."""
+    step, its parts, when the timed steps began (``on_timed`` is called then), the warm-up
+    steps run and why the warm-up ended (:func:`tunelab.bench.ddp.warmup.warmup_end`)."""
     import torch.distributed as dist
 
     from tunelab.bench.ddp.data import LoaderFailure
+    from tunelab.bench.ddp.warmup import warmup_end
 
+    # The barrier and the agreement below run once before any batch is asked for, so their
+    # code is paged in now: the page cache was dropped (--cache cold), and under --read-limit
+    # a page fault of this process waits in the throttle behind the loaders' queued reads.
+    # At the first barrier after the warm-up that wait was 7.3 s (8 batches read ahead at
+    # 50 MB/s) and the loaders refilled their read-ahead meanwhile: the timed steps ran on it.
+    dist.barrier()
+    _agreed(None, dist)
     parts: list[Any] = []
     marks: list[float] = []
-    total = cfg.warmup_steps + cfg.steps
+    asked: list[float] = []
+    ready: list[float | None] = []
     start = 0.0
-    for i in range(total):
-        if i == cfg.warmup_steps:
-            dist.barrier()
-            if on_timed is not None:
-                on_timed()
-            start = time.perf_counter()
+    warm: int | None = None  # the warm-up's steps, once it has ended
+    why = "fixed"
+    i = 0
+    while warm is None or i < warm + cfg.steps:
+        if warm is None and i >= cfg.warmup_steps:
+            end = warmup_end(asked, ready, min_steps=cfg.warmup_steps,
+                             max_steps=cfg.warmup_max_steps, read_ahead=cfg.read_ahead)
+            if i < cfg.warmup_max_steps:  # adaptive: every worker says whether it may end
+                end = _agreed(end, dist)
+            if end is not None:
+                warm, why = i, end
+                dist.barrier()
+                if on_timed is not None:
+                    on_timed()
+                start = time.perf_counter()
+                status.timed_from = i
         t0 = time.perf_counter()
         marks.append(t0)
-        timed = i - cfg.warmup_steps
-        status.write("warmup" if timed < 0 else "timed", step=i)
+        timed = i - warm if warm is not None else -1
+        status.write("warmup" if warm is None else "timed", step=i)
         fault = cfg.fault
         if fault and fault.rank == rank and timed == fault.step:
             if fault.action == "kill":
@@ -340,15 +365,32 @@ def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFi
             elif fault.action == "kill-loader":
                 source.kill_loader()
         t_req = time.perf_counter()
+        asked.append(time.monotonic())
         x, y, info = source.next_batch()
         t1 = time.perf_counter()
+        ready.append(info.get("ready"))
         if not emulated and int(info.get("samples", 1)) == 0:
             raise LoaderFailure(f"every sample of a batch of worker {rank} was corrupt "
                                 f"(first: {(info.get('corrupt_files') or ['?'])[0]})")
         drop = source.drop_s
         c, a, e, o, nbytes, peer, busy = step_fn(x, y)
         parts.append((t1 - t_req - drop, drop, c, a, e, o, nbytes, peer, busy, info))
-    return marks, parts, start
+        i += 1
+    return marks, parts, start, warm, why
+
+
+def _agreed(end: str | None, dist: Any) -> str | None:
+    """``end`` where every worker's warm-up may end at this step, else None (the workers
+    time the same steps); one worker alone decides for itself."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return end
+    import torch
+
+    backend = dist.get_backend()
+    device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
+    flag = torch.full((1,), 0.0 if end is None else 1.0, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return end if flag.item() > 0 else None
 
 
 def _merge_energy(per_rank: list[dict[str, Any] | None], samples: int,
