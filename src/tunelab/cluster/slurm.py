@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunelab.cluster.nsprocs import alive
 from tunelab.cluster.vnodes import VirtualNodes, VirtualNodesError, allocate, unavailable_reason
 
 __all__ = ["SLURM_ROOT", "VirtualCluster", "VirtualSlurm", "slurm_unavailable_reason"]
@@ -168,7 +169,7 @@ class VirtualSlurm:
         pids += [self.root / "run" / "slurmctld.pid", self.root / "run" / "munged.pid"]
         stopped = [pid for path in pids if (pid := _signal_pidfile(path, signal.SIGTERM))]
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(_alive(p) for p in stopped):
+        while time.monotonic() < deadline and any(alive(p) for p in stopped):
             time.sleep(0.05)
         for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
@@ -356,11 +357,3 @@ def _signal_pidfile(path: Path, sig: int) -> int | None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
     return pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -38,20 +38,18 @@ Every step ignores what is already gone, so teardown is safe to run twice.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunelab.cluster.nsprocs import alive, inode, kill_all, pids_in
 from tunelab.errors import TunelabError
 
 __all__ = [
@@ -251,7 +249,7 @@ class VirtualNodes:
             "owner_pid": self.owner_pid, "origin": self.origin, "bridge": self.bridge,
             "nodes": [{"index": n.index, "name": n.name, "netns": n.netns,
                        "host_link": n.host_link, "address": n.address,
-                       "netns_inode": _inode(n.netns_path), "uts_inode": _inode(n.uts_path)}
+                       "netns_inode": inode(n.netns_path), "uts_inode": inode(n.uts_path)}
                       for n in self.nodes],
         }
         tmp = directory / "state.json.tmp"
@@ -319,7 +317,7 @@ class VirtualNodes:
     def pids(self) -> list[int]:
         """Processes running inside the nodes' network or UTS namespaces."""
         state = load_state(self.prefix)
-        return _pids_in(_namespace_inodes(state)) if state else []
+        return pids_in(_namespace_inodes(state)) if state else []
 
 
 def allocate(n: int, *, base: str = "tl", rate: str | None = None,
@@ -351,8 +349,8 @@ def teardown(prefix: str) -> None:
     inodes = _namespace_inodes(state) if state else set()
     netns = {f"{prefix}n{k}" for k in range(1, MAX_NODES + 1)}
     present = [ns for ns in _netns_list() if ns in netns]
-    inodes |= {i for ns in present if (i := _inode(_NETNS_DIR / ns))}
-    _kill_all(inodes)
+    inodes |= {i for ns in present if (i := inode(_NETNS_DIR / ns))}
+    kill_all(inodes)
     state_dir = STATE_ROOT / prefix
     uts_dir = state_dir / "uts"
     if uts_dir.is_dir():
@@ -378,7 +376,7 @@ def reap_stale(base: str = "tl") -> list[str]:
             continue
         state = load_state(path.name)
         owner = state.get("owner_pid") if state else None
-        if state is None or (owner is not None and not _alive(int(owner))):
+        if state is None or (owner is not None and not alive(int(owner))):
             teardown(path.name)
             reaped.append(path.name)
     return reaped
@@ -433,13 +431,6 @@ def _netns_list() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _inode(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
 def load_state(prefix: str) -> dict[str, Any] | None:
     """The recorded state of the set ``prefix`` (names, inodes, owner pid), or None."""
     try:
@@ -456,48 +447,6 @@ def _namespace_inodes(state: Mapping[str, Any]) -> set[int]:
             if isinstance(node.get(key), int):
                 inodes.add(node[key])
     return inodes
-
-
-def _pids_in(inodes: set[int]) -> list[int]:
-    """Processes whose network or UTS namespace has one of ``inodes``."""
-    if not inodes:
-        return []
-    found = []
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        for ns in ("net", "uts"):
-            with contextlib.suppress(OSError):
-                link = os.readlink(entry / "ns" / ns)  # "net:[4026532177]"
-                if int(link[link.index("[") + 1:-1]) in inodes:
-                    found.append(int(entry.name))
-                    break
-    return found
-
-
-def _kill_all(inodes: set[int], grace_s: float = 2.0) -> None:
-    """SIGTERM the processes in the namespaces, SIGKILL what is left after ``grace_s``."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        pids = _pids_in(inodes)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _pids_in(inodes):
-            time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def iter_prefixes() -> Iterator[str]:
