@@ -94,3 +94,12 @@ def test_a_search_plans_no_more_points_than_the_space_holds(write_study) -> None
     one = write_study(HEAD.replace("b: [x, y]", "b: [x]") + "constraints: ['a == 1']\n",
                       "one.yaml")
     assert tunelab("space", one).stdout.startswith("1 valid point of 3 combinations")
+
+
+def test_a_run_strategy_plans_no_more_runs_than_its_points_can_take(write_study) -> None:
+    """racing with max_runs 40 on 2 valid points of at most 3 repeats each plans 6 runs."""
+    path = write_study(HEAD + "constraints: ['a == 1']\nsearch: {strategy: racing, "
+                              "max_runs: 40, max_repeats: 3}\n")
+    assert prepare_study(load_study(path)).planned_runs == 2 * 3
+    res = tunelab("space", path)
+    assert "runs chosen by racing (repeats where they decide), up to 6 runs" in res.stdout

@@ -65,8 +65,9 @@ class Study:
         """How many runs the study makes in all (an upper bound for adaptive searches)."""
         if self.decides_repeats:
             settings = self.search_settings()
+            bound = self._valid_points() * settings.max_repeats  # no point runs more often
             if settings.max_runs is not None:
-                return settings.max_runs
+                return int(min(settings.max_runs, bound))
             n_points = int(min(settings.samples or len(self.space.points()), self._valid_points()))
             return n_points * settings.max_repeats
         n_points = (int(min(self.spec.samples or 0, self._valid_points())) if self.adaptive
