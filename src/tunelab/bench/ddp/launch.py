@@ -33,12 +33,15 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tunelab.bench.ddp.config import DDPConfig
 from tunelab.bench.ddp.placement import NodeSlot, open_placement
 from tunelab.bench.ddp.worker import EXIT_FAILURE, read_status
 from tunelab.errors import WorkloadError
+
+if TYPE_CHECKING:
+    from tunelab.bench.ddp.dataset import DatasetIndex
 
 __all__ = ["FAILURE_LOG", "check_devices", "describe_ranks", "launch", "node_argv",
            "worker_threads"]
@@ -321,9 +324,10 @@ def check_devices(cfg: DDPConfig) -> None:
         check_gpu_layout(cfg.workers_per_node, gpus, rt.backend)
 
 
-def _check_host_memory(cfg: DDPConfig) -> None:
-    """On the CPU, refuse a run whose workers would not fit this host's available memory
-    (:mod:`tunelab.bench.ddp.memory`); a GPU run's activations live on its GPUs."""
+def _check_host_memory(cfg: DDPConfig, index: DatasetIndex | None) -> None:
+    """On the CPU, refuse a run whose workers and their loaders would not fit this host's
+    available memory (:mod:`tunelab.bench.ddp.memory`; ``index``: the dataset); a GPU run's
+    activations live on its GPUs."""
     if cfg.device != "cpu":
         import torch
 
@@ -332,20 +336,25 @@ def _check_host_memory(cfg: DDPConfig) -> None:
     from tunelab.bench.ddp.memory import check_memory
     from tunelab.sysinfo import mem_available
 
-    check_memory(cfg, mem_available())
+    check_memory(cfg, mem_available(), index=index)
 
 
-def _storage(cfg: DDPConfig, stack: contextlib.ExitStack[Any]) -> dict[str, Any]:
-    """Check the dataset, prepare the page cache, apply the read limit (for the block);
-    what was found and done, for the result."""
-    from tunelab.bench.ddp.cache import prepare_cache
+def _dataset(cfg: DDPConfig) -> DatasetIndex | None:
+    """The dataset of ``cfg``, indexed and checked against the run (None without one)."""
     from tunelab.bench.ddp.data import check_dataset
 
+    return check_dataset(cfg, "volumes" if cfg.model == "unet3d" else "images")
+
+
+def _storage(cfg: DDPConfig, index: DatasetIndex | None,
+             stack: contextlib.ExitStack[Any]) -> dict[str, Any]:
+    """Prepare the page cache for ``index``, apply the read limit (for the block); what was
+    found and done, for the result."""
+    from tunelab.bench.ddp.cache import prepare_cache
+
     data = cfg.data_spec
-    if not data.path:
+    if index is None:
         return {}
-    index = check_dataset(cfg, "volumes" if cfg.model == "unet3d" else "images")
-    assert index is not None
     out: dict[str, Any] = {"dataset": index.root, "layout": index.layout,
                            "samples": index.samples, "bytes": index.bytes,
                            "mean_sample_bytes": index.bytes / max(1, index.samples),
@@ -370,9 +379,10 @@ def launch(cfg: DDPConfig) -> int:
     from tunelab.bench.ddp.report import fom_line, render_table
 
     check_devices(cfg)
-    _check_host_memory(cfg)
+    index = _dataset(cfg)
+    _check_host_memory(cfg, index)
     with contextlib.ExitStack() as stack:
-        storage = _storage(cfg, stack)
+        storage = _storage(cfg, index, stack)
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tunelab-ddp-"))
         slots = stack.enter_context(open_placement(cfg))
         run = _Run(cfg, slots, Path(tmp))

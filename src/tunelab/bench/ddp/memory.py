@@ -11,7 +11,20 @@ the ``meta`` device (nothing is computed or allocated; tensors saved twice are c
 the weights a layer saves are the parameters, counted once above, not per sample) times
 :data:`ACTIVATION_FACTOR` (the backward pass's gradients of the activations and the
 allocator's slack on top of them). An emulated accelerator holds only the runtime, its batch
-and, with ``--allreduce real``, gradient buffers of the model's size.
+(as the loader delivered it: it is never converted for a step; the synthetic source's, made
+once; 2 x the float batch before: 0.15 GB too many at 128 images of 224 px) and, with
+``--allreduce real``, gradient buffers of the model's size.
+
+Per worker with data-loader processes (``memory`` and ``files:`` sources, ``--loader-workers``
+> 0; :func:`loader_bytes`): each loader's own private memory (:data:`LOADER_RUNTIME`: forked
+from its worker, it copies the pages it writes) and what it holds while it builds a batch
+(:data:`LOADER_BATCH_FACTOR` times the batch as delivered: uint8 images, float volumes; with
+``--decode gpu`` the files' bytes; nothing with ``--decode off``, whose batch is a shape; a
+volume's whole file, which the loader reads before it crops), and the read-ahead: ``--prefetch``
+batches per loader waiting in shared memory for the worker (held by a file descriptor, mapped
+by no process until taken, so in no process's resident set). Uncounted before: 8 loaders x
+prefetch 2 of 128 images of 224 px held 0.60 GB of loader memory and 0.33 GB of shared memory
+beside a worker estimated at 0.3 GB.
 
 Per job (:func:`job_bytes`): every worker of every node (local and virtual nodes share this
 host), one torchrun agent per node (:data:`AGENT_FACTOR` of the runtime), and once the
@@ -22,9 +35,10 @@ refused with 23 GB available, for a job that peaks at 15.8 GB; now 20.2 GB).
 
 Estimate against the peak RSS of a real worker (``tunelab bench ddp --workers 1 --threads 1
 --steps 3``, the largest RSS of the processes it waited for; docs/workloads/ddp.md "Memory")
-and against the peak of a whole job of N workers (the sum of the Pss of the job's processes,
-sampled), 2-core AMD EPYC, torch 2.13 CPU: between 1.0x and 1.3x. A run is refused only when
-the estimate exceeds what the kernel says is available (``MemAvailable``).
+and against the peak of a whole job of N workers (the sum of the Pss of the job's processes
+and the shared memory its file descriptors hold, sampled), 2-core AMD EPYC, torch 2.13 CPU:
+between 1.0x and 1.3x. A run is refused only when the estimate exceeds what the kernel says
+is available (``MemAvailable``).
 """
 
 from __future__ import annotations
@@ -37,9 +51,11 @@ from tunelab.errors import WorkloadError
 
 if TYPE_CHECKING:
     from tunelab.bench.ddp.config import DDPConfig
+    from tunelab.bench.ddp.dataset import DatasetIndex
 
-__all__ = ["ACTIVATION_FACTOR", "AGENT_FACTOR", "RUNTIME_FACTOR", "Runtime", "check_memory",
-           "job_bytes", "runtime", "shared_bytes", "worker_bytes"]
+__all__ = ["ACTIVATION_FACTOR", "AGENT_FACTOR", "LOADER_BATCH_FACTOR", "LOADER_RUNTIME",
+           "RUNTIME_FACTOR", "Runtime", "check_memory", "job_bytes", "loader_bytes", "runtime",
+           "shared_bytes", "worker_bytes"]
 
 _GB = 1e9
 
@@ -57,6 +73,15 @@ AGENT_FACTOR = 0.75
 """A node's torchrun agent's private memory per byte of this process's (0.153 GB measured
 against 0.235 GB; with a margin)."""
 
+LOADER_RUNTIME = 40_000_000
+"""A data-loader process's private bytes besides the batch it builds (9-29 MB measured; with
+a margin)."""
+
+LOADER_BATCH_FACTOR = 3
+"""A loader's peak private bytes per byte of the batch it delivers: the decoded samples, the
+stacked batch and the decoder's buffers (2.9 measured: JPEGs of ~112 KiB cropped to 224 px,
+local batches of 32 and 128)."""
+
 
 class Runtime(NamedTuple):
     """This process's resident memory once torch is loaded and the model built on ``meta``."""
@@ -71,8 +96,32 @@ class Runtime(NamedTuple):
 _RUNTIME_FALLBACK = Runtime(int(0.4 * _GB), int(0.1 * _GB))
 
 
-def _per_sample(cfg: DDPConfig) -> tuple[int, int, int]:
-    """Parameters, input bytes per sample (float), saved-activation bytes per sample."""
+class _Model(NamedTuple):
+    """What the estimate needs of a model, per sample where it says so."""
+
+    params: int
+    sample: int
+    """Input bytes per sample as the step takes it (float)."""
+    delivered: int
+    """Bytes per sample of a batch as a loader delivers it (input and target)."""
+    activations: int
+    """Saved-activation bytes per sample (0 under emulated compute)."""
+
+
+def _delivered(task: str, shape: tuple[int, ...]) -> int:
+    """Bytes per sample of a loader's batch (:func:`tunelab.bench.ddp.synthetic.random_samples`
+    gives the dtypes): uint8 images and an integer label; float volumes and uint8 targets;
+    float windows and float targets."""
+    n = math.prod(shape)
+    if task == "classify":
+        return n + 8
+    if task == "segment3d":
+        return 4 * n + math.prod(shape[1:])
+    return 4 * n + 4 * shape[-1]
+
+
+def _model(cfg: DDPConfig) -> _Model:
+    """The model of ``cfg`` built on the ``meta`` device, measured (see the module's text)."""
     import torch
 
     from tunelab.bench.ddp.models import build_model
@@ -81,8 +130,9 @@ def _per_sample(cfg: DDPConfig) -> tuple[int, int, int]:
                               patch=cfg.patch, device="meta")
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     sample = 4 * math.prod(spec.sample_shape)
+    delivered = _delivered(spec.task, spec.sample_shape)
     if cfg.compute_mode.emulated:
-        return params, sample, 0
+        return _Model(params, sample, delivered, 0)
     saved: dict[int, int] = {}
 
     own = {id(t) for t in (*model.parameters(), *model.buffers())}
@@ -97,7 +147,8 @@ def _per_sample(cfg: DDPConfig) -> tuple[int, int, int]:
     x = torch.empty(batch, *spec.sample_shape, device="meta")
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = model.train()(x)
-    return params, sample, (sum(saved.values()) + out.numel() * out.element_size()) // batch
+    saved_bytes = sum(saved.values()) + out.numel() * out.element_size()
+    return _Model(params, sample, delivered, saved_bytes // batch)
 
 
 @functools.cache
@@ -124,16 +175,43 @@ def worker_bytes(cfg: DDPConfig, rt: Runtime | None = None) -> int:
     ``rt``: this process's runtime (default :func:`runtime`, read after the meta forward),
     of which a worker holds the private part times :data:`RUNTIME_FACTOR`. The shared
     libraries' pages are not in it: :func:`job_bytes` counts them once."""
-    params, sample, activations = _per_sample(cfg)
+    params, sample, delivered, activations = _model(cfg)
     own = int((runtime() if rt is None else rt).private * RUNTIME_FACTOR)
     batch = cfg.local_batch * sample * 2  # the batch as delivered and as the step's input
     ddp = cfg.workers > 1 and cfg.allreduce_mode == "real"
-    if cfg.compute_mode.emulated:
+    if cfg.compute_mode.emulated:  # the batch is taken, never computed on
+        if cfg.data_spec.kind == "synthetic":  # made once, as the step's input
+            batch = cfg.local_batch * sample
+        else:  # as a loader delivered it (--decode off: a view of one zero sample)
+            batch = cfg.local_batch * (0 if cfg.decode == "off" else delivered)
         return own + batch + (4 * params if ddp else 0)
     states = 1 if cfg.model in ("resnet18", "resnet50") else 2  # SGD momentum, Adam
     # DDP's buckets (a copy of the gradients) and gloo's working copy while it reduces them
     return (own + batch + 4 * params * (2 + states + (2 if ddp else 0))
             + math.ceil(cfg.local_batch * activations * ACTIVATION_FACTOR))
+
+
+def loader_bytes(cfg: DDPConfig, index: DatasetIndex | None = None) -> int:
+    """Host bytes one worker's data-loader processes need (see the module's docstring): each
+    loader's :data:`LOADER_RUNTIME` and :data:`LOADER_BATCH_FACTOR` times the batch it
+    delivers, and the read-ahead waiting in shared memory; 0 without loader processes (the
+    ``synthetic`` source has none). ``index``: the ``files:`` dataset, whose files' sizes a
+    ``--decode gpu`` batch carries and whose largest volume a loader reads whole."""
+    loaders = cfg.loader_workers
+    if loaders == 0 or cfg.data_spec.kind == "synthetic":
+        return 0
+    files = index.entries if index is not None else ()
+    if cfg.decode == "off":
+        delivered, largest = 0, 0  # a blank: its shape only
+    elif cfg.decode == "gpu":  # the files' bytes; ImageNet's mean JPEG where none is known
+        delivered = max((e.size // max(1, e.samples) for e in files), default=115_000)
+        largest = 0
+    else:
+        delivered = _model(cfg).delivered
+        largest = max((e.size for e in files), default=0) if cfg.model == "unet3d" else 0
+    batch = cfg.local_batch * delivered
+    each = LOADER_RUNTIME + LOADER_BATCH_FACTOR * batch + largest
+    return loaders * each + cfg.read_ahead * batch
 
 
 def shared_bytes(cfg: DDPConfig, rt: Runtime | None = None) -> int:
@@ -143,31 +221,52 @@ def shared_bytes(cfg: DDPConfig, rt: Runtime | None = None) -> int:
     return cfg.nodes * int(rt.private * AGENT_FACTOR) + rt.shared
 
 
-def _need(cfg: DDPConfig, rt: Runtime | None) -> tuple[int, int, int]:
-    """The job's bytes, one worker's, and those held once."""
+class _Need(NamedTuple):
+    """The bytes a job needs, in all and by part."""
+
+    job: int
+    worker: int
+    """One worker's bytes, its loaders' included."""
+    loaders: int
+    """One worker's loaders' part of :attr:`worker`."""
+    once: int
+
+
+def _need(cfg: DDPConfig, rt: Runtime | None, index: DatasetIndex | None) -> _Need:
     one = worker_bytes(cfg, rt)  # first: reads the runtime after the meta forward
+    loaders = loader_bytes(cfg, index)
     once = shared_bytes(cfg, rt)
-    return cfg.workers * one + once, one, once
+    return _Need(cfg.workers * (one + loaders) + once, one + loaders, loaders, once)
 
 
-def job_bytes(cfg: DDPConfig, rt: Runtime | None = None) -> int:
+def job_bytes(cfg: DDPConfig, rt: Runtime | None = None,
+              index: DatasetIndex | None = None) -> int:
     """Host bytes the whole job of ``cfg`` needs on the CPU: every worker's private bytes
-    (:func:`worker_bytes`) and, once, :func:`shared_bytes`; ``rt`` default :func:`runtime`."""
-    return _need(cfg, rt)[0]
+    (:func:`worker_bytes`) and its loaders' (:func:`loader_bytes`, ``index``: the ``files:``
+    dataset) and, once, :func:`shared_bytes`; ``rt`` default :func:`runtime`."""
+    return _need(cfg, rt, index).job
 
 
-def check_memory(cfg: DDPConfig, available: int, rt: Runtime | None = None) -> None:
+def check_memory(cfg: DDPConfig, available: int, rt: Runtime | None = None,
+                 index: DatasetIndex | None = None) -> None:
     """:class:`WorkloadError` when the job of ``cfg`` on this host needs more than
     ``available`` bytes (:func:`job_bytes`)."""
-    need, one, once = _need(cfg, rt)
-    if need <= available:
+    need = _need(cfg, rt, index)
+    if need.job <= available:
         return
+    loaders = ""
+    if need.loaders:
+        loaders = (f", of which {need.loaders / _GB:,.1f} GB its {cfg.loader_workers} loader "
+                   f"process(es) and their read-ahead of {cfg.read_ahead} batch(es)")
+    fewer = (f"a smaller --batch-size or {_size_option(cfg.model)}"
+             if need.loaders * 2 < need.worker else
+             "fewer --loader-workers, a smaller --prefetch or a smaller --batch-size")
     raise WorkloadError(
         f"--model {cfg.model} --batch-size {cfg.batch_size} on {cfg.workers} worker(s) needs "
-        f"about {need / _GB:,.1f} GB of memory ({one / _GB:,.1f} GB per worker: runtime, batch, "
-        f"parameters, gradients, optimizer state, activations; {once / _GB:,.1f} GB once: "
-        f"torchrun and the shared libraries), but {available / _GB:,.1f}"
-        f" GB is available here: use a smaller --batch-size or {_size_option(cfg.model)}")
+        f"about {need.job / _GB:,.1f} GB of memory ({need.worker / _GB:,.1f} GB per worker: "
+        f"runtime, batch, parameters, gradients, optimizer state, activations{loaders}; "
+        f"{need.once / _GB:,.1f} GB once: torchrun and the shared libraries), but "
+        f"{available / _GB:,.1f} GB is available here: use {fewer}")
 
 
 def _size_option(model: str) -> str:
