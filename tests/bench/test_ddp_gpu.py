@@ -172,6 +172,10 @@ def test_cuda_nccl_ddp_one_worker_amp_channels_last_and_energy() -> None:
     assert r["gpu"] and r["backend"] == "nccl" and r["amp"] is True
     assert (r["precision"], r["memory_format"]) == ("fp16-amp", "channels_last")
     assert r["allreduce_s"] == 0.0  # one worker
+    # the in-run bound: the GPU's GEMM in the step's autocast precision, timed in the run
+    assert r["gemm_precision"] == "fp16" and r["bound_method"].startswith("torch.matmul 4096^3")
+    assert r["gemm_flops_per_s"] > 1e12 and 0 < r["bound_fraction"] < 1
+    assert r["bound_fraction"] == pytest.approx(r["achieved_flops_per_s"] / r["gemm_flops_per_s"])
     if importlib.util.find_spec("pynvml") is not None:
         assert r["energy_J"] > 0 and r["power_W"] > 0 and r["energy_J_per_sample"] > 0
 

@@ -59,7 +59,7 @@ def make_plan(*, quick: bool, kinds: Sequence[str] = (), device: str = "auto",
               storage_bytes: int | None = None) -> Plan:
     """The plan for these choices (empty sequences take the defaults of ``quick`` or
     thorough); one-line errors for values that cannot be measured."""
-    from tunelab.bounds.compute import cpu_threads, cuda_available
+    from tunelab.bounds.compute import cpu_threads, cuda_available, quick_gemm_n
     from tunelab.bounds.link import LINK_STACKS
     from tunelab.bounds.linkprobe import PATTERNS
 
@@ -94,7 +94,7 @@ def make_plan(*, quick: bool, kinds: Sequence[str] = (), device: str = "auto",
     gpu = chosen == "cuda"
     return Plan(
         quick=quick, kinds=wanted, device=chosen, threads=thread_list,
-        gemm_n=(4096 if quick else 8192) if gpu else (2048 if quick else 4096),
+        gemm_n=quick_gemm_n(chosen) if quick else (8192 if gpu else 4096),
         gemm_repeats=5 if quick else 10,
         triad_elements=(1 << 26 if gpu else 1 << 24) if quick else (1 << 28 if gpu else 1 << 26),
         stacks=tuple(stacks) or LINK_STACKS, patterns=PATTERNS,

@@ -49,6 +49,8 @@ FOMS = (
     "corrupt_samples", "epochs", "loader_workers", "prefetch", "dataset_samples",
     "mean_sample_bytes", "read_limit_Bps", "compute_step_s", "flops_per_sample", "threads",
     "cpu_demand",
+    # real compute: the training FLOP/s against the GEMM rate timed in the run
+    "flops_per_step", "achieved_flops_per_s", "gemm_flops_per_s", "bound_fraction", "bound_s",
     # GPU energy over the timed steps (NVML; absent without it)
     "energy_J", "energy_J_per_sample", "power_W",
 )
@@ -119,7 +121,9 @@ class DDPWorkload(Workload):
     options_from_parameters: ClassVar[bool] = True
     fom_units: ClassVar[Mapping[str, str]] = {
         "throughput": "samples/s", "throughput_per_worker": "samples/s",
-        "allreduce_algbw": "B/s", "allreduce_busbw": "B/s", "grad_bytes": "B"}
+        "allreduce_algbw": "B/s", "allreduce_busbw": "B/s", "grad_bytes": "B",
+        "flops_per_step": "FLOP", "achieved_flops_per_s": "FLOP/s",
+        "gemm_flops_per_s": "FLOP/s", "bound_s": "s"}
 
     @property
     def objective(self) -> Objective:

@@ -81,7 +81,8 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
                     f"{_cores_text(cfg, result)}"),
         ("Steps", f"{s['steps']} timed, {_warmup_text(cfg, result)}"),
         ("Throughput", f"{s['throughput']:.2f} {unit}/s total, "
-                       f"{s['throughput_per_worker']:.2f} per worker"),
+                       f"{s['throughput_per_worker']:.2f} per worker{_beside(result)}"),
+        ("  of bound", _bound_text(result, unit)),
         ("Step time", f"{s['step_s'] * 1e3:.1f} ms +/- {s['step_s_std'] * 1e3:.1f} ms"),
         ("  compute", f"{s['compute_s'] * 1e3:.1f} ms"),
         ("  all-reduce", f"{s['allreduce_s'] * 1e3:.1f} ms window, "
@@ -106,6 +107,26 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
     lines += [f"{name:<16}| {value}" for name, value in rows]
     lines.append("-" * 72)
     return "\n".join(lines)
+
+
+def _beside(result: dict[str, Any]) -> str:
+    """``; 0.43 of bound``: what follows the throughput where the run measured its bound."""
+    fraction = (result.get("bound") or {}).get("bound_fraction")
+    return f"; {fraction:.2f} of bound" if fraction is not None else ""
+
+
+def _bound_text(result: dict[str, Any], unit: str) -> str:
+    """The in-run bound: the training FLOP/s over the GEMM rate timed after the steps."""
+    if result.get("emulated"):
+        return "none: emulated compute does no arithmetic"
+    b = result.get("bound") or {}
+    if "bound_fraction" not in b:
+        return f"not measured ({b.get('bound_error', 'no record')})"
+    return (f"{b['bound_fraction']:.2f} = {b['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s "
+            f"training ({b['flops_per_sample'] / 1e9:,.3f} GFLOP a {unit[:-1]}, forward and "
+            f"backward, counted) / {b['gemm_flops_per_s'] / 1e9:,.1f} GFLOP/s "
+            f"{b['gemm_precision']} GEMM ({b['bound_method']}; measured in the run after the "
+            f"timed steps, {b['bound_s']:.2f} s)")
 
 
 def cpu_demand(cfg: DDPConfig, result: dict[str, Any]) -> float | None:
@@ -273,6 +294,7 @@ def fom_record(cfg: DDPConfig, result: dict[str, Any]) -> dict[str, Any]:
         "allreduce_algbw": s["algbw"],
         "allreduce_busbw": s["busbw"],
         **_energy_record(result),
+        **(result.get("bound") or {}),
         **_storage_record(cfg, result),
     }
 

@@ -28,7 +28,13 @@ if TYPE_CHECKING:
     from tunelab.bench.ddp.fabric import Link
     from tunelab.bench.ddp.models import ModelSpec
 
-__all__ = ["StepParts", "StepSetup", "TrainStep", "emulated_step", "training_step"]
+__all__ = ["AMP_PRECISION", "StepParts", "StepSetup", "TrainStep", "emulated_step",
+           "gemm_precision", "training_step"]
+
+AMP_PRECISION = "fp16"
+"""The autocast precision of a real step under ``--amp`` (with a gradient scaler): the step
+computes in it and its in-run bound (:func:`gemm_precision`) times the GEMM in it."""
+_AUTOCAST = {"fp16": "float16", "bf16": "bfloat16"}
 
 #: (compute_s, allreduce_s, exposed_s, other_s, bytes all-reduced, peer_s, comm_busy_s):
 #: ``peer_s`` is the part of ``exposed_s`` spent waiting for the other workers at the step's
@@ -57,6 +63,20 @@ class TrainStep:
 
     def __call__(self, x: Any, y: Any) -> StepParts:
         return self._fn(x, y)
+
+
+def gemm_precision(device_type: str, amp: bool) -> str:
+    """The arithmetic a real step's convolutions and products run in, named as
+    :mod:`tunelab.bounds.compute` names a GEMM's: :data:`AMP_PRECISION` under ``amp``; else
+    ``tf32`` on a GPU where cuDNN may use it (torch's default for convolutions, which carry
+    the models' work), ``fp32`` otherwise."""
+    if amp:
+        return AMP_PRECISION
+    if device_type == "cuda":
+        import torch
+
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "fp32"
+    return "fp32"
 
 
 def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device, amp: bool,
@@ -95,6 +115,7 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
     mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1)
     std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
+    amp_dtype = getattr(torch, _AUTOCAST[AMP_PRECISION])
 
     def prepare(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if x.dtype == torch.uint8:  # decoded images: normalise on the device
@@ -117,7 +138,7 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
             ev0.record()
         t0 = time.perf_counter()
         x, y = prepare(x, y)
-        with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
             loss = loss_fn(net(x), y)
         scaler.scale(loss).backward()
         if stream is not None:
@@ -136,7 +157,7 @@ def training_step(model: torch.nn.Module, spec: ModelSpec, device: torch.device,
         return (compute_end - t0, comm.done - comm.first_launch, max(0.0, t1 - compute_end),
                 t2 - t1, comm.bytes, 0.0, comm.busy)
 
-    setup = StepSetup("fp16-amp" if amp else "fp32",
+    setup = StepSetup(f"{AMP_PRECISION}-amp" if amp else "fp32",
                       "channels_last" if channels_last else "contiguous",
                       type(opt).__name__, ddp)
     return TrainStep(setup, step)

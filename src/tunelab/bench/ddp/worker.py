@@ -143,7 +143,8 @@ def worker_main(cfg: DDPConfig, status_dir: str | None, result_file: str | None)
         summary = _train(cfg, rank, world, local_rank, status, phase)
         phase.name = "report"
         if rank == 0:
-            summary["flops_per_sample"] = _flops_per_sample(cfg)
+            if summary.get("flops_per_sample") is None:  # emulated compute: no bound counted it
+                summary["flops_per_sample"] = _flops_per_sample(cfg)
             _report(cfg, summary, result_file)
         status.write("done")
         return 0
@@ -299,10 +300,12 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     dist.all_gather_object(gathered, {"record": asdict(mine), "boot": _boot_id(),
                                       "data": source.summary(), "prep_s": prep_s,
                                       "energy": asdict(energy) if energy else None})
-    _leave_group()
     ranks = [_rank_record(g["record"]) for g in gathered]
     hosts = len({g["boot"] for g in gathered})
     summary = summarize(ranks, cfg.batch_size)
+    status.write("bound")
+    bound = {} if compute.emulated else _inrun_bound(cfg, summary.throughput, rt)
+    _leave_group()
     return {"summary": asdict(summary), "params": params, "unit": spec.unit,
             "device": rt.device if device.type == "cpu" else torch.cuda.get_device_name(device),
             "backend": rt.backend, "amp": rt.amp, "emulated": compute.emulated,
@@ -312,7 +315,25 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
             "data": _merge_data([g["data"] for g in gathered]),
             "prep_s": max(g["prep_s"] for g in gathered), "allreduce": allreduce,
             "setup": setup, "warmup": warm, "warmup_end": warm_end,
-            "energy": _merge_energy([g["energy"] for g in gathered], summary.samples)}
+            "energy": _merge_energy([g["energy"] for g in gathered], summary.samples),
+            "bound": bound, "flops_per_sample": bound.get("flops_per_sample")}
+
+
+def _inrun_bound(cfg: DDPConfig, throughput: float, rt: Runtime) -> dict[str, Any]:
+    """The run's training FLOP/s against the GEMM rate of its workers, measured now
+    (:mod:`tunelab.bench.ddp.bound`); ``{"bound_error": …}`` where it cannot be measured (it
+    never fails the run)."""
+    from tunelab.bench.ddp.bound import measure_inrun_bound
+    from tunelab.bench.ddp.step import gemm_precision
+
+    device = "cuda" if rt.device.startswith("cuda") else "cpu"
+    shape = {"image_size": cfg.image_size, "window": cfg.window, "patch": cfg.patch}
+    try:
+        found = measure_inrun_bound(cfg.model, shape, cfg.local_batch, throughput,
+                                    gemm_precision(device, rt.amp), device)
+    except Exception as exc:  # a model the counter cannot trace, a GEMM out of memory
+        return {"bound_error": error_line(exc)}
+    return found.record(throughput)
 
 
 def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFile,
