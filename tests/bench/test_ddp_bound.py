@@ -161,3 +161,21 @@ def test_a_study_of_ddp_runs_shows_the_in_run_fraction_in_best(tmp_path: Path) -
         "In-run fraction of bound by point (mean, lowest-highest run; measured in the run: each "
         "run's rate / the limit it timed itself while it ran (figure of merit bound_fraction)): "
         "workers=1: 0.40 (1 run)."]
+
+
+def test_a_bound_that_cannot_be_measured_never_fails_the_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunelab.bench.ddp import models
+    from tunelab.bench.ddp.bound import inrun_record
+
+    def untraceable(*_: Any, **__: Any) -> float:
+        raise RuntimeError("the counter cannot trace\nthis model")
+
+    monkeypatch.setattr(models, "flops_per_sample", untraceable)
+    cfg = DDPConfig(model="leopard", batch_size=16).validate()
+    record = inrun_record(cfg, 10.0, "cpu", False)
+    assert record == {"bound_error": "RuntimeError: the counter cannot trace this model"}
+    table = render_table(cfg, _result(record))
+    assert ("  of bound      | not measured (RuntimeError: the counter cannot trace this model)"
+            in table.splitlines())
+    assert "bound_fraction" not in fom_record(cfg, _result(record))

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["InRunBound", "measure_inrun_bound"]
+if TYPE_CHECKING:
+    from tunelab.bench.ddp.config import DDPConfig
+
+__all__ = ["InRunBound", "inrun_record", "measure_inrun_bound"]
 
 #: timed products (after one warm-up) and the seconds after which no further one starts
 REPEATS = 3
@@ -63,6 +66,22 @@ class InRunBound:
                 "bound_fraction": self.fraction(throughput),
                 "gemm_precision": self.precision, "bound_method": self.method,
                 "bound_s": self.seconds}
+
+
+def inrun_record(cfg: DDPConfig, throughput: float, device: str, amp: bool) -> dict[str, Any]:
+    """The figures of merit of :func:`measure_inrun_bound` for the run ``cfg`` of real compute
+    on ``device`` (``cpu`` or ``cuda``), ``amp`` or not; ``{"bound_error": …}`` where it
+    cannot be measured (a model the counter cannot trace, a GEMM out of memory): it never
+    fails the run."""
+    from tunelab.bench.ddp.step import gemm_precision
+
+    shape = {"image_size": cfg.image_size, "window": cfg.window, "patch": cfg.patch}
+    try:
+        found = measure_inrun_bound(cfg.model, shape, cfg.local_batch, throughput,
+                                    gemm_precision(device, amp), device)
+    except Exception as exc:
+        return {"bound_error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+    return found.record(throughput)
 
 
 def measure_inrun_bound(model: str, shape: dict[str, int], local_batch: int,

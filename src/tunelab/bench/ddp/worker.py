@@ -212,6 +212,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     import torch
     import torch.distributed as dist
 
+    from tunelab.bench.ddp.bound import inrun_record
     from tunelab.bench.ddp.comm import bucket_sizes
     from tunelab.bench.ddp.data import make_source
     from tunelab.bench.ddp.metrics import RankRecord, RunAccount, StepRecord, summarize
@@ -304,7 +305,8 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     hosts = len({g["boot"] for g in gathered})
     summary = summarize(ranks, cfg.batch_size)
     status.write("bound")
-    bound = {} if compute.emulated else _inrun_bound(cfg, summary.throughput, rt)
+    bound = {} if compute.emulated else inrun_record(cfg, summary.throughput, device.type,
+                                                     rt.amp)
     _leave_group()
     return {"summary": asdict(summary), "params": params, "unit": spec.unit,
             "device": rt.device if device.type == "cpu" else torch.cuda.get_device_name(device),
@@ -317,23 +319,6 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
             "setup": setup, "warmup": warm, "warmup_end": warm_end,
             "energy": _merge_energy([g["energy"] for g in gathered], summary.samples),
             "bound": bound, "flops_per_sample": bound.get("flops_per_sample")}
-
-
-def _inrun_bound(cfg: DDPConfig, throughput: float, rt: Runtime) -> dict[str, Any]:
-    """The run's training FLOP/s against the GEMM rate of its workers, measured now
-    (:mod:`tunelab.bench.ddp.bound`); ``{"bound_error": …}`` where it cannot be measured (it
-    never fails the run)."""
-    from tunelab.bench.ddp.bound import measure_inrun_bound
-    from tunelab.bench.ddp.step import gemm_precision
-
-    device = "cuda" if rt.device.startswith("cuda") else "cpu"
-    shape = {"image_size": cfg.image_size, "window": cfg.window, "patch": cfg.patch}
-    try:
-        found = measure_inrun_bound(cfg.model, shape, cfg.local_batch, throughput,
-                                    gemm_precision(device, rt.amp), device)
-    except Exception as exc:  # a model the counter cannot trace, a GEMM out of memory
-        return {"bound_error": error_line(exc)}
-    return found.record(throughput)
 
 
 def _loop(cfg: DDPConfig, rank: int, source: Any, step_fn: Any, status: StatusFile,
