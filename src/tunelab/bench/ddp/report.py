@@ -15,6 +15,7 @@ import json
 import math
 from typing import Any
 
+from tunelab.bench.ddp.bound import TRIES
 from tunelab.bench.ddp.config import DDPConfig
 
 __all__ = ["cpu_demand", "fom_line", "fom_record", "render_table"]
@@ -122,11 +123,14 @@ def _bound_text(result: dict[str, Any], unit: str) -> str:
     b = result.get("bound") or {}
     if "bound_fraction" not in b:
         return f"not measured ({b.get('bound_error', 'no record')})"
+    above = ("; above 1: the GEMM ran under more load than the steps did (measured "
+             f"{TRIES} times), so this bound is low: measure on quiet cores"
+             if b["bound_fraction"] > 1 else "")
     return (f"{b['bound_fraction']:.2f} = {b['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s "
-            f"training ({b['flops_per_sample'] / 1e9:,.3f} GFLOP a {unit[:-1]}, forward and "
-            f"backward, counted) / {b['gemm_flops_per_s'] / 1e9:,.1f} GFLOP/s "
+            f"training ({b['flops_per_sample'] / 1e9:,.3f} GFLOP per {unit[:-1]}, forward "
+            f"and backward, counted) / {b['gemm_flops_per_s'] / 1e9:,.1f} GFLOP/s "
             f"{b['gemm_precision']} GEMM ({b['bound_method']}; measured in the run after the "
-            f"timed steps, {b['bound_s']:.2f} s)")
+            f"timed steps, {b['bound_s']:.2f} s){above}")
 
 
 def cpu_demand(cfg: DDPConfig, result: dict[str, Any]) -> float | None:
