@@ -19,6 +19,13 @@ noise watch tells disturbed runs from quiet ones: seeded simulations through the
    quiet machine (each started after ``--wait-quiet``'s wait for quiet cores, if the machine
    gets quiet within the budget) — the share flagged.
 
+4. Rounds not made side by side (printed after 2): a study interrupted inside a round and
+   resumed on a machine 15 % slower, batch allocations that end every 7 runs, runs made
+   again by ``--rerun-disturbed`` after the machine drifted 10 % — the share of studies of
+   equal points with any false verdict, the median |log speedup| and interval width of the
+   equal points, and the power for a 5 % change, paired by round as before and within
+   sessions and rerun passes as now, on the same studies.
+
     .venv/bin/python benchmarks/verdict_errors.py [--studies 2000] [--power-studies 500]
         [--busy-runs 20] [--quiet-runs 50] [--quiet-budget 300] [--skip-busy]
 """
@@ -188,6 +195,91 @@ def section_power(studies: int) -> None:
                   f"{cells[2]:>16s} {cells[3]:>24s}", flush=True)
 
 
+# ---------------------------------------------------------------- rounds not made side by side
+
+
+def broken_study(rng: np.random.Generator, *, points: int, rounds: int, cv: float,
+                 cut: str, faster: float = 0.0) -> pd.DataFrame:
+    """A study whose rounds are not all made side by side, as the store reads it (columns
+    ``session`` and ``rerun``): ``cut`` is ``"once"`` (interrupted at a random run inside a
+    round, resumed on a machine 15 % slower), ``"chunks"`` (a batch allocation that ends
+    every 7 runs, each new one on a machine of its own speed, sd 10 %) or ``"rerun"`` (the
+    machine slows 10 % over the study; each run is disturbed with probability 0.2 — 0.6 for
+    point 1, which takes more of the cores — and ``--rerun-disturbed`` makes it again after
+    the last round). Point 0 is the baseline; point 1 is ``faster`` (a share), the others
+    equal to it."""
+    order = [(int(p), r) for r in range(rounds) for p in rng.permutation(points)]
+    total = len(order)
+    if cut == "once":
+        at = int(rng.choice([i for i in range(1, total) if i % points]))
+        session = np.array([1 if i < at else 2 for i in range(total)])
+        speed = {1: 1.0, 2: 1.15}
+    elif cut == "chunks":
+        session = 1 + np.arange(total) // 7
+        speed = {int(s): float(np.exp(rng.normal(0, 0.10))) for s in np.unique(session)}
+    else:
+        session = np.ones(total, dtype=int)
+        speed = {1: 1.0}
+    rows = []
+    for i, (p, r) in enumerate(order):
+        slow = 1 + 0.10 * i / total if cut == "rerun" else speed[int(session[i])]
+        again = cut == "rerun" and rng.random() < (0.6 if p == 1 else 0.2)
+        if again:  # made again after the last round, where the drift has reached 10 %
+            slow = 1.10
+        value = 10.0 * slow * math.exp(rng.normal(0, cv)) / (1 + faster * (p == 1))
+        rows.append((json.dumps({"p": p}), "ok", r, value, int(session[i]),
+                     "end" if again else ""))
+    return pd.DataFrame(rows, columns=["point", "status", "repeat", "fom.wall_s", "session",
+                                       "rerun"])
+
+
+def section_unpaired(studies: int) -> None:
+    """Rounds split across sessions and runs made again: the verdicts paired by round (as
+    before: the table without ``session``/``rerun``) and by block (now), side by side on
+    the same simulated studies."""
+    print(f"\n4. Rounds not made side by side: baseline + 5 points, 1 % noise; {studies} "
+          "studies per row; paired by round (before) | paired within sessions and rerun "
+          "passes (now)")
+    print(f"   {'case':50s} {'any false verdict':>23s} {'median |log speedup|':>23s} "
+          f"{'median CI width':>21s}")
+    cases = (("interrupted once in a round, +15 % after, n = 5", "once", 5),
+             ("interrupted once in a round, +15 % after, n = 10", "once", 10),
+             ("allocation ends every 7 runs, sd 10 %, n = 10", "chunks", 10),
+             ("rerun-disturbed, drift +10 %, n = 10", "rerun", 10))
+    seed = 400
+    for label, cut, n in cases:
+        seed += 1
+        rng = np.random.default_rng(seed)
+        false = {"before": 0, "now": 0}
+        est: dict[str, list[float]] = {"before": [], "now": []}
+        width: dict[str, list[float]] = {"before": [], "now": []}
+        for _ in range(studies):
+            runs = broken_study(rng, points=6, rounds=n, cv=0.01, cut=cut)
+            for way, table in (("before", runs.drop(columns=["session", "rerun"])),
+                               ("now", runs)):
+                calls = judged(table, None).values()
+                false[way] += any(c.verdict in CALLS for c in calls)  # type: ignore[attr-defined]
+                est[way] += [abs(math.log(c.speedup)) for c in calls]  # type: ignore[attr-defined]
+                width[way] += [c.ci_high / c.ci_low - 1 for c in calls]  # type: ignore[attr-defined]
+        cells = [f"{false[w] / studies:.3f} (UB {wilson_upper(false[w], studies):.3f})"
+                 for w in ("before", "now")]
+        print(f"   {label:50s} {cells[0]:>11s} | {cells[1]:<11s} "
+              f"{median(est['before']):9.2%} | {median(est['now']):<9.2%}  "
+              f"{median(width['before']):8.1%} | {median(width['now']):<8.1%}", flush=True)
+    print("   power: point 1 truly 5 % faster; share of studies calling it faster")
+    for label, cut, n in cases:
+        seed += 1
+        rng = np.random.default_rng(seed)
+        found = {"before": 0, "now": 0}
+        for _ in range(studies):
+            runs = broken_study(rng, points=6, rounds=n, cv=0.01, cut=cut, faster=0.05)
+            for way, table in (("before", runs.drop(columns=["session", "rerun"])),
+                               ("now", runs)):
+                found[way] += judged(table, None)[1].verdict is Verdict.BETTER  # type: ignore[attr-defined]
+        print(f"   {label:50s} {found['before'] / studies:11.3f} | "
+              f"{found['now'] / studies:<.3f}", flush=True)
+
+
 # ---------------------------------------------------------------- a real busy machine
 
 
@@ -342,6 +434,7 @@ def main() -> None:
     args = parser.parse_args()
     section_aa(args.studies)
     section_power(args.power_studies)
+    section_unpaired(args.power_studies)
     if not args.skip_busy:
         section_busy(args.busy_runs, args.quiet_runs, args.quiet_budget)
 

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import PY, tunelab
 from tunelab.execute.runner import plan_runs, run_study
 from tunelab.execute.study import prepare_study
+from tunelab.report.load import load_results
 from tunelab.space import Point
 from tunelab.spec import load_study
 from tunelab.store import open_store
@@ -215,6 +216,11 @@ def test_killed_study_resumes_without_losing_or_repeating_runs(write_study, tmp_
     assert len({(r["key"], r["repeat"]) for r in after}) == 8
     assert [(r["id"], r["key"], r["repeat"]) for r in after[:len(before)]] == \
         [(r["id"], r["key"], r["repeat"]) for r in before]
+    # the resumed runs are a second session's; a round cut in two is not paired across it
+    frame = load_results(d).runs
+    assert frame["session"].tolist() == [1] * len(before) + [2] * (8 - len(before))
+    split = [len(before) // 4] if len(before) % 4 else []
+    assert [b.round for b in load_results(d).unpaired] == split
 
 
 def test_second_run_on_the_same_directory_is_refused(write_study, tmp_path):

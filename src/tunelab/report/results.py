@@ -23,6 +23,7 @@ from tunelab.stats import (
     BestResult,
     Disturbance,
     NoiseLevel,
+    PairingBreak,
     PointComparison,
     PointSummary,
     SequentialPlan,
@@ -33,6 +34,7 @@ from tunelab.stats import (
     disturbance,
     fom_column,
     noise_level,
+    pairing_breaks,
     summarize,
     verdict_label,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "busy_line",
     "exclusions_from_frame",
     "failed_runs",
+    "pairing_line",
     "results_from_frame",
 ]
 
@@ -127,6 +130,10 @@ class StudyResults:
     exclusions: tuple[Exclusion, ...] = ()
     fom_units: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The unit of each figure of merit the workload declared (``throughput``: ``B/s``)."""
+    unpaired: tuple[PairingBreak, ...] = ()
+    """The rounds whose runs were not all made side by side (split across ``tunelab run``
+    sessions, or with runs made again by ``--rerun-disturbed``): paired only within each of
+    their blocks (:mod:`tunelab.stats.blocks`); ``trust`` says so in one sentence."""
 
     @property
     def has_failures(self) -> bool:
@@ -216,6 +223,10 @@ def results_from_frame(
     watched = disturbance(runs, left_out=exclude_disturbed) if len(runs) else None
     trust = _trust_notes(comparisons, summaries, noise, watched, plan,
                          objective.fom.removeprefix('fom.'))
+    unpaired = pairing_breaks(runs, column) if len(runs) else ()
+    if unpaired:  # after the machine's load: it says why the pairs below are fewer
+        trust.insert(1 if watched is not None and watched.disturbed else 0,
+                     pairing_line(unpaired))
     unfinished = _unfinished_line(runs, planned)
     if unfinished:
         trust.insert(0, unfinished)
@@ -254,7 +265,51 @@ def results_from_frame(
         exclude_disturbed=exclude_disturbed,
         plan=plan,
         fom_units=dict(fom_units or {}),
+        unpaired=unpaired,
     )
+
+
+def pairing_line(breaks: tuple[PairingBreak, ...]) -> str:
+    """The one sentence on the rounds that are not paired as a whole: "Round r2 was split
+    across 2 'tunelab run' sessions (2.0 days apart): runs of different sessions are not
+    paired." and/or how many runs ``--rerun-disturbed`` made again."""
+    parts = []
+    split = [b for b in breaks if b.split]
+    if split:
+        pauses = [b.apart_s for b in split if math.isfinite(b.apart_s)]
+        apart = (f" ({'up to ' if len(pauses) > 1 else ''}{_duration(max(pauses))} apart)"
+                 if pauses else "")
+        sessions = (f"{split[0].sessions} 'tunelab run' sessions" if len(split) == 1
+                    else "'tunelab run' sessions")
+        parts.append(f"{_rounds(split).capitalize()} {'was' if len(split) == 1 else 'were'} "
+                     f"split across {sessions}{apart}: runs of different sessions are not "
+                     "paired")
+    again = [b for b in breaks if b.reruns]
+    if again:
+        n = sum(b.reruns for b in again)
+        whose = ("their rounds" if len(again) > 1 else "their round" if n > 1
+                 else "its round")
+        parts.append(f"{'the' if parts else 'The'} {n} run{'s' if n > 1 else ''} made again "
+                     f"by --rerun-disturbed ({_rounds(again)}) {'are' if n > 1 else 'is'} "
+                     f"not paired with the other runs of {whose}")
+    return "; ".join(parts) + "."
+
+
+def _rounds(breaks: list[PairingBreak]) -> str:
+    """``round r2`` or ``rounds r2, r5, …`` (the repeat index, as run directories name it)."""
+    names = ", ".join(f"r{b.round}" for b in breaks[:5]) + (", …" if len(breaks) > 5 else "")
+    return f"round {names}" if len(breaks) == 1 else f"rounds {names}"
+
+
+def _duration(seconds: float) -> str:
+    """A pause in the unit that reads best: ``40 s``, ``12 min``, ``5.5 h``, ``2.0 days``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def _trust_notes(comparisons: tuple[PointComparison, ...], summaries: tuple[PointSummary, ...],

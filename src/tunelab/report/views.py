@@ -173,6 +173,12 @@ def _disturbance_doc(results: StudyResults) -> dict[str, Any] | None:
             "excluded_from_verdicts": results.exclude_disturbed}
 
 
+def _unpaired_doc(results: StudyResults) -> list[dict[str, Any]]:
+    """The rounds not paired as a whole (split across sessions, runs made again)."""
+    return [{"round": b.round, "sessions": b.sessions, "apart_s": _number_or_none(b.apart_s),
+             "reruns": b.reruns} for b in results.unpaired]
+
+
 def _exclusions_doc(results: StudyResults) -> list[dict[str, Any]]:
     return [{"point": dict(e.params), "label": point_label(e.params), "n_invalid": e.n_invalid,
              "n_runs": e.n_runs, "mean": e.value, "reason": e.reason, "leading": e.leading,
@@ -293,6 +299,7 @@ def compare_view(results: StudyResults) -> View:
         "noise_threshold": results.noise_threshold,
         "noise": _noise_doc(results),
         "disturbance": _disturbance_doc(results),
+        "unpaired": _unpaired_doc(results),
         "points": points_doc,
         "excluded": _exclusions_doc(results),
         "notes": list(results.notes),
@@ -423,7 +430,7 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
                     "versus_baseline": None, "versus_baseline_line": None,
                     "excluded": _exclusions_doc(results),
                     "noise": _noise_doc(results), "disturbance": _disturbance_doc(results),
-                    "notes": [text, *results.trust]}
+                    "unpaired": _unpaired_doc(results), "notes": [text, *results.trust]}
         return View((Lines((f"No best point: {text}.", *results.trust, *excluded)),),
                     document, ())
     c = best.comparison
@@ -449,6 +456,7 @@ def best_view(results: StudyResults, best: BestResult | None, problem: str = "")
         "excluded": _exclusions_doc(results),
         "noise": _noise_doc(results),
         "disturbance": _disturbance_doc(results),
+        "unpaired": _unpaired_doc(results),
         "notes": list(results.notes),
     }
     records = [{"role": "best", **_summary_doc(best.best)}]

@@ -12,7 +12,9 @@ Conventions (docs/statistics.md has the measurements behind each choice)
   estimate, the interval, the p-value and the verdict of a comparison all come from that
   one test (:class:`Comparison`, ``test``): paired by round when the two points share at
   least :data:`MIN_PAIRS` rounds (the machine's drift cancels within a round), else Welch's
-  t of the log ratio of means. ``speedup > 1`` means *B is better*.
+  t of the log ratio of means. Runs of one round made in different ``tunelab run`` sessions
+  (an interrupted study, resumed), or made again by ``--rerun-disturbed``, are not paired
+  (:mod:`~tunelab.stats.blocks`). ``speedup > 1`` means *B is better*.
 * **The study's noise is pooled** (:mod:`~tunelab.stats.pooled`): in a study, the paired
   test takes its noise from a two-way model (point + round) fitted to every run of every
   point, unless the comparison's own runs are noisier than that (F test), so it is valid
@@ -35,7 +37,9 @@ Conventions (docs/statistics.md has the measurements behind each choice)
 
 Modules, each importing only those above it: :mod:`~tunelab.stats.results` (the records,
 :class:`Verdict` and its rule, :class:`StatsError`, the constants),
-:mod:`~tunelab.stats.labels`, :mod:`~tunelab.stats.summaries` (the runs table by point),
+:mod:`~tunelab.stats.labels`, :mod:`~tunelab.stats.blocks` (which runs of a round may be
+paired: a round split across sessions, runs made again), :mod:`~tunelab.stats.summaries`
+(the runs table by point),
 :mod:`~tunelab.stats.power` (detectable change, repeats needed),
 :mod:`~tunelab.stats.intervals` (the paired and Welch tests, :func:`compare`),
 :mod:`~tunelab.stats.pooled` (the study's pooled noise, :func:`noise_level`),
@@ -48,6 +52,7 @@ Modules, each importing only those above it: :mod:`~tunelab.stats.results` (the 
 from __future__ import annotations
 
 # The constants are re-exported (``X as X``) without joining ``__all__``.
+from tunelab.stats.blocks import PairingBreak, pairing_breaks
 from tunelab.stats.disturbance import Disturbance, disturbance
 from tunelab.stats.intervals import compare, comparison_at_level, paired_interval
 from tunelab.stats.labels import verdict_label
@@ -87,6 +92,7 @@ __all__ = [
     "Disturbance",
     "NoiseLevel",
     "PairedInterval",
+    "PairingBreak",
     "PointComparison",
     "PointSummary",
     "SequentialPlan",
@@ -106,6 +112,7 @@ __all__ = [
     "holm_levels",
     "noise_level",
     "paired_interval",
+    "pairing_breaks",
     "posterior",
     "recommend",
     "repeats_needed",

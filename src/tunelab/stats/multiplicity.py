@@ -126,7 +126,7 @@ def still_undecided(
 
 def _self_comparison(a: Group, direction: str, noise_threshold: float,
                      confidence: float) -> Comparison:
-    rounds = (a.rounds, a.rounds) if a.rounds is not None else None
+    rounds = (a.pairs_by, a.pairs_by) if a.pairs_by is not None else None
     return compare(a.values, a.values, direction, noise_threshold=noise_threshold,
                    confidence=confidence, rounds=rounds)
 
@@ -136,7 +136,7 @@ def _decided(a: Group, b: Group, d: Decision, direction: str, *, noise_threshold
              sequential: bool) -> Comparison:
     """The comparison of B with the baseline A as the family's decision left it."""
     if d.test is None:  # fewer than two values a side (or never looked at)
-        rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None \
+        rounds = (a.pairs_by, b.pairs_by) if a.pairs_by is not None and b.pairs_by is not None \
             else None
         c = compare(a.values, b.values, direction, noise_threshold=noise_threshold,
                     confidence=confidence, rounds=rounds)

@@ -9,7 +9,10 @@ degrees of freedom — 80 for 21 points × 5 rounds, against 4 for one compariso
 paired t — so sigma is known far better than any one pair can tell it.
 
 Each point is compared with the baseline by the mean of its per-round log ratios over the
-rounds both ran (the paired estimate); with the pooled noise its standard error is
+rounds both ran (the paired estimate; a round split across ``tunelab run`` sessions, or
+holding runs made again by ``--rerun-disturbed``, pairs only within each of its blocks —
+the runs made under one set of conditions, :mod:`tunelab.stats.blocks` — and the model
+takes each block as a column of its own); with the pooled noise its standard error is
 ``sigma * sqrt(2 / c)`` on the pooled degrees of freedom (:data:`TEST_POOLED_PAIRED`). The
 model assumes one noise level for all points; where a comparison's own per-round ratios
 vary more than that (F test against ``2 sigma^2`` at :data:`HETEROGENEITY_LEVEL`) it is
@@ -61,12 +64,14 @@ class PooledNoise:
 
 @dataclass(frozen=True)
 class RoundTable:
-    """The study by point and round: ``logs[i, j]`` is the mean log value of point
-    ``keys[i]`` in round ``rounds[j]`` (NaN: no value there). A point with any value
-    <= 0 has no logs at all: dropping its non-positive runs would judge it on the rest
-    (a point whose runs were 1.3, -0.5, 1.3 would pair as 1.3), so its comparison falls
-    back to Welch's test on the difference of the means of all its values, as
-    :func:`~tunelab.stats.intervals.compare` does."""
+    """The study by point and block: ``logs[i, j]`` is the mean log value of point
+    ``keys[i]`` in block ``j`` (a round made under one set of conditions,
+    :mod:`tunelab.stats.blocks`: one column per round unless a round was split across
+    sessions or has runs made again), which belongs to round ``rounds[j]`` (NaN: no value
+    there). A point with any value <= 0 has no logs at all: dropping its non-positive runs
+    would judge it on the rest (a point whose runs were 1.3, -0.5, 1.3 would pair as 1.3),
+    so its comparison falls back to Welch's test on the difference of the means of all its
+    values, as :func:`~tunelab.stats.intervals.compare` does."""
 
     keys: tuple[str, ...]
     rounds: np.ndarray
@@ -75,18 +80,20 @@ class RoundTable:
     @classmethod
     def of(cls, groups: Mapping[str, Group]) -> RoundTable | None:
         """The table of ``groups``; None when some group carries no rounds."""
-        if any(g.rounds is None for g in groups.values()):
+        if any(g.rounds is None or g.pairs_by is None for g in groups.values()):
             return None
-        all_rounds = [g.rounds for g in groups.values() if g.rounds is not None]
-        rounds = np.unique(np.concatenate(all_rounds)) if all_rounds else np.zeros(0, int)
-        logs = np.full((len(groups), rounds.size), np.nan)
+        all_blocks = [g.pairs_by for g in groups.values() if g.pairs_by is not None]
+        blocks = np.unique(np.concatenate(all_blocks)) if all_blocks else np.zeros(0, int)
+        rounds = blocks.copy()
+        logs = np.full((len(groups), blocks.size), np.nan)
         for i, g in enumerate(groups.values()):
-            assert g.rounds is not None
+            assert g.rounds is not None and g.pairs_by is not None
+            col = np.searchsorted(blocks, g.pairs_by)
+            rounds[col] = g.rounds
             if g.values.size == 0 or np.any(g.values <= 0):
                 continue
-            col = np.searchsorted(rounds, g.rounds)
-            total = np.bincount(col, np.log(g.values), rounds.size)
-            count = np.bincount(col, minlength=rounds.size)
+            total = np.bincount(col, np.log(g.values), blocks.size)
+            count = np.bincount(col, minlength=blocks.size)
             logs[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
         return cls(tuple(groups), rounds, logs)
 

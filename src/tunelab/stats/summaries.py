@@ -2,9 +2,9 @@
 
 Reads the runs table of :mod:`tunelab.store` (columns ``point``, ``status``, ``fom.<name>``,
 optionally ``repeat`` and :data:`DISTURBED_COLUMN`): :func:`check_runs` validates it,
-:func:`point_groups` splits it into each point's successful values, rounds and failure
-counts, :func:`point_summary` and :func:`summarize` describe them, :func:`sort_key` ranks
-summaries best first.
+:func:`point_groups` splits it into each point's successful values, rounds (and the blocks
+they pair in) and failure counts, :func:`point_summary` and :func:`summarize` describe them,
+:func:`sort_key` ranks summaries best first.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from tunelab.stats.blocks import pairing_blocks
 from tunelab.stats.results import PointSummary, StatsError
 
 if TYPE_CHECKING:
@@ -62,14 +63,22 @@ def point_params(point: str) -> dict[str, Any]:
 
 class Group(NamedTuple):
     """One point's runs: ok values (finite), their rounds (repeat index, or None when the
-    table has no ``repeat`` column), not-ok counts by status, disturbed ok runs, and how
-    many of those were left out of ``values``."""
+    table has no ``repeat`` column), not-ok counts by status, disturbed ok runs, how
+    many of those were left out of ``values``, and the block each value pairs in (the
+    round made under one set of conditions, :func:`~tunelab.stats.blocks.pairing_blocks`;
+    None: its round)."""
 
     values: np.ndarray
     rounds: np.ndarray | None
     failed: dict[str, int]
     disturbed: int
     left_out: int = 0
+    blocks: np.ndarray | None = None
+
+    @property
+    def pairs_by(self) -> np.ndarray | None:
+        """What the paired tests pair on: the blocks, else the rounds."""
+        return self.blocks if self.blocks is not None else self.rounds
 
 
 def point_groups(runs: pd.DataFrame, column: str, *,
@@ -82,6 +91,7 @@ def point_groups(runs: pd.DataFrame, column: str, *,
     statuses = runs["status"].astype(str).to_numpy()
     values = runs[column].to_numpy(dtype=float)
     repeats = runs["repeat"].to_numpy() if "repeat" in runs.columns else None
+    blocks = pairing_blocks(runs)
     flags = (runs[DISTURBED_COLUMN].fillna(0).to_numpy(dtype=float) > 0
              if DISTURBED_COLUMN in runs.columns else np.zeros(len(runs), dtype=bool))
     order: dict[str, list[int]] = {}
@@ -100,11 +110,12 @@ def point_groups(runs: pd.DataFrame, column: str, *,
             failed[_FAILED_NO_VALUE] = n_missing
         flagged = flags[idx][ok][finite]
         keep = ~flagged if exclude_disturbed else np.ones(flagged.size, dtype=bool)
-        rounds = None
-        if repeats is not None:
+        rounds = paired = None
+        if repeats is not None and blocks is not None:
             rounds = np.asarray(repeats[idx][ok][finite][keep], dtype=np.int64)
+            paired = np.asarray(blocks[idx][ok][finite][keep], dtype=np.int64)
         out[point] = Group(ok_values[finite][keep], rounds, dict(sorted(failed.items())),
-                           int(flagged.sum()), int((~keep).sum()))
+                           int(flagged.sum()), int((~keep).sum()), paired)
     return out
 
 

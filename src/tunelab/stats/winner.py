@@ -77,7 +77,8 @@ def best(
         return BestResult(name, direction, winner, None, None, None, p_best)
     runner_up = candidates[1]
     a, b = groups[runner_up.point], groups[winner.point]
-    rounds = (a.rounds, b.rounds) if a.rounds is not None and b.rounds is not None else None
+    rounds = (a.pairs_by, b.pairs_by) if a.pairs_by is not None and b.pairs_by is not None \
+        else None
     comparison = compare(a.values, b.values, direction, noise_threshold=noise_threshold,
                          confidence=confidence, rounds=rounds)
     return BestResult(name, direction, winner, runner_up, comparison,

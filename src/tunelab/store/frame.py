@@ -2,13 +2,22 @@
 
 One row per run, as :mod:`tunelab.stats` and the reports read it. pandas is imported on use
 only: ``tunelab run`` starts its first run sooner without it.
+
+Two columns say under which conditions a run was made, for the statistics' pairing by round
+(:mod:`tunelab.stats.blocks`): ``session``, the ``tunelab run`` invocation the run started in
+(each one stores a machine snapshot before its first run, so the count of snapshots taken
+up to the run's start numbers it: 1, 2, …; 0 before any, as in a store written without a
+runner), and ``rerun``, when a run is the new run of a (point, repeat) whose run
+``--rerun-disturbed`` discarded, the time of that discard (the meta ``discarded_runs``),
+else ``""``. Both are read from what every store already holds: no schema change, and
+stores of any version read the same.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tunelab.store.schema import NOISE_COLUMNS
 
@@ -19,8 +28,8 @@ __all__ = ["read_runs_frame"]
 
 
 def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
-    """One row per run: run columns, one column per parameter, ``fom.<name>`` columns and
-    ``noise.<name>`` columns.
+    """One row per run: run columns (with ``session`` and ``rerun``: module docstring), one
+    column per parameter, ``fom.<name>`` columns and ``noise.<name>`` columns.
 
     A parameter named like another column (a run's ``host``, ``repeat``, ``status``,
     ``point``, …) is the column ``param.<name>``: that column keeps its meaning and the
@@ -31,10 +40,16 @@ def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
 
     runs = pd.read_sql_query(
         "SELECT r.id AS run_id, r.point_id, p.key AS point, p.params, r.repeat, r.status, "
-        "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host FROM runs r "
-        "JOIN points p ON p.id = r.point_id ORDER BY r.id",
+        "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host, "
+        "(SELECT COUNT(*) FROM sysinfo s WHERE s.taken_at <= r.started_at) AS session "
+        "FROM runs r JOIN points p ON p.id = r.point_id ORDER BY r.id",
         conn,
     )
+    discards = _discards(conn)
+    runs["rerun"] = [
+        at if (at := discards.get((key, int(rep)), "")) and str(start) >= at else ""
+        for key, rep, start in zip(runs["point"], runs["repeat"], runs["started_at"],
+                                   strict=True)]
     params = pd.DataFrame([json.loads(p) for p in runs.pop("params")], index=runs.index)
     foms = pd.read_sql_query("SELECT run_id, name, value FROM foms", conn)
     if len(foms):
@@ -57,3 +72,21 @@ def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
     taken = {*runs.columns, *wide.columns, *noise.columns}
     params.columns = [f"param.{c}" if c in taken else c for c in params.columns]
     return pd.concat([runs, params, wide, noise], axis=1)
+
+
+def _discards(conn: sqlite3.Connection) -> dict[tuple[str, int], str]:
+    """(point key, repeat) -> the time of the last discard ``--rerun-disturbed`` noted for it
+    in the meta ``discarded_runs``; entries of another shape are passed over."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'discarded_runs'").fetchone()
+    try:
+        notes: Any = json.loads(row[0]) if row else []
+    except ValueError:
+        return {}
+    out: dict[tuple[str, int], str] = {}
+    for note in notes if isinstance(notes, list) else []:
+        if not isinstance(note, dict):
+            continue
+        key, repeat, at = note.get("point"), note.get("repeat"), note.get("at")
+        if isinstance(key, str) and type(repeat) is int and isinstance(at, str):
+            out[(key, repeat)] = max(at, out.get((key, repeat), ""))
+    return out
