@@ -108,6 +108,10 @@ def test_disturbed_runs_are_run_again(tmp_path: Path) -> None:
     assert outcome.counts == {"ok": 6} and outcome.ran == 8
     results = load_results(tmp_path / "d")
     assert results.disturbance is not None and results.disturbance.disturbed == 0
+    # the two runs made again (both of round r0) pair with each other, not with r0's third
+    assert [(b.round, b.reruns) for b in results.unpaired] == [(0, 2)]
+    assert any("The 2 runs made again by --rerun-disturbed (round r0)" in n
+               for n in results.notes)
     from tunelab.store import open_store
 
     with open_store(tmp_path / "d") as store:
