@@ -36,15 +36,19 @@ def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
     parameter its values. The ``point`` column
     (the point's key, from which every reader labels a point) keeps the parameter's own name:
     the label reads ``host=1``."""
+    import numpy as np
     import pandas as pd  # on use: ``tunelab run`` starts its first run sooner without it
 
     runs = pd.read_sql_query(
         "SELECT r.id AS run_id, r.point_id, p.key AS point, p.params, r.repeat, r.status, "
-        "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host, "
-        "(SELECT COUNT(*) FROM sysinfo s WHERE s.taken_at <= r.started_at) AS session "
-        "FROM runs r JOIN points p ON p.id = r.point_id ORDER BY r.id",
+        "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host FROM runs r "
+        "JOIN points p ON p.id = r.point_id ORDER BY r.id",
         conn,
     )
+    starts = sorted(str(row[0]) for row in conn.execute("SELECT taken_at FROM sysinfo"))
+    runs["session"] = np.searchsorted(np.array(starts, dtype=str),  # snapshots up to its start
+                                      runs["started_at"].astype(str).to_numpy(dtype=str),
+                                      side="right").astype(np.int64)
     discards = _discards(conn)
     runs["rerun"] = [
         at if (at := discards.get((key, int(rep)), "")) and str(start) >= at else ""
