@@ -470,3 +470,21 @@ def test_the_throughput_title_names_a_band_only_when_one_is_drawn() -> None:
     assert tight.model is not None
     assert all(f.low is None for _, f in tight.forecasts)
     assert throughput_title(tight).endswith("no prediction interval, see the notes)")
+
+
+def test_scaling_figures_keep_long_series_names_inside_and_apart(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Long parameter values name the series: the layouts chart's labels pushed its axes
+    right and its title and caption ran off the figure; the legends of the throughput and
+    efficiency charts squeezed their axes until their titles ran off the left edge."""
+    from tests.report.drawn import assert_legible, drawn_figures
+    from tunelab.report.scaling import scaling_plots
+
+    long = {"transport": "ucx-rc-with-gpudirect-rdma-over-infiniband", "bucket_mb": 250,
+            "compression": "powersgd-rank-4-with-error-feedback"}
+    figures = drawn_figures(monkeypatch)
+    scaling_plots(make_runs(TRUE, LAYOUTS, extra=long), tmp_path)
+    assert len(figures) == 3
+    for figure, title in zip(figures, ("Throughput vs workers", "Efficiency vs workers",
+                                       "Scale-up vs scale-out"), strict=True):
+        assert title in figure.text() and "infiniband" in figure.text()
+        assert_legible(figure)

@@ -226,3 +226,25 @@ def test_synthetic_data_has_no_storage_section(tmp_path: Path) -> None:
     mixed = pd.concat([make_runs(), synthetic.assign(source="synthetic")])
     assert {p.series for p in storage_analysis(mixed).points} == {"source=memory",
                                                                   "source=cold"}
+
+
+def test_storage_figures_keep_long_series_names_inside_and_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long data source's name: the legends squeezed the axes until the titles, centred on
+    them, ran off the figure."""
+    from tests.report.drawn import assert_legible, drawn_figures
+    from tunelab.report.storage import storage_plots
+
+    runs = make_runs()
+    long = "-nfs-v4.2-striped-over-eight-object-storage-targets-readahead-4MiB-nconnect-16"
+    runs["source"] = runs["source"] + long
+    runs["point"] = [json.dumps({"source": s, "workers": w, "nodes": n}, sort_keys=True)
+                     for s, w, n in zip(runs["source"], runs["workers"], runs["nodes"],
+                                        strict=True)]
+    figures = drawn_figures(monkeypatch)
+    storage_plots(runs, tmp_path)
+    assert len(figures) == 2
+    for figure, title in zip(figures, ("AU vs workers", "Read MB/s vs workers"), strict=True):
+        assert title in figure.text() and "source=cold-nfs" in figure.text()
+        assert_legible(figure)

@@ -280,3 +280,38 @@ def test_any_workload_recording_bound_fraction_gets_the_in_run_fraction(tmp_path
     assert "ran at 0.45 of its bound (0.40-0.50 over 2 runs" in text
     assert "Fraction of bound" not in text  # no profile sentence for work it does not declare
     assert "0.45 (0.40-0.50)" in render(with_headroom(compare_view(r), r), "text")
+
+
+def test_headroom_figures_keep_long_point_labels_inside_and_apart(tmp_path: Path, monkeypatch):
+    """Long parameter values: the fraction-of-bound bars' labels ran off the left edge, their
+    caption off the right one and the legend covered a label; the roofline's point labels
+    ran off the right edge."""
+    from tests.report.drawn import assert_legible, drawn_figures
+
+    long = "openblas-0.3.26-pthreads-with-dynamic-arch-haswell-zen"
+    roof = roof_runs()
+    roof = pd.concat([roof, roof.iloc[[-1]].assign(run_id=3, n=4096, **{"fom.kernel_s": 5.0})])
+    roof["blas"] = long
+    roof["point"] = [json.dumps({"n": int(n), "blas": long}) for n in roof["n"]]
+    merge = merge_runs()
+    nic = "enp65s0f0np0,enp65s0f1np1,ib0,ib1-a-very-long-interface-name"
+    merge["btl_tcp_if_include"] = nic
+    merge["point"] = [json.dumps({"mpi_pml": p, "btl_tcp_if_include": nic})
+                      for p in merge["mpi_pml"]]
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    save_profile(Profile(fingerprint(SNAP), {}, "now", (
+        Bound("gemm", {"precision": "fp32", "device": "cpu", "threads": 2}, 40e9),
+        Bound("memory", {"device": "cpu", "threads": 2}, 10e9),
+        Bound("link", {"stack": "mpi-ucx", "pattern": "alltoall", "ranks": 2, "nodes": 1,
+                       "message_bytes": 4 * MiB}, 2.0e9),
+        Bound("link", {"stack": "mpi-ob1", "pattern": "alltoall", "ranks": 2, "nodes": 1,
+                       "message_bytes": 4 * MiB}, 1.0e9))), tmp_path)
+    figures = drawn_figures(monkeypatch)
+    for runs, spec, name in ((roof, ROOF, "roof"), (merge, MERGE, "bars")):
+        r = results(runs, spec)
+        _, figure = headroom_report(r, r.best_result(), tmp_path / f"{name}.html")
+        assert figure is not None
+    assert len(figures) == 2
+    assert "n=4096" in figures[0].text() and "mpi_pml=ucx" in figures[1].text()
+    for drawn in figures:
+        assert_legible(drawn)

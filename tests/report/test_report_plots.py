@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from tests.report.conftest import counted_reads, key, make_runs
+from tests.report.drawn import assert_legible, drawn_figures
 from tunelab.report import (
     fom_by_point,
     fom_by_point_chart,
@@ -112,26 +113,6 @@ def test_speedup_chart_says_its_bars_are_at_the_level_holm_held_each_p_to(
     assert "CI at the level Holm held each p to" in labels[-1]
 
 
-def _drawn_extents(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float, float, str]]:
-    """Per figure that a chart of ``tunelab.report.plots`` saves: its width, the left and
-    right edge of all it draws (title and axis labels included), in pixels, and its texts."""
-    from matplotlib.text import Text
-
-    import tunelab.report.plots as plots
-
-    figures: list[tuple[float, float, float, str]] = []
-    save = plots.save_png
-
-    def keep(fig: Any, path: object) -> None:
-        save(fig, path)
-        left, right = fig.get_tightbbox(fig.canvas.get_renderer()).intervalx * fig.dpi
-        texts = "\n".join(t.get_text() for t in fig.findobj(Text))
-        figures.append((fig.bbox.width, left, right, texts))
-
-    monkeypatch.setattr(plots, "save_png", keep)
-    return figures
-
-
 def test_chart_titles_and_axis_labels_stay_inside_the_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,15 +122,15 @@ def test_chart_titles_and_axis_labels_stay_inside_the_figure(
     runs = make_runs({"baseline": (10.0, 6, []), long: (12.0, 6, []),
                       f"{long} x": (8.0, 6, [])})  # fmt: skip
     comparisons = compare_to_baseline(runs, "wall_s", "maximize", key(env="baseline", np=2))
-    figures = _drawn_extents(monkeypatch)
+    figures = drawn_figures(monkeypatch)
     speedup_bar_chart(comparisons, tmp_path / "s.png", "merge-transports: speedup over the "
                       "baseline", objective=Objective("throughput_mb_s", "maximize"))
     fom_by_point_chart(runs, "wall_s", tmp_path / "r.png",
                        title="wall_s of every run, per point, of merge-transports")
     assert len(figures) == 2
-    for width, left, right, texts in figures:
-        assert "merge-transports" in texts
-        assert left >= 0 and right <= width, (left, right, width)
+    for figure in figures:
+        assert "merge-transports" in figure.text()
+        assert_legible(figure)
 
 
 def _two_wild_runs() -> tuple[pd.DataFrame, str]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["DPI", "PHONE_TEXT_PT", "TEXT_LINE", "by_layout", "figure_titles", "layout_label",
-           "min_tick_px", "plain_numbers", "pyplot", "save_png", "worker_axis"]
+__all__ = ["DPI", "LABEL_LINE", "PHONE_TEXT_PT", "TEXT_LINE", "by_layout", "figure_titles",
+           "layout_label", "legend_below", "min_tick_px", "plain_numbers", "pyplot", "save_png",
+           "short_label", "worker_axis", "x_caption"]
 
 DPI = 100
 """Pixels per inch of the report's PNGs."""
@@ -17,6 +18,11 @@ PHONE_TEXT_PT = 11.0
 TEXT_LINE = 60
 """Characters of one line of a figure's title or x-axis caption: at 12 points about 530 px,
 inside a 6-inch (600 px) figure."""
+LABEL_LINE = 26
+"""Characters of one line of a point's label on a plot axis (two lines at most): the
+figures are 6 inches wide so that their text stays legible on a phone."""
+LEGEND_ROW = 100
+"""Characters of a row of a legend below a figure (its columns' labels together)."""
 MIN_TICK_PX_KEY = "tunelab:min-tick-px"
 """The PNG text chunk that records the smallest tick label's font size in image pixels (the
 report's layout test scales it by the width a browser shows the image at)."""
@@ -32,6 +38,28 @@ def pyplot() -> Any:
     return plt
 
 
+def _wrapped(text: str) -> str:
+    """``text`` wrapped to :data:`TEXT_LINE` characters a line, its own line breaks kept."""
+    import textwrap
+
+    return "\n".join(line for part in text.splitlines()
+                     for line in textwrap.wrap(part, TEXT_LINE) or [""])
+
+
+def short_label(text: str, width: int = LABEL_LINE, lines: int = 2, *,
+                keep_end: bool = False) -> str:
+    """``text`` (a point's or a series' label) broken between its words into at most
+    ``lines`` lines of ``width`` characters, cut with … beyond; with ``keep_end``, cut in the
+    middle instead, so that the end (a legend entry's layout, the parameter that differs
+    last) still tells entries apart."""
+    import textwrap
+
+    room = width * lines * 2 // 5  # characters kept at each end; word breaks waste some
+    if keep_end and len(text) > 2 * room + 1:
+        text = f"{text[:room]}…{text[-room:]}"
+    return "\n".join(textwrap.wrap(text, width, max_lines=lines, placeholder="…") or [text])
+
+
 def figure_titles(fig: Any, ax: Any, title: str, xlabel: str) -> None:
     """``title`` above the plot, centred on the figure, and ``xlabel`` below ``ax``, flush
     with its right edge; both wrapped to :data:`TEXT_LINE` characters a line (existing line
@@ -40,14 +68,35 @@ def figure_titles(fig: Any, ax: Any, title: str, xlabel: str) -> None:
     Centred on the axes (``ax.set_title``, ``ax.set_xlabel``), a title or label wider than
     the axes ran off the figure's right edge once long tick labels pushed the axes right:
     the constrained layout counts only their height, never their width."""
-    import textwrap
+    fig.suptitle(_wrapped(title))
+    x_caption(ax, xlabel)
 
-    def wrapped(text: str) -> str:
-        return "\n".join(line for part in text.splitlines()
-                         for line in textwrap.wrap(part, TEXT_LINE) or [""])
 
-    fig.suptitle(wrapped(title))
-    ax.set_xlabel(wrapped(xlabel), loc="right")
+def x_caption(ax: Any, text: str) -> None:
+    """``text`` below ``ax``, flush with its right edge, wrapped (see :func:`figure_titles`)."""
+    ax.set_xlabel(_wrapped(text), loc="right")
+
+
+def legend_below(fig: Any, ax: Any, fontsize: str | float = "small") -> None:
+    """``ax``'s legend below its axes, each entry at most two lines of :data:`TEXT_LINE`
+    characters (cut in the middle), in as many columns as :data:`LEGEND_ROW` characters
+    hold (three at most); the figure grows by the legend's height, so the axes keep theirs.
+    Inside the axes, the legend of long series names squeezed them until the title ran off
+    the figure (the constrained layout shrinks an axes to hold its legend)."""
+    import math
+
+    from matplotlib.font_manager import FontProperties
+
+    handles, names = ax.get_legend_handles_labels()
+    labels = [short_label(name, TEXT_LINE, keep_end=True) for name in names]
+    longest = max((len(line) for label in labels for line in label.splitlines()), default=1)
+    ncols = max(1, min(3, LEGEND_ROW // (longest + 8)))
+    lines = math.ceil(sum(label.count("\n") + 1 for label in labels) / ncols)
+    size = FontProperties(size=fontsize).get_size_in_points()
+    entries = math.ceil(len(labels) / ncols)
+    fig.set_figheight(fig.get_figheight() + (1.2 * lines + 0.5 * entries + 1.0) * size / 72)
+    fig.legend(handles, labels, loc="outside lower center", fontsize=fontsize, frameon=False,
+               ncols=ncols)
 
 
 def plain_numbers() -> Any:

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from tunelab.report.figures import PHONE_TEXT_PT, figure_titles, pyplot, save_png
+from tunelab.report.figures import (
+    LABEL_LINE,
+    PHONE_TEXT_PT,
+    figure_titles,
+    pyplot,
+    save_png,
+    short_label,
+)
 from tunelab.report.formats import point_label
 from tunelab.stats import PointComparison, StatsError, Verdict, fom_column, verdict_label
 
@@ -41,9 +48,6 @@ VERDICT_COLOURS = {
     Verdict.INDISTINGUISHABLE: "#9e9e9e",
     Verdict.INSUFFICIENT: "#e0e0e0",
 }
-LABEL_LINE = 26
-"""Characters of one line of a point's label on a plot axis (two lines at most): the
-figures are 6 inches wide so that their text stays legible on a phone."""
 WIDTH_IN = 6.0
 MAX_BARS = 40
 """Bars the speedup chart draws at most (the first in rank order)."""
@@ -78,15 +82,6 @@ class PointRuns(NamedTuple):
     label: str
     values: np.ndarray
     n_not_ok: int
-
-
-def _short(label: str) -> str:
-    """A point's label for an axis: broken between its ``k=v`` words into at most two lines
-    of :data:`LABEL_LINE` characters (cut with … beyond)."""
-    import textwrap
-
-    lines = textwrap.wrap(label, LABEL_LINE, max_lines=2, placeholder="…") or [label]
-    return "\n".join(lines)
 
 
 def _legible(ax: Any) -> None:
@@ -271,7 +266,7 @@ def speedup_bar_chart(
                 )  # fmt: skip
             for i in axis.cut:
                 _cut_interval(ax, bars[i], float(y[i]), axis)
-            ax.set_yticks(y, [_short(b.label) for b in bars])
+            ax.set_yticks(y, [short_label(b.label) for b in bars])
             if axis.log:
                 ax.set_xscale("log")
                 _ratio_ticks(ax, axis.low, axis.high)
@@ -351,7 +346,7 @@ def fom_by_point_chart(
                 ys = y[i] + jitter.uniform(-0.18, 0.18, g.values.size)
                 ax.plot(g.values, ys, "o", color="#424242", alpha=0.6, markersize=3.5)
         labels = [
-            _short(g.label) + "".join(
+            short_label(g.label) + "".join(
                 f"\n({note})" for note in (
                     "baseline" if g.label == base_label else "",
                     f"{g.n_not_ok} not ok" if g.n_not_ok else "") if note)

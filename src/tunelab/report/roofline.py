@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tunelab.report.figures import pyplot
+from tunelab.report.figures import legend_below, pyplot, short_label, x_caption
 from tunelab.report.formats import point_label
 
 if TYPE_CHECKING:
@@ -67,13 +67,13 @@ def headroom_plot(data: Headroom, path: Path) -> Path | None:
         return None
     plt = pyplot()
     bars.sort(key=lambda b: b[1].fraction if b[1] else 0.0)
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(bars) + 1.6))
-    ax.barh([b[0] for b in bars], [b[1].fraction for b in bars if b[1]], color="#4c72b0")
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(bars) + 1.8), layout="constrained")
+    ax.barh(range(len(bars)), [b[1].fraction for b in bars if b[1]], color="#4c72b0")
+    ax.set_yticks(range(len(bars)), [short_label(b[0], keep_end=True) for b in bars])
     ax.axvline(1.0, color="#c62828", lw=1.2, label="the measured limit")
     ax.axvline(0.8, color="#9e9e9e", lw=1, ls="--", label="0.8: little room left")
-    ax.set_xlabel("fraction of bound (point's mean rate / the machine's limit)")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    x_caption(ax, "fraction of bound (point's mean rate / the machine's limit)")
+    legend_below(fig, ax, fontsize=8)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -81,7 +81,7 @@ def headroom_plot(data: Headroom, path: Path) -> Path | None:
 
 def _roofline(points: list[RooflinePoint], path: Path) -> Path:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
     xs = [p.intensity for p in points]
     lo, hi = min(xs) / 4, max(xs) * 4
     for peak, slope, name in dict.fromkeys((p.peak, p.slope, f"{p.peak_label} / {p.slope_label}")
@@ -90,16 +90,20 @@ def _roofline(points: list[RooflinePoint], path: Path) -> Path:
         grid = sorted({lo, hi, min(max(knee, lo), hi)})
         ax.plot(grid, [min(peak, slope * x) for x in grid], lw=1.6, label=f"roof: {name}")
     ax.scatter(xs, [p.flops for p in points], zorder=3, color="#c62828")
-    for p in points:
-        ax.annotate(p.label, (p.intensity, p.flops), fontsize=7, xytext=(4, -10),
-                    textcoords="offset points")
+    middle = math.sqrt(lo * hi)
+    flops = [p.flops for p in points]
+    level = math.sqrt(min(flops) * max(flops))
+    for p in points:  # labels toward the middle: at the right edge one ran off the figure
+        right, low = p.intensity > middle, p.flops < level
+        ax.annotate(short_label(p.label), (p.intensity, p.flops), fontsize=7,
+                    xytext=(-4 if right else 4, 4 if low else -4), textcoords="offset points",
+                    ha="right" if right else "left", va="bottom" if low else "top")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
+    x_caption(ax, "arithmetic intensity (FLOPs per byte)")
     ax.set_ylabel("FLOP/s reached")
-    ax.legend(fontsize=7, loc="upper left")
+    legend_below(fig, ax, fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from tunelab.report.figures import by_layout, layout_label, plain_numbers, pyplot, worker_axis
+from tunelab.report.figures import (
+    by_layout,
+    figure_titles,
+    layout_label,
+    legend_below,
+    plain_numbers,
+    pyplot,
+    short_label,
+    worker_axis,
+)
 from tunelab.scaling import (
     Forecast,
     LayoutGap,
@@ -250,11 +259,10 @@ def _throughput_plot(data: ScalingPlotData, path: Path) -> Path:
         worker_axis(ax)
         ax.set_yscale("log", base=2)
         ax.yaxis.set_major_formatter(plain_numbers())
-        ax.set_xlabel("workers")
         ax.set_ylabel(f"{data.fom} (samples/s), mean and 95% t interval")
-        ax.set_title(throughput_title(data))
+        figure_titles(fig, ax, throughput_title(data), "workers")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="small", loc="upper left")
+        legend_below(fig, ax)
         fig.savefig(path, format="png", dpi=110)
     finally:
         plt.close(fig)
@@ -276,11 +284,10 @@ def _efficiency_plot(data: ScalingPlotData, path: Path) -> Path:
         ax.axhline(100, color="black", linestyle=":", label="ideal")
         worker_axis(ax)
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("workers")
         ax.set_ylabel("parallel efficiency, % (95% CI)")
-        ax.set_title("Efficiency vs workers (speedup / workers)")
+        figure_titles(fig, ax, "Efficiency vs workers (speedup / workers)", "workers")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        legend_below(fig, ax)
         fig.savefig(path, format="png", dpi=110)
     finally:
         plt.close(fig)
@@ -289,10 +296,12 @@ def _efficiency_plot(data: ScalingPlotData, path: Path) -> Path:
 
 def _gap_plot(gaps: Sequence[LayoutGap], path: Path) -> Path:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 1.5 + 0.4 * len(gaps)), layout="constrained")
+    row = 0.8 if any(g.series for g in gaps) else 0.4  # the series: three lines more
+    fig, ax = plt.subplots(figsize=(7.5, 1.8 + row * len(gaps)), layout="constrained")
     try:
         labels = [f"{g.workers} workers: {g.nodes} nodes vs {g.ref_nodes}"
-                  + (f" [{g.series}]" if g.series else "") for g in gaps][::-1]
+                  + (f"\n{short_label(g.series, lines=3, keep_end=True)}" if g.series else "")
+                  for g in gaps][::-1]
         ratio = [g.ratio for g in gaps][::-1]
         low = [0.0 if math.isnan(g.ci_low) else g.ratio - g.ci_low for g in gaps][::-1]
         high = [0.0 if math.isnan(g.ci_high) else g.ci_high - g.ratio for g in gaps][::-1]
@@ -305,9 +314,9 @@ def _gap_plot(gaps: Sequence[LayoutGap], path: Path) -> Path:
         ax.set_yticks(y, labels)
         interval = "CI at the level Holm held each p to" if any(g.adjusted for g in gaps) \
             else "95% CI"
-        ax.set_xlabel(f"scale-out / scale-up throughput, {interval}\n(< 1: more nodes is "
+        figure_titles(fig, ax, "Scale-up vs scale-out at equal workers",
+                      f"scale-out / scale-up throughput, {interval}\n(< 1: more nodes is "
                       "slower; grey: indistinguishable)")
-        ax.set_title("Scale-up vs scale-out at equal workers")
         ax.grid(axis="x", alpha=0.3)
         fig.savefig(path, format="png", dpi=110)
     finally:

@@ -15,7 +15,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunelab.report.figures import by_layout, layout_label, pyplot, worker_axis
+from tunelab.report.figures import (
+    by_layout,
+    figure_titles,
+    layout_label,
+    legend_below,
+    pyplot,
+    worker_axis,
+)
 from tunelab.stats import StatsError
 from tunelab.storage import StorageAnalysis, StoragePoint, storage_analysis
 
@@ -79,10 +86,12 @@ def storage_notes(runs: pd.DataFrame) -> list[str]:
     return [] if data is None else storage_lines(data)
 
 
-def _axis(ax: Any) -> None:
+def _axes(fig: Any, ax: Any, title: str) -> None:
+    """The worker axis, ``title`` and the legend below (see :func:`legend_below`)."""
     worker_axis(ax)
-    ax.set_xlabel("workers (emulated accelerators)")
+    figure_titles(fig, ax, title, "workers (emulated accelerators)")
     ax.grid(alpha=0.3, which="both")
+    legend_below(fig, ax)
 
 
 def _err(points: list[StoragePoint], mean: str, low: str, high: str,
@@ -121,11 +130,9 @@ def _au_plot(data: StorageAnalysis, path: Path) -> Path:
                         label=layout_label(series, k))
         ax.axhline(100 * data.target, color="black", linestyle="--",
                    label=f"AU {data.target:.0%} (MLPerf Storage)")
-        _axis(ax)
+        _axes(fig, ax, "AU vs workers: compute / step time (MLPerf Storage's AU)")
         ax.set_ylim(0, 102)
         ax.set_ylabel("accelerator utilisation, % of the step (95% CI)")
-        ax.set_title("AU vs workers: compute / step time (MLPerf Storage's AU)")
-        ax.legend(fontsize="small", loc="lower left")
         fig.savefig(path, format="png", dpi=110)
     finally:
         plt.close(fig)
@@ -157,11 +164,9 @@ def _read_plot(data: StorageAnalysis, path: Path) -> Path:
             if not math.isnan(r.low):
                 ax.fill_between(xs, [r.low * x / MB for x in xs], [r.high * x / MB for x in xs],
                                 color=c, alpha=0.15)
-        _axis(ax)
+        _axes(fig, ax, "Read MB/s vs workers, and what the accelerators need")
         ax.set_yscale("log")
         ax.set_ylabel("read from storage, MB/s (10^6 bytes per second; 95% CI)")
-        ax.set_title("Read MB/s vs workers, and what the accelerators need")
-        ax.legend(fontsize="x-small", loc="upper left")
         fig.savefig(path, format="png", dpi=110)
     finally:
         plt.close(fig)
