@@ -187,3 +187,31 @@ def test_a_space_is_enumerated_once():
     first.excluded.clear()
     again, points_again = space.summarize()
     assert again.excluded and len(points_again) == again.valid == len(space.points())
+
+
+def test_a_space_too_large_to_enumerate_estimates_what_its_rules_leave_out():
+    """Sampling recorded why a derived value left combinations out, never how many: 'tunelab
+    run' said 'combinations are left out where …' without a count, 'tunelab space' nothing."""
+    space = Space([("a", tuple(range(1, 401))), ("b", tuple(range(400)))],
+                  derived={"size": Expression.parse("300 - a")}, refuses=positive_size)
+    estimate = space.estimate()
+    assert estimate.drawn == 1000 and estimate.total == 160_000
+    assert estimate.valid + estimate.excluded["size"] == 1000
+    assert 0.20 < estimate.share(estimate.excluded["size"]) < 0.30  # 101 of 400 values of a
+    assert estimate.estimated(estimate.excluded["size"]) == (
+        f"about {round(estimate.excluded['size'] / 10)}% (an estimate: "
+        f"{estimate.excluded['size']} of 1,000 drawn at random)")
+    assert estimate.about(0) == "under 0.3%"
+    assert space.broken["size"].startswith("derived value 'size' is ")
+    assert space.estimate() == estimate  # drawn once
+    assert space.left_out == {} and space.valid_count is None  # still not counted
+
+
+def test_sampling_a_sparse_space_records_the_most_points_it_found():
+    """The bound a study caps its planned runs by: no strategy proposes more points than
+    the sampling it draws them by found."""
+    space = Space([("a", tuple(range(1000))), ("b", tuple(range(1000)))],
+                  constraints=rules("a < 30 and b < 30"))  # 900 of 1,000,000
+    assert space.sampled_most == 0
+    points = space.sample(100, seed=0)
+    assert 0 < len(points) < 100 and space.sampled_most == len(points)

@@ -646,3 +646,43 @@ def test_an_optuna_study_runs_only_points_whose_derived_values_the_workload_take
     assert_clean(answer, 0, "s.yaml:8: 2 of 3 combinations are left out")
     rows = store_rows(Path(answer["dir"], "runs/m/tunelab.db"))
     assert [(json.loads(key)["workers"], status) for key, _, status, _ in rows] == [(2, "ok")]
+
+
+SAMPLED = merge_study("workers: {type: int, min: 2, max: 101}\n"
+                      "  chunk_size: {type: int, min: 1000, max: 9000}") + \
+    "derived:\n  iterations: 60 - workers\n"
+"""A merge study of 800,100 combinations (above the enumeration limit) whose derived
+iteration count the benchmark never takes at 42 of the 100 worker counts."""
+
+
+def test_a_sampled_space_says_about_how_much_a_derived_value_leaves_out(cli):
+    # before: 's.yaml:9: combinations are left out where …; 'tunelab space s.yaml' counts
+    # them', and 'tunelab space' counted nothing ('too many to enumerate, so the valid ones
+    # are not counted')
+    text = SAMPLED + "search: {strategy: random, samples: 5}\n"
+    dry = cli.run({"s.yaml": text}, ["run", "--dry-run", "s.yaml"])
+    assert_clean(dry, 0)
+    note = re.search(r"s\.yaml:9: of 800,100 combinations, about (\d+)% \(an estimate: (\d+) "
+                     r"of 1,000 drawn at random\) are left out where derived value "
+                     r"'iterations' is -\d+, a value workload 'merge' never takes", dry["stderr"])
+    assert note is not None, dry["stderr"]
+    assert 35 <= int(note[1]) <= 49 and note[1] == f"{int(note[2]) / 10:.0f}"  # 42% in truth
+    shown = cli.run({"s.yaml": text}, ["space", "s.yaml"])
+    assert_clean(shown, 0)
+    assert re.search(r"800,100 combinations \(workers, chunk_size\): too many to enumerate; "
+                     r"about \d+% \(an estimate: \d+ of 1,000 drawn at random\) of them are "
+                     r"valid", shown["stdout"])
+    assert re.search(r"about \d+%\s+iterations\s+study \(derived\)", shown["stdout"])
+
+
+def test_a_sparse_sampled_space_plans_no_more_points_than_its_sampling_found(cli):
+    # before: 'up to 100 points chosen by optuna x 3 repeats = up to 300 runs', where the
+    # sampling optuna proposes from found 40 valid points of the ~174
+    text = SAMPLED + "constraints:\n  - chunk_size < 1003\nsearch: {strategy: optuna, " \
+                     "samples: 100}\n"
+    dry = cli.run({"s.yaml": text}, ["run", "--dry-run", "s.yaml"])
+    assert_clean(dry, 0)
+    plan = re.search(r"up to (\d+) points chosen by optuna x 3 repeats = up to (\d+) runs",
+                     dry["stderr"])
+    assert plan is not None, dry["stderr"]
+    assert 0 < int(plan[1]) < 100 and int(plan[2]) == 3 * int(plan[1])

@@ -27,6 +27,7 @@ from tunelab.errors import TunelabError, handle_stop_signals
 from tunelab.report.output import message
 
 if TYPE_CHECKING:
+    from tunelab.space import Space
     from tunelab.spec import StudySpec
 
 __all__ = ["run", "space", "status", "stored_spec"]
@@ -72,11 +73,9 @@ def run(
         for rule, why in study.space.broken.items():
             where = spec.where("derived", rule) if rule in study.space.derived \
                 else spec.where("constraints")
-            n = study.space.left_out.get(rule)
-            count = f"{n:,} of {study.space.size:,} combinations are" if n else \
-                "combinations are"
+            count, verb = _left_out(study.space, rule)
             message(f"{where}: {count} left out where {why}; "
-                    f"'tunelab space {study_file}' {'lists' if n else 'counts'} them")
+                    f"'tunelab space {study_file}' {verb} them")
     if dry_run:
         notes: list[str] = []
         for line in describe_commands(study, study_dir, notes):
@@ -112,6 +111,21 @@ def run(
             f"before, {outcome.planned} planned ({counts}). Results: {study_dir}")
     _print_ranking(study_dir, fmt)
     exit_if_failed(outcome.counts, f"study {study.spec.name!r}")
+
+
+def _left_out(space: Space, rule: str) -> tuple[str, str]:
+    """How many combinations of ``space`` ``rule`` leaves out (``2 of 4 combinations are``;
+    of a space too large to enumerate, the estimate from random draws), and what
+    ``tunelab space`` does with them (lists, counts: exactly, or the same estimate where
+    its rules do not prune it early enough to enumerate)."""
+    n = space.left_out.get(rule)
+    if n:
+        return f"{n:,} of {space.size:,} combinations are", "lists"
+    if space.valid_count is not None:  # enumerated: the rule left out none of it
+        return "combinations are", "counts"
+    estimate = space.estimate()
+    return (f"of {space.size:,} combinations, "
+            f"{estimate.estimated(estimate.excluded.get(rule, 0))} are", "counts")
 
 
 def _print_ranking(study_dir: Path, fmt: OutputFormat) -> None:
@@ -224,17 +238,20 @@ def space(
         raise TunelabError(f"--show must be >= 0, got {show}")
     study = prepare_study(_study_or_directory(study_file), dry_run=True)
     summary: SpaceSummary | None = None
+    estimate: SpaceSummary | None = None
     try:
         summary, points = study.space.summarize()
     except SpaceError:  # too large to enumerate: a sampling search (grid was refused above)
         points = study.points
+        estimate = study.space.estimate()
+    counts = summary or estimate
     why = {c.label: c.why or "" for c in study.space.constraints}
-    why.update(summary.broken if summary else {})
+    why.update(counts.broken if counts else {})
     origin = {c.label: c.origin for c in study.space.constraints}
     exclusions = tuple(
         (label, n, origin.get(label, DERIVED_SOURCE if label in study.space.derived
                               else "study"), why.get(label, ""))
-        for label, n in sorted((summary.excluded if summary else {}).items(),
+        for label, n in sorted((counts.excluded if counts else {}).items(),
                                key=lambda kv: -kv[1]))
     data = SpaceView(
         study=study.spec.name, names=tuple(study.space.names), total=study.space.size,
@@ -244,5 +261,6 @@ def space(
                   "repeats": study.spec.repeats, "runs": study.planned_runs,
                   "strategy": study.spec.strategy, "adaptive": study.adaptive},
         facts=tuple(f"{study.workload.name}: {fact}" for fact in study.workload.facts()),
+        estimate=estimate,
     )
     emit(space_view(data), fmt)

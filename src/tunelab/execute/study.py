@@ -76,8 +76,14 @@ class Study:
 
     def _valid_points(self) -> int | float:
         """How many valid points the space has, once it was enumerated at load (constraints
-        and derived values a workload never takes left out); else no bound (``inf``)."""
-        return self.space.valid_count if self.space.valid_count is not None else math.inf
+        and derived values a workload never takes left out); for a space too large to
+        enumerate, how many its strategy can propose at most (the most points a sampling of
+        it found, and the baseline); else no bound (``inf``)."""
+        if self.space.valid_count is not None:
+            return self.space.valid_count
+        if self.space.sampled_most:
+            return self.space.sampled_most + (self.baseline is not None)
+        return math.inf
 
     def search_settings(self) -> SearchSettings:
         """The study's ``search`` section."""
@@ -188,6 +194,8 @@ def prepare_study(spec: StudySpec, *, repeats: int | None = None,
     try:
         if space.enumerable:  # every rule and derived value checked once, whatever searches
             space.points()
+        else:  # too large: what its rules leave out is estimated from random draws
+            space.estimate()
         if spec.strategy not in RUN_STRATEGIES:
             strategy = make_strategy(spec.strategy, space, seed=spec.seed, samples=spec.samples,
                                      direction=objective.direction, first=baseline,

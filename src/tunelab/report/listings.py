@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.report.formats import point_label
 from tunelab.report.output import (
@@ -21,6 +21,9 @@ from tunelab.report.output import (
 )
 from tunelab.spec import value_text
 from tunelab.store import STATUSES
+
+if TYPE_CHECKING:
+    from tunelab.space import SpaceSummary
 
 __all__ = ["FailureLine", "SpaceView", "StatusData", "space_view", "status_view",
            "workloads_view"]
@@ -156,18 +159,28 @@ class SpaceView:
     plan_doc: Mapping[str, Any]
     facts: tuple[str, ...] = ()
     """Workload facts worth showing (e.g. the k-point count and where it came from)."""
+    estimate: SpaceSummary | None = None
+    """Of a space too large to enumerate: what random draws from it found; ``exclusions``
+    then count draws (:meth:`~tunelab.space.SpaceSummary.estimated` says them)."""
 
 
 def space_view(data: SpaceView) -> View:
     """The valid points of a study's space and what each constraint excluded."""
     names = ", ".join(data.names) or "no parameters"
-    counted = (f"{data.valid} valid point{'' if data.valid == 1 else 's'} of {data.total} "
-               f"combinations ({names})"
-               if data.valid is not None else
-               f"{data.total:,} combinations ({names}): too many to enumerate, so the valid "
-               "ones are not counted; the search samples them")
+    estimate = data.estimate
+    if data.valid is not None:
+        counted = (f"{data.valid} valid point{'' if data.valid == 1 else 's'} of {data.total} "
+                   f"combinations ({names})")
+    elif estimate is not None:
+        counted = (f"{data.total:,} combinations ({names}): too many to enumerate; "
+                   f"{estimate.estimated(estimate.valid)} of them are valid; the search "
+                   "samples them")
+    else:
+        counted = (f"{data.total:,} combinations ({names}): too many to enumerate, so the "
+                   "valid ones are not counted; the search samples them")
     figures = {"combinations": f"{data.total:,}",
-               "valid": "not counted" if data.valid is None else f"{data.valid:,}",
+               "valid": (f"{data.valid:,}" if data.valid is not None else "not counted"
+                         if estimate is None else estimate.estimated(estimate.valid)),
                "parameters": names}
     blocks: list[Block] = [Summary(counted, figures, data.facts)]
     if data.exclusions:
@@ -176,8 +189,12 @@ def space_view(data: SpaceView) -> View:
             "excluded by constraint" + (" or derived value" if derived else ""),
             (Column("count", "excluded", "right"), Column("constraint", "rule"),
              Column("source", "from", drop=2), Column("why", "why", wrap=True, drop=1)),
-            tuple({"count": str(n), "constraint": label, "source": source, "why": why}
-                  for label, n, source, why in data.exclusions)))
+            tuple({"count": str(n) if estimate is None else estimate.about(n),
+                   "constraint": label, "source": source, "why": why}
+                  for label, n, source, why in data.exclusions),
+            () if estimate is None else (
+                f"estimated: each rule's share of {estimate.drawn:,} combinations drawn at "
+                "random",)))
     if data.points:
         more = (data.valid or 0) - len(data.points)
         notes = (f"… and {more} more (--show N to list them)",) if more > 0 else ()
@@ -190,7 +207,10 @@ def space_view(data: SpaceView) -> View:
     document = {
         "schema": "tunelab.space", "version": SCHEMA_VERSION, "study": data.study,
         "parameters": list(data.names), "total": data.total, "valid": data.valid,
-        "excluded": [{"constraint": c, "count": n, "source": s, "why": w or None}
+        "drawn": estimate.drawn if estimate is not None else 0,
+        "valid_drawn": estimate.valid if estimate is not None else None,
+        "excluded": [{"constraint": c, "count": None if estimate else n,
+                      "drawn": n if estimate else None, "source": s, "why": w or None}
                      for c, n, s, w in data.exclusions],
         "points": [dict(p) for p in data.points], "shown": len(data.points),
         "plan": dict(data.plan_doc), "facts": list(data.facts),
