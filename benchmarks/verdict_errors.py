@@ -370,7 +370,8 @@ def study_runs(tmp: Path, name: str, runs: int, *, wait_quiet: bool = False) -> 
 
 
 def section_busy(runs: int, quiet_runs: int, quiet_budget: float) -> None:
-    from tunelab.noise import DISTURB_SHARE, QUIET_SHARE, NoiseWatch, cpu_list_text
+    from tunelab.cpustat import cpu_list_text
+    from tunelab.noise import DISTURB_SHARE, QUIET_SHARE, NoiseWatch
 
     watch = NoiseWatch()
     cores = watch.cpu_list

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_noise import _record
-from tunelab import diskio, noise
+from tunelab import cpustat, diskio
 from tunelab.diskio import DiskIO, bytes_text, physical_disks
 from tunelab.noise import CONTENDED_SHARE, IO_OTHERS_SHARE, NoiseWatch, judge
 from tunelab.store import open_store
@@ -64,8 +64,8 @@ class FakeDisks:
         monkeypatch.setattr(diskio, "_rusage_bytes", lambda who: (
             (self.children[0], self.children[1]) if who == diskio.resource.RUSAGE_CHILDREN
             else (self.ours[0], self.ours[1])))
-        monkeypatch.setattr(noise, "_cpu_seconds", lambda cpus: None)  # CPU rules silent
-        monkeypatch.setattr(noise, "_llc_cpus", lambda cpus: cpus)
+        monkeypatch.setattr(cpustat, "cpu_seconds", lambda cpus: None)  # CPU rules silent
+        monkeypatch.setattr(cpustat, "llc_cpus", lambda cpus: cpus)
         self.write()
 
     @staticmethod

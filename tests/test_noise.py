@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tunelab import noise
-from tunelab.noise import DISTURB_SHARE, NoiseWatch, cpu_list_text, judge, parse_cpu_list
+from tunelab import cpustat, noise
+from tunelab.cpustat import cpu_list_text, parse_cpu_list
+from tunelab.noise import DISTURB_SHARE, NoiseWatch, judge
 from tunelab.report.results import results_from_frame
 from tunelab.store import RunRecord, open_store
 from tunelab.workload import Objective
@@ -30,15 +31,15 @@ class FakeMachine:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, cgroup: bool = True) -> None:
         self.now = self.busy = self.steal = self.own = self.waited = 0.0
         self.others_while_sleeping = 0.1
-        monkeypatch.setattr(noise, "_cpu_seconds", lambda cpus: (self.busy, self.steal))
-        monkeypatch.setattr(noise, "_cgroup_usage",
+        monkeypatch.setattr(cpustat, "cpu_seconds", lambda cpus: (self.busy, self.steal))
+        monkeypatch.setattr(cpustat, "cgroup_usage",
                             lambda path: self.own if cgroup and path is not None else None)
-        monkeypatch.setattr(noise, "_rusage", lambda who: self.own if not cgroup
+        monkeypatch.setattr(cpustat, "rusage", lambda who: self.own if not cgroup
                             and who == noise.resource.RUSAGE_CHILDREN else 0.0)
-        monkeypatch.setattr(noise, "_pressure", lambda path: self.waited)
-        monkeypatch.setattr(noise, "_load", lambda: 1.5)
-        monkeypatch.setattr(noise, "_mhz", lambda: 2400.0)
-        monkeypatch.setattr(noise, "_llc_cpus", lambda cpus: cpus)  # no cache neighbours
+        monkeypatch.setattr(cpustat, "pressure", lambda path: self.waited)
+        monkeypatch.setattr(cpustat, "load", lambda: 1.5)
+        monkeypatch.setattr(cpustat, "mhz", lambda: 2400.0)
+        monkeypatch.setattr(cpustat, "llc_cpus", lambda cpus: cpus)  # no cache neighbours
 
     def advance(self, seconds: float, others: float, own: float = 0.0,
                 steal: float = 0.0) -> None:
@@ -142,10 +143,10 @@ def test_the_cores_sharing_the_last_level_cache_come_from_sysfs(
         _cache(tmp_path, cpu, 1, 1, "Instruction", "0-7")
         _cache(tmp_path, cpu, 2, 2, "Unified", str(cpu))
         _cache(tmp_path, cpu, 3, 3, "Unified", "0-3" if cpu < 4 else "4-7")
-    monkeypatch.setattr(noise, "_SYS_CPU", tmp_path)
-    assert noise._llc_cpus((1,)) == (0, 1, 2, 3)
-    assert noise._llc_cpus((3, 4)) == tuple(range(8))
-    assert noise._llc_cpus((9,)) == (9,)  # sysfs does not say: the run's own
+    monkeypatch.setattr(cpustat, "SYS_CPU", tmp_path)
+    assert cpustat.llc_cpus((1,)) == (0, 1, 2, 3)
+    assert cpustat.llc_cpus((3, 4)) == tuple(range(8))
+    assert cpustat.llc_cpus((9,)) == (9,)  # sysfs does not say: the run's own
     watch = NoiseWatch([0, 1, 2, 3])
     assert watch.llc_cpus == () and watch.llc_cpu_list == ""  # it covers its cache
     assert NoiseWatch([2]).llc_cpu_list == "0-3"
@@ -173,8 +174,8 @@ def test_a_run_pinned_beside_a_busy_core_that_shares_its_cache_is_flagged(
         m.now += seconds
         counters[(0, 1)][0] += seconds
 
-    monkeypatch.setattr(noise, "_cpu_seconds", lambda cpus: (counters[cpus][0], 0.0))
-    monkeypatch.setattr(noise, "_llc_cpus", lambda cpus: (0, 1))
+    monkeypatch.setattr(cpustat, "cpu_seconds", lambda cpus: (counters[cpus][0], 0.0))
+    monkeypatch.setattr(cpustat, "llc_cpus", lambda cpus: (0, 1))
     watch = NoiseWatch([1], clock=lambda: m.now, sleep=neighbour_busy)
     assert watch.llc_cpu_list == "0-1"
     assert watch.busy_now() == (
@@ -227,8 +228,8 @@ def test_on_its_one_cpu_what_others_took_while_the_run_left_it_idle_is_no_distur
     not count as the cache neighbours' either. On two CPUs they may run beside it: flagged."""
     m = FakeMachine(monkeypatch)
     counters = {(1,): [0.0], (0, 1): [0.0]}
-    monkeypatch.setattr(noise, "_cpu_seconds", lambda cpus: (counters[cpus][0], 0.0))
-    monkeypatch.setattr(noise, "_llc_cpus", lambda cpus: (0, 1))
+    monkeypatch.setattr(cpustat, "cpu_seconds", lambda cpus: (counters[cpus][0], 0.0))
+    monkeypatch.setattr(cpustat, "llc_cpus", lambda cpus: (0, 1))
     watch = NoiseWatch([1], clock=lambda: m.now, sleep=m.sleep)
     before = watch.start(Path("/cg"))
     m.now += 10

@@ -41,21 +41,22 @@ more than :data:`IO_OTHERS_SHARE` of the bytes on the disks, and at least
 :data:`IO_OTHERS_MIN_BYTES`, is disturbed too ("others moved 1.4 GB on vda while its tasks
 waited for I/O 74% of the time").
 
-Everything is read from Linux's ``/proc`` and ``/sys``; where they are missing each figure is
-None and no run is flagged. Another process on a run's GPU is the GPU side of the same
-judgement (:mod:`tunelab.execute.gpuwatch`, added by the run's watch).
+Everything is read from Linux's ``/proc`` and ``/sys`` (:mod:`tunelab.cpustat`,
+:mod:`tunelab.diskio`); where they are missing each figure is None and no run is flagged.
+Another process on a run's GPU is the GPU side of the same judgement
+(:mod:`tunelab.execute.gpuwatch`, added by the run's watch).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import resource
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tunelab import cpustat
 from tunelab.diskio import DiskIO, DiskSnapshot, DiskWatch, bytes_text
 
 __all__ = [
@@ -69,9 +70,7 @@ __all__ = [
     "STEAL_SHARE",
     "NoiseSample",
     "NoiseWatch",
-    "cpu_list_text",
     "judge",
-    "parse_cpu_list",
 ]
 
 DISTURB_SHARE = 0.20
@@ -111,59 +110,6 @@ another writer or reader: 100 MB/s and more)."""
 MAX_QUIET_WAIT_S = 600.0
 """``--wait-quiet`` gives up waiting after this long and runs anyway (the run is flagged if
 others still take its cores)."""
-
-_PROC = Path("/proc")
-_SYS_CPU = Path("/sys/devices/system/cpu")
-
-
-def cpu_list_text(cpus: Iterable[int]) -> str:
-    """CPUs as Linux writes them: ``0-3,6``."""
-    out: list[str] = []
-    ordered = sorted(set(cpus))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """CPUs from a list as Linux writes it (``0-3,6``); empty for text that is not one."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        low, _, high = part.partition("-")
-        try:
-            first, last = int(low), int(high or low)
-        except ValueError:
-            return set()
-        if first < 0 or last < first or last - first > 65536:
-            return set()
-        cpus.update(range(first, last + 1))
-    return cpus
-
-
-def _llc_cpus(cpus: tuple[int, ...]) -> tuple[int, ...]:
-    """``cpus`` and every CPU that shares a last-level cache with one of them: per CPU the
-    data or unified cache of the highest level in sysfs (``cache/index*``); just ``cpus``
-    where sysfs does not say."""
-    domain = set(cpus)
-    for cpu in cpus:
-        level, shared = -1, ""
-        for index in (_SYS_CPU / f"cpu{cpu}" / "cache").glob("index[0-9]*"):
-            try:
-                if (index / "type").read_text().strip() == "Instruction":
-                    continue
-                this = int((index / "level").read_text())
-                if this > level:
-                    level, shared = this, (index / "shared_cpu_list").read_text()
-            except (OSError, ValueError):
-                continue
-        domain |= parse_cpu_list(shared)
-    return tuple(sorted(domain))
-
 
 def _taken(others_share: float | None, cpu_list: str, llc_others_share: float | None,
            llc_cpu_list: str) -> tuple[float, str] | None:
@@ -207,7 +153,8 @@ def judge(others_share: float | None, steal_share: float | None,
     they ran only while it left the CPU idle, never beside it."""
     where = f"cores {cpu_list}" if cpu_list else "its cores"
     own_cores = others_share
-    if waited is not None and waited <= CONTENDED_SHARE and len(parse_cpu_list(cpu_list)) == 1:
+    if (waited is not None and waited <= CONTENDED_SHARE
+            and len(cpustat.parse_cpu_list(cpu_list)) == 1):
         own_cores = None  # on its one CPU others ran only while the run left it idle
     taken = _taken(own_cores, cpu_list, llc_others_share, llc_cpu_list)
     if taken is not None:
@@ -224,95 +171,9 @@ def judge(others_share: float | None, steal_share: float | None,
     return False, None
 
 
-def _own_cpus() -> tuple[int, ...]:
-    try:
-        return tuple(sorted(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return tuple(range(os.cpu_count() or 1))
-
-
-def _cpu_seconds(cpus: tuple[int, ...]) -> tuple[float, float] | None:
-    """(busy, steal) CPU seconds since boot of the CPUs ``cpus``, from /proc/stat."""
-    wanted = {f"cpu{c}" for c in cpus}
-    busy = steal = 0.0
-    found = 0
-    try:
-        lines = (_PROC / "stat").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if not fields or fields[0] not in wanted:
-            continue
-        ticks = [float(x) for x in fields[1:]]
-        # user nice system idle iowait irq softirq steal guest guest_nice; guest time is
-        # already in user and nice
-        busy += sum(ticks[0:3]) + sum(ticks[5:7])
-        steal += ticks[7] if len(ticks) > 7 else 0.0
-        found += 1
-    if found != len(wanted):
-        return None
-    hz = float(os.sysconf("SC_CLK_TCK"))
-    return busy / hz, steal / hz
-
-
-def _cgroup_usage(cgroup: Path | None) -> float | None:
-    """CPU seconds the cgroup's processes used (``cpu.stat`` usage_usec)."""
-    if cgroup is None:
-        return None
-    try:
-        for line in (cgroup / "cpu.stat").read_text().splitlines():
-            if line.startswith("usage_usec "):
-                return int(line.split()[1]) / 1e6
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def _pressure(path: Path) -> float | None:
-    """Seconds some task waited for a CPU (``some ... total=`` of a cpu.pressure file)."""
-    try:
-        for line in path.read_text().splitlines():
-            if line.startswith("some "):
-                return int(line.rsplit("total=", 1)[1]) / 1e6
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def _share(seconds: float, span: float) -> float:
     """``seconds`` as a share of ``span`` seconds, within [0, 1]."""
     return min(max(seconds / span, 0.0), 1.0)
-
-
-def _rusage(who: int) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _load() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
-def _mhz() -> float | None:
-    """Mean current frequency over the CPUs, in MHz."""
-    values = []
-    for path in sorted(_SYS_CPU.glob("cpu[0-9]*/cpufreq/scaling_cur_freq")):
-        try:
-            values.append(float(path.read_text()) / 1000.0)
-        except (OSError, ValueError):
-            continue
-    if not values:
-        try:
-            for line in (_PROC / "cpuinfo").read_text().splitlines():
-                if line.startswith("cpu MHz"):
-                    values.append(float(line.split(":", 1)[1]))
-        except (OSError, ValueError):
-            return None
-    return sum(values) / len(values) if values else None
 
 
 @dataclass(frozen=True)
@@ -399,26 +260,27 @@ class NoiseWatch:
     def __init__(self, cpus: Iterable[int] | None = None, *,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self.cpus = tuple(sorted(cpus)) if cpus is not None else _own_cpus()
-        self.cpu_list = cpu_list_text(self.cpus)
-        domain = _llc_cpus(self.cpus)
+        self.cpus = tuple(sorted(cpus)) if cpus is not None else cpustat.own_cpus()
+        self.cpu_list = cpustat.cpu_list_text(self.cpus)
+        domain = cpustat.llc_cpus(self.cpus)
         self.llc_cpus = domain if len(domain) > len(self.cpus) else ()
-        self.llc_cpu_list = cpu_list_text(self.llc_cpus)
+        self.llc_cpu_list = cpustat.cpu_list_text(self.llc_cpus)
         self._clock, self._sleep = clock, sleep
         self._disks = DiskWatch(clock)
 
     def start(self, cgroup: Path | None = None) -> Snapshot:
         """Sample just before a run whose processes live in ``cgroup`` (None: no cgroup,
         the finished children's CPU time counts as the run's)."""
-        usage = _cgroup_usage(cgroup)
+        usage = cpustat.cgroup_usage(cgroup)
         if usage is None:
             cgroup = None
-        pressure = _pressure(cgroup / "cpu.pressure" if cgroup is not None
-                             else _PROC / "pressure" / "cpu")
-        return Snapshot(self._clock(), self.cpus, _cpu_seconds(self.cpus), cgroup, usage,
-                        _rusage(resource.RUSAGE_CHILDREN), _rusage(resource.RUSAGE_SELF),
-                        pressure, _load(), _mhz(),
-                        _cpu_seconds(self.llc_cpus) if self.llc_cpus else None,
+        pressure = cpustat.pressure(cgroup / "cpu.pressure" if cgroup is not None
+                                    else cpustat.PROC / "pressure" / "cpu")
+        return Snapshot(self._clock(), self.cpus, cpustat.cpu_seconds(self.cpus), cgroup,
+                        usage, cpustat.rusage(resource.RUSAGE_CHILDREN),
+                        cpustat.rusage(resource.RUSAGE_SELF), pressure, cpustat.load(),
+                        cpustat.mhz(),
+                        cpustat.cpu_seconds(self.llc_cpus) if self.llc_cpus else None,
                         self._disks.snapshot(cgroup))
 
     def stop(self, before: Snapshot) -> NoiseSample:

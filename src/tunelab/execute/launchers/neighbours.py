@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from tunelab.cpustat import cpu_list_text
 from tunelab.execute.launchers.stepcheck import ask_slurm
-from tunelab.noise import cpu_list_text
 
 __all__ = ["other_jobs", "with_neighbours"]
 
