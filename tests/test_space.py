@@ -215,3 +215,18 @@ def test_sampling_a_sparse_space_records_the_most_points_it_found():
     assert space.sampled_most == 0
     points = space.sample(100, seed=0)
     assert 0 < len(points) < 100 and space.sampled_most == len(points)
+
+
+def test_a_point_of_no_parameters_has_one_label_wherever_it_is_said():
+    """'(default)' was written twice, by report/formats.py point_label and by the executor's
+    and the progress line's ``point.label() or '(default)'``; Point.label said ''."""
+    from tunelab.execute.runner import RunEvent
+    from tunelab.report.formats import point_label
+    from tunelab.report.progress import event_line
+
+    assert Point({}).label() == "(default)" == point_label({})
+    for params in ({"np": 2, "env": "am"}, {"x": "0"}):
+        assert point_label(params) == Point.label_of(params)
+    assert Point({"b": 1, "a": "0"}).label() == "a='0' b=1"
+    assert event_line(RunEvent(Point({}), 0, "ok", None, 1, 2, 0.5)) == \
+        "[1/2] (default) r0 ok 0.50 s"

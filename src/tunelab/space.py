@@ -80,10 +80,18 @@ class Point(Mapping[str, Scalar]):
     def __repr__(self) -> str:
         return f"Point({', '.join(f'{k}={v!r}' for k, v in self._items)})"
 
+    @staticmethod
+    def label_of(params: Mapping[str, Any]) -> str:
+        """Short human form of ``params``, in their own order: ``np=2 npool=1 env=am`` (a
+        string that reads as a number is quoted: ``x='0'``, see
+        :func:`~tunelab.spec.value_text`); ``(default)`` for none, a point that runs the
+        workload's defaults. The one rule every label of a point follows (progress lines,
+        notes, reports, plots)."""
+        return " ".join(f"{k}={value_text(v)}" for k, v in params.items()) or "(default)"
+
     def label(self) -> str:
-        """Short human form: ``np=2 npool=1 env=am`` (a string that reads as a number is
-        quoted: ``x='0'``, see :func:`~tunelab.spec.value_text`)."""
-        return " ".join(f"{k}={value_text(v)}" for k, v in self._items)
+        """:meth:`label_of` this point (its names sorted)."""
+        return self.label_of(self)
 
 
 ESTIMATE_DRAWS = 1_000

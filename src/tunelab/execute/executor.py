@@ -460,7 +460,7 @@ class Executor:
             self.again.append((point, run.repeat))
             if self.on_note is not None:
                 where = f" on {node_text}" if node_text else ""
-                self.on_note(f"{point.label() or '(default)'} r{run.repeat}: an attempt was "
+                self.on_note(f"{point.label()} r{run.repeat}: an attempt was "
                              f"lost{where} ({reason}); submitted again (retry "
                              f"{self._losses[key]} of {retries})")
             return 0

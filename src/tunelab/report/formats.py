@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from tunelab.spec import value_text
+from tunelab.space import Point
 
 __all__ = ["DETECTABLE_SHOWN", "VERDICT_STYLES", "byte_rate_prefix", "detectable_text",
            "fmt_mean_sd", "fmt_number", "fmt_ratio", "fmt_spread", "p_text", "point_label"]
@@ -67,11 +67,9 @@ def fmt_ratio(value: float) -> str:
 
 
 def point_label(params: dict[str, Any]) -> str:
-    """``{"np": 4, "env": "am"}`` -> ``np=4 env=am`` (the point's own key order; a string
-    that reads as a number is quoted, ``x='0'``: :func:`~tunelab.spec.value_text`)."""
-    if not params:
-        return "(default)"
-    return " ".join(f"{k}={value_text(v)}" for k, v in params.items())
+    """``{"np": 4, "env": "am"}`` -> ``np=4 env=am``, ``{}`` -> ``(default)``: the point's
+    own key order, by the points' one rule (:meth:`tunelab.space.Point.label_of`)."""
+    return Point.label_of(params)
 
 
 def p_text(p: float) -> str:

@@ -36,7 +36,7 @@ class Progress(Protocol):
 def event_line(event: RunEvent) -> str:
     """``[12/48] np=2 npool=2 r1 ok 5.31 s`` (and the reason of a run that was not ok)."""
     width = len(str(event.total))
-    line = (f"[{event.done:>{width}}/{event.total}] {event.point.label() or '(default)'} "
+    line = (f"[{event.done:>{width}}/{event.total}] {event.point.label()} "
             f"r{event.repeat} {event.status} {event.wall_s:.2f} s")
     if event.value is not None and event.fom != "wall_s" and math.isfinite(event.value):
         line += f" {event.fom}={event.value:.6g}"
@@ -129,7 +129,7 @@ class LiveProgress:
         if self._task is not None:
             self._progress.update(self._task, completed=event.done,  # type: ignore[arg-type]
                                   failures=self.failures,
-                                  description=(event.point.label() or "(default)")[:30])
+                                  description=event.point.label()[:30])
 
     def stop(self) -> None:
         """Take the bar down (idempotent; a terminal that has gone away, as on a hang-up,
