@@ -18,6 +18,7 @@ from tunelab.bench.ddp.memory import (
     LOADER_RUNTIME,
     RUNTIME_FACTOR,
     Runtime,
+    check_loader_memory,
     check_memory,
     job_bytes,
     loader_bytes,
@@ -145,6 +146,21 @@ def test_a_job_whose_loaders_do_not_fit_is_refused_naming_them() -> None:
                        r"read-ahead of 4096 batch\(es\); .* use fewer --loader-workers, a "
                        r"smaller --prefetch or a smaller --batch-size$"):
         check_memory(cfg, int(20e9), MEASURED)
+
+
+def test_a_gpu_run_checks_its_loaders_against_the_host_memory() -> None:
+    """A GPU run's model lives on its GPUs, so only the loaders are the host's: 8 workers x
+    64 loaders x prefetch 64 of 256 images of 224 px would ask the host for ~1.3 TB."""
+    cfg = _files(batch_size=8 * 256, workers=8, loader_workers=64, prefetch=64)
+    need = 8 * loader_bytes(cfg)
+    check_loader_memory(cfg, need)  # fits exactly
+    with pytest.raises(WorkloadError, match=r"^--loader-workers 64 --prefetch 64 of --batch-size "
+                       r"2048 on 8 worker\(s\) need about [\d,.]+ GB of host memory \([\d,.]+ GB "
+                       r"per worker: its loader processes and their read-ahead of 4096 "
+                       r"batch\(es\)\), but [\d,.]+ GB is available here: use fewer "
+                       r"--loader-workers, a smaller --prefetch or a smaller --batch-size$"):
+        check_loader_memory(cfg, need - 1)
+    check_loader_memory(DDPConfig(model="resnet50", batch_size=256).validate(), 0)  # synthetic
 
 
 def test_a_run_larger_than_the_memory_is_refused_naming_the_need() -> None:

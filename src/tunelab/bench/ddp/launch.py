@@ -325,17 +325,18 @@ def check_devices(cfg: DDPConfig) -> None:
 
 
 def _check_host_memory(cfg: DDPConfig, index: DatasetIndex | None) -> None:
-    """On the CPU, refuse a run whose workers and their loaders would not fit this host's
-    available memory (:mod:`tunelab.bench.ddp.memory`; ``index``: the dataset); a GPU run's
-    activations live on its GPUs."""
+    """Refuse a run that would not fit this host's available memory
+    (:mod:`tunelab.bench.ddp.memory`; ``index``: the dataset): on the CPU its workers and
+    their loaders; on a GPU, whose model and activations live on the GPUs, the loaders."""
+    from tunelab.bench.ddp.memory import check_loader_memory, check_memory
+    from tunelab.sysinfo import mem_available
+
     if cfg.device != "cpu":
         import torch
 
         if cfg.device == "cuda" or torch.cuda.device_count() > 0:
+            check_loader_memory(cfg, mem_available(), index)
             return
-    from tunelab.bench.ddp.memory import check_memory
-    from tunelab.sysinfo import mem_available
-
     check_memory(cfg, mem_available(), index=index)
 
 

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from tunelab.bench.ddp.dataset import DatasetIndex
 
 __all__ = ["ACTIVATION_FACTOR", "AGENT_FACTOR", "LOADER_BATCH_FACTOR", "LOADER_RUNTIME",
-           "RUNTIME_FACTOR", "Runtime", "check_memory", "job_bytes", "loader_bytes", "runtime",
+           "RUNTIME_FACTOR", "Runtime", "check_loader_memory", "check_memory", "job_bytes",
+           "loader_bytes", "runtime",
            "shared_bytes", "worker_bytes"]
 
 _GB = 1e9
@@ -267,6 +268,22 @@ def check_memory(cfg: DDPConfig, available: int, rt: Runtime | None = None,
         f"runtime, batch, parameters, gradients, optimizer state, activations{loaders}; "
         f"{need.once / _GB:,.1f} GB once: torchrun and the shared libraries), but "
         f"{available / _GB:,.1f} GB is available here: use {fewer}")
+
+
+def check_loader_memory(cfg: DDPConfig, available: int,
+                        index: DatasetIndex | None = None) -> None:
+    """:class:`WorkloadError` when the data-loader processes of every worker of ``cfg`` and
+    their read-ahead (:func:`loader_bytes`) alone need more than ``available`` host bytes: a
+    GPU run's check, whose model lives on the GPUs but whose loaders live on this host."""
+    each = loader_bytes(cfg, index)
+    if cfg.workers * each <= available:
+        return
+    raise WorkloadError(
+        f"--loader-workers {cfg.loader_workers} --prefetch {cfg.prefetch} of --batch-size "
+        f"{cfg.batch_size} on {cfg.workers} worker(s) need about {cfg.workers * each / _GB:,.1f} "
+        f"GB of host memory ({each / _GB:,.1f} GB per worker: its loader processes and their "
+        f"read-ahead of {cfg.read_ahead} batch(es)), but {available / _GB:,.1f} GB is available "
+        "here: use fewer --loader-workers, a smaller --prefetch or a smaller --batch-size")
 
 
 def _size_option(model: str) -> str:
