@@ -119,6 +119,10 @@ def test_the_loader_processes_and_their_read_ahead_are_counted() -> None:
     # the job counts them once per worker; an emulated worker holds its batch as delivered
     two = _files(batch_size=256, workers=2, loader_workers=8, prefetch=2)
     assert job_bytes(two, NO_RUNTIME) == 2 * (loader_bytes(eight) + batch)
+    # --data memory: the worker also holds its pool of made-up samples, two batches
+    memory = DDPConfig(model="resnet18", data="memory", compute="emulate:0.5", batch_size=128,
+                       loader_workers=2).validate()
+    assert worker_bytes(memory, NO_RUNTIME) == (128 + 256) * (IMAGE + 8)
     # no loader processes, or a source without them: nothing
     assert loader_bytes(_files(batch_size=128, loader_workers=0)) == 0
     synthetic = DDPConfig(model="resnet18", batch_size=128, loader_workers=8).validate()

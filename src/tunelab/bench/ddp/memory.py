@@ -11,9 +11,10 @@ the ``meta`` device (nothing is computed or allocated; tensors saved twice are c
 the weights a layer saves are the parameters, counted once above, not per sample) times
 :data:`ACTIVATION_FACTOR` (the backward pass's gradients of the activations and the
 allocator's slack on top of them). An emulated accelerator holds only the runtime, its batch
-(as the loader delivered it: it is never converted for a step; the synthetic source's, made
-once; 2 x the float batch before: 0.15 GB too many at 128 images of 224 px) and, with
-``--allreduce real``, gradient buffers of the model's size.
+(as the loader delivered it: it is never converted for a step; with ``--data memory`` also
+its pool of made-up samples; the synthetic source's, made once; 2 x the float batch before:
+0.15 GB too many at 128 images of 224 px) and, with ``--allreduce real``, gradient buffers of
+the model's size.
 
 Per worker with data-loader processes (``memory`` and ``files:`` sources, ``--loader-workers``
 > 0; :func:`loader_bytes`): each loader's own private memory (:data:`LOADER_RUNTIME`: forked
@@ -47,6 +48,7 @@ import functools
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
+from tunelab.bench.ddp.synthetic import memory_pool_size
 from tunelab.errors import WorkloadError
 
 if TYPE_CHECKING:
@@ -183,8 +185,12 @@ def worker_bytes(cfg: DDPConfig, rt: Runtime | None = None) -> int:
     if cfg.compute_mode.emulated:  # the batch is taken, never computed on
         if cfg.data_spec.kind == "synthetic":  # made once, as the step's input
             batch = cfg.local_batch * sample
-        else:  # as a loader delivered it (--decode off: a view of one zero sample)
-            batch = cfg.local_batch * (0 if cfg.decode == "off" else delivered)
+        elif cfg.decode == "off":  # a view of one zero sample
+            batch = 0
+        else:  # as a loader delivered it; ``memory`` also holds its pool of made-up samples
+            made_up = cfg.data_spec.kind == "memory" and not cfg.data_spec.path
+            batch = (cfg.local_batch + (memory_pool_size(cfg.local_batch) if made_up else 0)
+                     ) * delivered
         return own + batch + (4 * params if ddp else 0)
     states = 1 if cfg.model in ("resnet18", "resnet50") else 2  # SGD momentum, Adam
     # DDP's buckets (a copy of the gradients) and gloo's working copy while it reduces them
