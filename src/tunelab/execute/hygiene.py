@@ -17,6 +17,10 @@ A run's processes are found four ways, so that none escapes:
   inherited by its descendants; ``/proc/*/environ`` finds those that escaped the rest after
   a controller was killed with ``kill -9``.
 
+What a run leaves in shared memory goes with it too: each run gets a private directory in
+``/dev/shm`` that its MPI and UCX backing files are pointed to, removed after the run and
+swept with its processes (:mod:`tunelab.execute.shm`).
+
 Rules the launcher relies on (:class:`RunProcesses`):
 
 * while a run is in flight (:meth:`RunProcesses.in_flight`) the first SIGINT, SIGTERM or SIGHUP
@@ -30,7 +34,8 @@ Rules the launcher relies on (:class:`RunProcesses`):
   study's :class:`StudyProcesses`); when a study starts, :meth:`StudyProcesses.sweep` kills
   any run a killed controller left running before anything is run again — only processes
   in the study's cgroup or carrying its marker: a copied or crafted store cannot make it
-  kill anything else.
+  kill anything else; then its runs' shared-memory directories that no live process uses
+  are removed.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from tunelab.errors import STOP_SIGNALS
-from tunelab.execute import procs
+from tunelab.execute import procs, shm
 
 __all__ = ["RunProcesses", "StudyProcesses", "current", "current_cgroup", "study_processes"]
 
@@ -184,8 +189,9 @@ class StudyProcesses:
 
     def sweep(self, on_note: Callable[[str], None] | None = None) -> int:
         """Kill every process a killed controller of this study left running (cgroups, the
-        environment marker, the recorded in-flight run); wait until they are gone. Returns
-        how many processes were killed.
+        environment marker, the recorded in-flight run); wait until they are gone; remove
+        the shared-memory directories of its runs that no live process uses. Returns how
+        many processes were killed.
 
         Only processes that provably belong to this study are killed: those in its cgroup
         and those whose environment holds its marker (``TUNELAB_RUN=<token>/``, the token
@@ -214,6 +220,8 @@ class StudyProcesses:
             procs.kill(proc.pid)
             victims[proc.pid] = proc
         procs.wait_gone(list(victims.values()))
+        for directory in shm.leftovers(self.token):
+            shm.remove(directory)
         if recorded:
             self.record(None)
         return len(victims)
@@ -290,13 +298,15 @@ def current(run_dir: Path) -> RunProcesses:
 
 
 class RunProcesses:
-    """Everything one run starts: how to start it (:attr:`env`, :meth:`popen_options`), how
-    to end it (:meth:`end`) and how to clean up after it (:meth:`cleanup`)."""
+    """Everything one run starts: how to start it (:meth:`environment`, :meth:`popen_options`),
+    how to end it (:meth:`end`) and how to clean up after it (:meth:`cleanup`)."""
 
     def __init__(self, study: StudyProcesses, name: str, *, owns_study: bool = False) -> None:
         self.study = study
         self._owns_study = owns_study
+        self._name = name
         self.env = {MARKER: f"{study.token}/{name}"}
+        self.shm_dir: Path | None = None
         self.cgroup: Path | None = None
         self._cgroup_fd: int | None = None
         self._leader: procs.Proc | None = None
@@ -309,6 +319,22 @@ class RunProcesses:
                 self.cgroup = leaf
             except OSError:
                 self.cgroup = None
+
+    def environment(self, env: Mapping[str, str], *, shared_memory: bool = True
+                    ) -> dict[str, str]:
+        """The run's environment: ``env`` with the marker and, with ``shared_memory``, the
+        run's private shared-memory directory (made now, removed by :meth:`cleanup`) as the
+        backing directory of the MPI and UCX variables the user did not set
+        (:func:`tunelab.execute.shm.backing_env`). Without ``shared_memory`` (a run whose
+        ranks span other nodes, where the directory does not exist: Open MPI would turn
+        its shared-memory transport off) nothing is pointed anywhere."""
+        extra: dict[str, str] = {}
+        if shared_memory:
+            if self.shm_dir is None:
+                self.shm_dir = shm.make(self.study.token, self._name)
+            if self.shm_dir is not None:
+                extra = shm.backing_env(self.shm_dir, env)
+        return {**env, **extra, **self.env}
 
     def popen_options(self) -> dict[str, Any]:
         """Keyword arguments for :class:`subprocess.Popen`: a new session, and between
@@ -360,8 +386,8 @@ class RunProcesses:
 
     def cleanup(self) -> None:
         """Kill whatever the run left running (background processes, ``setsid()``
-        daemons, orphans adopted by this subreaper), wait until it is gone, and clear the
-        in-flight record."""
+        daemons, orphans adopted by this subreaper), wait until it is gone, remove its
+        shared-memory directory, and clear the in-flight record."""
         with _interrupts_held():
             leftovers = self._leftovers()
             for proc in leftovers:
@@ -370,6 +396,9 @@ class RunProcesses:
             if self.cgroup is not None:
                 procs.cgroup_remove(self.cgroup)
             procs.wait_gone(leftovers)
+            if self.shm_dir is not None:
+                shm.remove(self.shm_dir)  # kept while anything still uses it: swept later
+                self.shm_dir = None
             if self._cgroup_fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(self._cgroup_fd)

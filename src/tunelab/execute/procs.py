@@ -17,7 +17,7 @@ from pathlib import Path
 
 __all__ = ["GONE_WAIT_S", "Proc", "cgroup_base", "cgroup_kill", "cgroup_pids", "cgroup_remove",
            "children", "die_with_parent", "environ_has", "kill", "killpg", "marked", "pids", "reap",
-           "stat", "subreaper", "wait_gone"]
+           "stat", "subreaper", "using", "wait_gone"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -80,6 +80,29 @@ def marked(needle: bytes) -> list[Proc]:
             proc = stat(pid)
             if proc is not None:
                 found.append(proc)
+    return found
+
+
+def using(directory: Path) -> list[int]:
+    """Live processes that map a file under ``directory`` or hold one open (``/proc/PID/maps``
+    and ``/proc/PID/fd``). A process whose entries this one may not read is another user's:
+    it cannot enter a directory of mode 0700 that this user made."""
+    inside = str(directory).rstrip("/") + "/"
+    found = []
+    for pid in pids():
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                if any(inside in line for line in f):
+                    found.append(pid)
+                    continue
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # ended meanwhile, or another user's
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(inside):
+                    found.append(pid)
+                    break
     return found
 
 

@@ -29,11 +29,15 @@ def run_command(
     stderr_path: Path,
     should_stop: Callable[[], bool] | None = None,
     poll_s: float = 0.5,
+    shared_memory: bool = True,
 ) -> Outcome:
     """Run ``argv`` to completion or until ``timeout_s``; raise LaunchError if it
     cannot start at all (for example, the executable does not exist). ``should_stop``
     is asked every ``poll_s`` while the command runs; when it says True the command's
-    process group is killed and the outcome is ``stopped`` (a pruned run)."""
+    process group is killed and the outcome is ``stopped`` (a pruned run). With
+    ``shared_memory`` (a run on this node only) its MPI and UCX shared-memory files go to
+    a directory of its own, removed after it (see
+    :meth:`tunelab.execute.hygiene.RunProcesses.environment`)."""
     processes = hygiene.current(stdout_path.parent)
     try:
         out_file = open(stdout_path, "wb")  # noqa: SIM115
@@ -51,8 +55,9 @@ def run_command(
         start = time.perf_counter()
         try:
             proc = subprocess.Popen(
-                list(argv), env={**env, **processes.env}, cwd=cwd, stdout=out,
-                stderr=err, stdin=subprocess.DEVNULL, **processes.popen_options(),
+                list(argv), env=processes.environment(env, shared_memory=shared_memory),
+                cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                **processes.popen_options(),
             )
         except FileNotFoundError:
             processes.cleanup()

@@ -91,7 +91,8 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
         outcome = run_command(
             run.argv, env=env, cwd=run.cwd, timeout_s=run.timeout_s,
             stdout_path=run.run_dir / "stdout.txt", stderr_path=run.run_dir / "stderr.txt",
-            should_stop=watched.should_stop if watched is not None else None, poll_s=0.2)
+            should_stop=watched.should_stop if watched is not None else None, poll_s=0.2,
+            shared_memory=hosts is None or run.needs.nodes <= 1)
     except LaunchError as exc:
         outcome = Outcome("failed", None, 0.0, reason=str(exc))
     if watched is not None:
