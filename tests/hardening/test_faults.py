@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.hardening.conftest import PY, assert_clean, read_only_view, root_can, store_rows
+from tunelab.execute import hygiene, shm
 
 PROG = Path(__file__).with_name("leaver.py")
 
@@ -174,6 +175,10 @@ def test_kill_9_of_tunelab_takes_the_run_in_flight_with_it(tmp_path, cgroups):
     proc.kill()
     proc.communicate(timeout=30)
     assert wait_no_survivors(tag, timeout=30) == []
+    with hygiene.study_processes(tmp_path / "d") as processes:  # as the next run does
+        assert shm.leftovers(processes.token) != []  # the run's shared-memory directory
+        processes.sweep()
+        assert shm.leftovers(processes.token) == []
 
 
 # --- signals ------------------------------------------------------------------------------
