@@ -10,6 +10,9 @@ whatever else the machine runs hits them alike:
   measuring its bound (its status file, ``phase: bound``, after the timed steps), and stopped
   when the run ends: others take the cores during the GEMM but not during the steps.
 
+With ``--src NAME=DIR`` (repeatable) every load runs once per source tree, interleaved in
+the same rounds (``PYTHONPATH=DIR``): the code before and after a change side by side.
+
 Per run it prints the fraction of bound, the GEMM rate(s) the run timed, what the bound cost
 (``bound_s``) and the load average; per load the fractions' range and how many exceeded 1;
 ``top -bn1`` is logged before every round. Every busy loop it starts is stopped before it
@@ -18,6 +21,7 @@ exits.
 Usage::
 
     python benchmarks/ddp_bound_load.py --rounds 3
+    python benchmarks/ddp_bound_load.py --src before=/tmp/old/src --src after=src
 """
 
 from __future__ import annotations
@@ -57,11 +61,14 @@ def _phase(tmp: str) -> str | None:
     return None
 
 
-def run(argv: list[str], load: str, hogs: int) -> dict[str, Any]:
-    """One benchmark run under ``load``; its JSON record and the load average around it."""
+def run(argv: list[str], load: str, hogs: int, src: str | None) -> dict[str, Any]:
+    """One benchmark run under ``load`` (the code of ``src``, or the importable one); its
+    JSON record and the load average around it."""
     started: list[subprocess.Popen[bytes]] = _hogs(hogs) if load == "hog" else []
     with tempfile.TemporaryDirectory(prefix="bound-load-") as tmp:
         env = {**os.environ, "TMPDIR": tmp}
+        if src is not None:
+            env["PYTHONPATH"] = os.path.abspath(src)
         load0 = os.getloadavg()[0]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=env)
@@ -87,20 +94,25 @@ def main() -> None:
     parser.add_argument("--hogs", type=int, default=2)
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--batch", default="8")
+    parser.add_argument("--src", action="append", default=[], metavar="NAME=DIR")
     args = parser.parse_args()
+    sources: list[tuple[str, str | None]] = [
+        (s.split("=", 1)[0], s.split("=", 1)[1]) for s in args.src] or [("", None)]
     argv = [sys.executable, "-m", "tunelab", "bench", "ddp", "--model", args.model,
             "-b", args.batch, "--steps", "5", "--warmup", "2", "--device", "cpu"]
-    found: dict[str, list[dict[str, Any]]] = {load: [] for load in LOADS}
+    found: dict[str, list[dict[str, Any]]] = {
+        f"{name} {load}".strip(): [] for name, _ in sources for load in LOADS}
     for r in range(args.rounds):
         print(f"--- round {r + 1}: top -bn1 | head -12", flush=True)
         top = subprocess.run(["top", "-bn1"], capture_output=True, text=True).stdout
         print("\n".join(top.splitlines()[:12]), flush=True)
-        for load in LOADS:
-            rec = run(argv, load, args.hogs)
+        for load, (name, src) in ((ld, s) for ld in LOADS for s in sources):
+            rec = run(argv, load, args.hogs, src)
+            load = f"{name} {load}".strip()
             found[load].append(rec)
             gemm = ", ".join(f"{k.split('_')[1]} {rec[k] / 1e9:.0f}" for k in
                              ("gemm_before_flops_per_s", "gemm_after_flops_per_s") if k in rec)
-            print(f"{load:>13}: fraction {rec.get('bound_fraction', float('nan')):.2f}  "
+            print(f"{load:>20}: fraction {rec.get('bound_fraction', float('nan')):.2f}  "
                   f"{rec['throughput']:.2f} {rec['unit']}/s  achieved "
                   f"{rec.get('achieved_flops_per_s', 0) / 1e9:.0f} GFLOP/s  GEMM "
                   f"{rec.get('gemm_flops_per_s', 0) / 1e9:.0f} GFLOP/s"
@@ -110,7 +122,7 @@ def main() -> None:
     for load, recs in found.items():
         fr = [r["bound_fraction"] for r in recs if "bound_fraction" in r]
         cost = sum(r.get("bound_s", 0.0) for r in recs) / max(len(recs), 1)
-        print(f"{load:>13}: {' '.join(f'{f:.2f}' for f in fr)}  "
+        print(f"{load:>20}: {' '.join(f'{f:.2f}' for f in fr)}  "
               f"{min(fr):.2f}-{max(fr):.2f}  {sum(f > 1 for f in fr)} of {len(fr)} above 1  "
               f"bound_s {cost:.2f}")
 
