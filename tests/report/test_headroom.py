@@ -315,3 +315,59 @@ def test_headroom_figures_keep_long_point_labels_inside_and_apart(tmp_path: Path
     assert "n=4096" in figures[0].text() and "mpi_pml=ucx" in figures[1].text()
     for drawn in figures:
         assert_legible(drawn)
+
+
+def test_a_run_above_its_in_run_bound_is_left_out_and_said_everywhere(tmp_path: Path,
+                                                                     monkeypatch):
+    """A ddp run on a shared machine recorded 2.40 of its bound (others took the cores while
+    its GEMM ran, not while its steps did). Averaged in, the best point "ran at 1.08 of its
+    bound" and a point whose every run was above 1 "ran at 1.93". Such a run is left out of
+    the point's figures and said, with its value, in best's sentence, compare's cell (text,
+    CSV, JSON) and the report's lines; a point of none shows no fraction."""
+    monkeypatch.setenv("TUNELAB_BOUNDS_DIR", str(tmp_path))
+    rows = []
+    for batch, fractions in ((16, [0.45, 0.40, 2.40]), (8, [1.45, 2.40])):
+        for repeat, fraction in enumerate(fractions):
+            rows.append({"run_id": len(rows) + 1, "point": json.dumps({"batch_size": batch}),
+                         "repeat": repeat, "status": "ok", "batch_size": batch,
+                         "fom.bandwidth": batch + repeat, "fom.bound_fraction": fraction,
+                         "fom.gemm_flops_per_s": 100e9 / fraction})
+    r = results(pd.DataFrame(rows), {"workload": {"name": "ddp", "options": {}}})
+    best = r.best_result()
+    text = render(with_best_headroom(best_view(r, best), r, best), "text")
+    assert ("the best point (batch_size=16) ran at 0.43 of its bound (0.40-0.45 over 2 runs; "
+            "1 run above 1 left out (2.40): others' load slowed the limit it timed more than "
+            "its work: no bound; the limit its runs timed: 236.1 GFLOP/s on average)") in text
+    doc = json.loads(render(with_best_headroom(best_view(r, best), r, best), "json"))
+    points = {p["label"]: p for p in doc["inrun_bound"]["points"]}
+    assert (points["batch_size=16"]["fraction"], points["batch_size=16"]["n"],
+            points["batch_size=16"]["above_1_left_out"]) == (pytest.approx(0.425), 2, [2.40])
+    assert (points["batch_size=8"]["fraction"], points["batch_size=8"]["n"],
+            points["batch_size=8"]["above_1_left_out"]) == (None, 0, [1.45, 2.40])
+    compare = render(with_headroom(compare_view(r), r), "text")
+    assert "0.43 (0.40-0.45); 1 above 1 left out" in compare
+    assert "none; 2 above 1 left out" in compare
+    records = list(csv.DictReader(io.StringIO(render(with_headroom(compare_view(r), r), "csv"))))
+    assert {x["label"]: x["inrun_bound_fraction"][:5] for x in records} == \
+        {"batch_size=16": "0.425", "batch_size=8": ""}
+    lines, _ = headroom_report(r, best, tmp_path / "report.html")
+    assert any("batch_size=16: 0.43 (0.40-0.45 over 2 runs; 1 run above 1 left out (2.40): "
+               "others' load slowed the limit it timed more than its work: no bound); "
+               "batch_size=8: none (2 runs above 1 left out (1.45, 2.40): others' load slowed "
+               "the limit they timed more than their work: no bound)" in line
+               for line in lines)
+    # a best point whose every run was above 1 has no fraction, and says why
+    from tunelab.report.inrun import inrun_best_lines, inrun_bounds
+
+    own = inrun_bounds(r.runs)
+    b8 = next(k for k in own if json.loads(k) == {"batch_size": 8})
+
+    class _Best:  # what inrun_best_lines reads of a BestResult
+        class best:  # noqa: N801
+            point = b8
+
+    assert inrun_best_lines(own, _Best()) == [  # type: ignore[arg-type]
+        "In-run fraction of bound: none for the best point (batch_size=8): 2 runs above 1 "
+        "left out (1.45, 2.40): others' load slowed the limit they timed more than their "
+        "work: no bound; measured in the run: each run's rate / the limit it timed itself "
+        "while it ran (figure of merit bound_fraction)."]

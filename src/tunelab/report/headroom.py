@@ -231,7 +231,7 @@ def with_headroom(view: View, results: StudyResults) -> View:
                                 bound=top.label if top else None)
         if own:
             mine = own.get(label)
-            extra_record["inrun_bound_fraction"] = mine.mean if mine else None
+            extra_record["inrun_bound_fraction"] = mine.mean if mine and mine.n else None
         records.append({**record, **extra_record})
     wanted = (*(_CSV_FIELDS if line else ()), *(("inrun_bound_fraction",) if own else ()))
     fields = (*view.fields, *(f for f in wanted if f not in view.fields)) \
@@ -306,13 +306,17 @@ def _with_best_inrun(view: View, results: StudyResults, best: BestResult | None)
     if not lines or best is None:
         return view
     item = own[best.best.point]
-    block = Summary(lines[0], {"in-run of bound": f"{item.mean:.2f}",
-                               "lowest": f"{item.low:.2f}", "highest": f"{item.high:.2f}",
-                               "runs": str(item.n)})
+    block = Summary(lines[0], {"in-run of bound": item.mean_text,
+                               **({"lowest": f"{item.low:.2f}", "highest": f"{item.high:.2f}"}
+                                  if item.n else {}),
+                               "runs": str(item.n),
+                               **({"above 1, left out": str(len(item.above))}
+                                  if item.above else {})})
     document = {**view.document, "inrun_bound": {**inrun_doc(own), "sentence": lines[0]}}
     records = view.records
     if records:
-        records = ({**records[0], "inrun_bound_fraction": item.mean}, *records[1:])
+        records = ({**records[0], "inrun_bound_fraction": item.mean if item.n else None},
+                   *records[1:])
     return View((*view.blocks, block), document, records, view.fields)
 
 
