@@ -51,6 +51,7 @@ FOMS = (
     "cpu_demand",
     # real compute: the training FLOP/s against the GEMM rate timed in the run
     "flops_per_step", "achieved_flops_per_s", "gemm_flops_per_s", "bound_fraction", "bound_s",
+    "gemm_before_flops_per_s", "gemm_after_flops_per_s", "gemm_measurements",
     # GPU energy over the timed steps (NVML; absent without it)
     "energy_J", "energy_J_per_sample", "power_W",
 )
@@ -123,7 +124,8 @@ class DDPWorkload(Workload):
         "throughput": "samples/s", "throughput_per_worker": "samples/s",
         "allreduce_algbw": "B/s", "allreduce_busbw": "B/s", "grad_bytes": "B",
         "flops_per_step": "FLOP", "achieved_flops_per_s": "FLOP/s",
-        "gemm_flops_per_s": "FLOP/s", "bound_s": "s"}
+        "gemm_flops_per_s": "FLOP/s", "bound_s": "s", "gemm_before_flops_per_s": "FLOP/s",
+        "gemm_after_flops_per_s": "FLOP/s"}
 
     @property
     def objective(self) -> Objective:

@@ -15,7 +15,6 @@ import json
 import math
 from typing import Any
 
-from tunelab.bench.ddp.bound import TRIES
 from tunelab.bench.ddp.config import DDPConfig
 
 __all__ = ["cpu_demand", "fom_line", "fom_record", "render_table"]
@@ -113,24 +112,34 @@ def render_table(cfg: DDPConfig, result: dict[str, Any]) -> str:
 def _beside(result: dict[str, Any]) -> str:
     """``; 0.43 of bound``: what follows the throughput where the run measured its bound."""
     fraction = (result.get("bound") or {}).get("bound_fraction")
-    return f"; {fraction:.2f} of bound" if fraction is not None else ""
+    if fraction is None:
+        return ""
+    return f"; {fraction:.2f} of bound{' (no bound: see below)' if fraction > 1 else ''}"
 
 
 def _bound_text(result: dict[str, Any], unit: str) -> str:
-    """The in-run bound: the training FLOP/s over the GEMM rate timed after the steps."""
+    """The in-run bound: the training FLOP/s over the highest GEMM rate timed before the
+    warm-up and after the steps."""
     if result.get("emulated"):
         return "none: emulated compute does no arithmetic"
     b = result.get("bound") or {}
     if "bound_fraction" not in b:
         return f"not measured ({b.get('bound_error', 'no record')})"
-    above = ("; above 1: the GEMM ran under more load than the steps did (measured "
-             f"{TRIES} times), so this bound is low: measure on quiet cores"
+    rates = ", ".join(f"{b[k] / 1e9:,.1f} GFLOP/s {when}" for k, when in (
+        ("gemm_before_flops_per_s", "before the warm-up"),
+        ("gemm_after_flops_per_s", "after the timed steps")) if b.get(k) is not None)
+    n = b.get("gemm_measurements")
+    when = (f"the highest of {n} measured in the run: {rates}" if n and rates
+            else "measured in the run after the timed steps")
+    above = ("; above 1: no bound: others' load slowed the GEMM, every time it was "
+             "measured, more than it slowed the steps, so this is no fraction of the "
+             "machine's rate (a study's best and report leave it out): measure on quiet cores"
              if b["bound_fraction"] > 1 else "")
     return (f"{b['bound_fraction']:.2f} = {b['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s "
             f"training ({b['flops_per_sample'] / 1e9:,.3f} GFLOP per {unit[:-1]}, forward "
             f"and backward, counted) / {b['gemm_flops_per_s'] / 1e9:,.1f} GFLOP/s "
-            f"{b['gemm_precision']} GEMM ({b['bound_method']}; measured in the run after the "
-            f"timed steps, {b['bound_s']:.2f} s){above}")
+            f"{b['gemm_precision']} GEMM ({b['bound_method']}; {when}; "
+            f"{b['bound_s']:.2f} s){above}")
 
 
 def cpu_demand(cfg: DDPConfig, result: dict[str, Any]) -> float | None:

@@ -212,7 +212,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     import torch
     import torch.distributed as dist
 
-    from tunelab.bench.ddp.bound import inrun_record
+    from tunelab.bench.ddp.bound import gemm_before, inrun_record
     from tunelab.bench.ddp.comm import bucket_sizes
     from tunelab.bench.ddp.data import make_source
     from tunelab.bench.ddp.metrics import RankRecord, RunAccount, StepRecord, summarize
@@ -259,6 +259,10 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
         setup = asdict(train.setup)
         step_fn = train
 
+    # the GEMM rate before the warm-up, so that the bound need not rest on one moment's load
+    # alone (tunelab.bench.ddp.bound); the warm-up steps run after it
+    status.write("bound-before")
+    before = None if compute.emulated else gemm_before(cfg, device.type, rt.amp)
     phase.name = "train"
     meter = None
     if device.type == "cuda":
@@ -306,7 +310,7 @@ def _train(cfg: DDPConfig, rank: int, world: int, local_rank: int,
     summary = summarize(ranks, cfg.batch_size)
     status.write("bound")
     bound = {} if compute.emulated else inrun_record(cfg, summary.throughput, device.type,
-                                                     rt.amp)
+                                                     rt.amp, before)
     _leave_group()
     return {"summary": asdict(summary), "params": params, "unit": spec.unit,
             "device": rt.device if device.type == "cpu" else torch.cuda.get_device_name(device),
