@@ -11,7 +11,8 @@ whatever else the machine runs hits them alike:
   when the run ends: others take the cores during the GEMM but not during the steps.
 
 With ``--src NAME=DIR`` (repeatable) every load runs once per source tree, interleaved in
-the same rounds (``PYTHONPATH=DIR``): the code before and after a change side by side.
+the same rounds (``PYTHONPATH=DIR``), the first of each round taking turns: the code before
+and after a change side by side. ``--loads`` keeps some of the loads.
 
 Per run it prints the fraction of bound, the GEMM rate(s) the run timed, what the bound cost
 (``bound_s``) and the load average; per load the fractions' range and how many exceeded 1;
@@ -95,18 +96,20 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--batch", default="8")
     parser.add_argument("--src", action="append", default=[], metavar="NAME=DIR")
+    parser.add_argument("--loads", nargs="+", choices=LOADS, default=list(LOADS))
     args = parser.parse_args()
     sources: list[tuple[str, str | None]] = [
         (s.split("=", 1)[0], s.split("=", 1)[1]) for s in args.src] or [("", None)]
     argv = [sys.executable, "-m", "tunelab", "bench", "ddp", "--model", args.model,
             "-b", args.batch, "--steps", "5", "--warmup", "2", "--device", "cpu"]
     found: dict[str, list[dict[str, Any]]] = {
-        f"{name} {load}".strip(): [] for name, _ in sources for load in LOADS}
+        f"{name} {load}".strip(): [] for name, _ in sources for load in args.loads}
     for r in range(args.rounds):
         print(f"--- round {r + 1}: top -bn1 | head -12", flush=True)
         top = subprocess.run(["top", "-bn1"], capture_output=True, text=True).stdout
         print("\n".join(top.splitlines()[:12]), flush=True)
-        for load, (name, src) in ((ld, s) for ld in LOADS for s in sources):
+        turn = sources[r % len(sources):] + sources[:r % len(sources)]  # who goes first
+        for load, (name, src) in ((ld, s) for ld in args.loads for s in turn):
             rec = run(argv, load, args.hogs, src)
             load = f"{name} {load}".strip()
             found[load].append(rec)
