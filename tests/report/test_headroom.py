@@ -336,8 +336,9 @@ def test_a_run_above_its_in_run_bound_is_left_out_and_said_everywhere(tmp_path: 
     best = r.best_result()
     text = render(with_best_headroom(best_view(r, best), r, best), "text")
     assert ("the best point (batch_size=16) ran at 0.43 of its bound (0.40-0.45 over 2 runs; "
-            "1 run above 1 left out (2.40): others' load slowed the limit it timed more than "
-            "its work: no bound; the limit its runs timed: 236.1 GFLOP/s on average)") in text
+            "1 run above 1 left out (2.40): it outran the limit it timed (others' load slowed "
+            "that timing more than the work, or the model's kernels beat the GEMM): no bound; "
+            "the limit its runs timed: 236.1 GFLOP/s on average)") in text
     doc = json.loads(render(with_best_headroom(best_view(r, best), r, best), "json"))
     points = {p["label"]: p for p in doc["inrun_bound"]["points"]}
     assert (points["batch_size=16"]["fraction"], points["batch_size=16"]["n"],
@@ -352,9 +353,11 @@ def test_a_run_above_its_in_run_bound_is_left_out_and_said_everywhere(tmp_path: 
         {"batch_size=16": "0.425", "batch_size=8": ""}
     lines, _ = headroom_report(r, best, tmp_path / "report.html")
     assert any("batch_size=16: 0.43 (0.40-0.45 over 2 runs; 1 run above 1 left out (2.40): "
-               "others' load slowed the limit it timed more than its work: no bound); "
-               "batch_size=8: none (2 runs above 1 left out (1.45, 2.40): others' load slowed "
-               "the limit they timed more than their work: no bound)" in line
+               "it outran the limit it timed (others' load slowed that timing more than the "
+               "work, or the model's kernels beat the GEMM): no bound); batch_size=8: none (2 "
+               "runs above 1 left out (1.45, 2.40): they outran the limit they timed (others' "
+               "load slowed that timing more than the work, or the model's kernels beat the "
+               "GEMM): no bound)" in line
                for line in lines)
     # a best point whose every run was above 1 has no fraction, and says why
     from tunelab.report.inrun import inrun_best_lines, inrun_bounds
@@ -368,6 +371,7 @@ def test_a_run_above_its_in_run_bound_is_left_out_and_said_everywhere(tmp_path: 
 
     assert inrun_best_lines(own, _Best()) == [  # type: ignore[arg-type]
         "In-run fraction of bound: none for the best point (batch_size=8): 2 runs above 1 "
-        "left out (1.45, 2.40): others' load slowed the limit they timed more than their "
-        "work: no bound; measured in the run: each run's rate / the limit it timed itself "
+        "left out (1.45, 2.40): they outran the limit they timed (others' load slowed that "
+        "timing more than the work, or the model's kernels beat the GEMM): no bound; "
+        "measured in the run: each run's rate / the limit it timed itself "
         "while it ran (figure of merit bound_fraction)."]

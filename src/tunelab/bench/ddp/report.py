@@ -131,9 +131,10 @@ def _bound_text(result: dict[str, Any], unit: str) -> str:
     n = b.get("gemm_measurements")
     when = (f"the highest of {n} measured in the run: {rates}" if n and rates
             else "measured in the run after the timed steps")
-    above = ("; above 1: no bound: others' load slowed the GEMM, every time it was "
-             "measured, more than it slowed the steps, so this is no fraction of the "
-             "machine's rate (a study's best and report leave it out): measure on quiet cores"
+    above = ("; above 1: no bound: the steps outran the GEMM every time it was measured "
+             "(others' load slowed the GEMM more than the steps, or the model's kernels, "
+             "e.g. oneDNN's convolutions, beat torch.matmul), so this is no fraction of the "
+             "machine's rate (a study's best and report leave it out)"
              if b["bound_fraction"] > 1 else "")
     return (f"{b['bound_fraction']:.2f} = {b['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s "
             f"training ({b['flops_per_sample'] / 1e9:,.3f} GFLOP per {unit[:-1]}, forward "
