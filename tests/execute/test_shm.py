@@ -22,13 +22,15 @@ from tunelab.workload import Needs
 VADER = "OMPI_MCA_btl_vader_backing_directory"
 
 # each rank: reach a barrier (the shared-memory segments exist by then), write the paths of
-# the vader segments it maps into seg.RANK (in the working directory), then wait to be killed
+# the vader segments it maps into seg.RANK and its parent's pid (mpirun's) into launcher.RANK
+# (in the working directory), then wait to be killed
 RANK = ("import os, time\n"
         "from mpi4py import MPI\n"
         "MPI.COMM_WORLD.Barrier()\n"
         "maps = sorted({l.split()[-1] for l in open('/proc/self/maps') if 'vader_segment' in l})\n"
         "name = f'seg.{MPI.COMM_WORLD.rank}'\n"
         "open(name + '.part', 'w').write('\\n'.join(maps))\n"
+        "open(f'launcher.{MPI.COMM_WORLD.rank}', 'w').write(str(os.getppid()))\n"
         "os.rename(name + '.part', name)\n"
         "time.sleep(600)\n")
 
@@ -83,6 +85,43 @@ def test_a_killed_mpi_run_leaves_no_shared_memory_segment(tmp_path):
     assert all(_private(p) for p in segments), segments  # not /dev/shm/vader_segment.*
     assert [p for p in segments if os.path.exists(p)] == []
     assert not Path(segments[0]).parent.exists()
+
+
+@needs_mpi
+def test_a_killed_mpi_run_leaves_no_session_directory_of_its_launcher(tmp_path):
+    """Field test: each of 5 real mpirun runs stopped this way left its Open MPI session
+    directory (/tmp/ompi.<node>.<uid>/pid.<mpirun's pid>, its PMIx store: 8 MB apparent;
+    90 such here, 731 MB); now 0 of 5."""
+    status, _ = _mpirun(tmp_path, timeout_s=120, stop_when_up=True)
+    assert status == "stopped"
+    launcher = int((tmp_path / "launcher.0").read_text())
+    assert shm.session_dirs([launcher], {})[0].parent.name == (
+        f"ompi.{os.uname().nodename}.{os.getuid()}")
+    assert not shm.session_dirs([launcher], {})[0].exists()
+
+
+def test_only_a_gone_launchers_unused_session_directory_is_removed(tmp_path):
+    env = {"TMPDIR": str(tmp_path)}
+    alive = os.getpid()  # a live "launcher": its directory is its own
+    gone = _gone_pid()
+    mine, theirs = shm.session_dirs([alive, gone], env)
+    for directory in (mine, theirs):
+        (directory / "0").mkdir(parents=True)
+        (directory / "contact.txt").write_text("x")
+    assert shm.remove_sessions([alive, gone], env) == [theirs]
+    assert mine.exists() and not theirs.exists()
+    # a user's orte_tmpdir_base wins over TMPDIR
+    assert shm.session_dirs([1], {"OMPI_MCA_orte_tmpdir_base": "/x", **env})[0] == Path(
+        f"/x/ompi.{os.uname().nodename}.{os.getuid()}/pid.1")
+
+
+def _gone_pid() -> int:
+    """A pid no process has now (a child that has exited and been reaped)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 @needs_mpi

@@ -307,6 +307,8 @@ class RunProcesses:
         self._name = name
         self.env = {MARKER: f"{study.token}/{name}"}
         self.shm_dir: Path | None = None
+        self._launchers: list[int] = []  # the MPI launchers :meth:`end` found running
+        self._session_env: dict[str, str] = {}  # where they keep their session directories
         self.cgroup: Path | None = None
         self._cgroup_fd: int | None = None
         self._leader: procs.Proc | None = None
@@ -329,6 +331,7 @@ class RunProcesses:
         ranks span other nodes, where the directory does not exist: Open MPI would turn
         its shared-memory transport off) nothing is pointed anywhere."""
         extra: dict[str, str] = {}
+        self._session_env = {k: env[k] for k in shm.SESSION_VARIABLES if k in env}
         if shared_memory:
             if self.shm_dir is None:
                 self.shm_dir = shm.make(self.study.token, self._name)
@@ -373,6 +376,7 @@ class RunProcesses:
         """SIGTERM the run's processes, give them ``grace_s`` seconds, SIGKILL the rest.
         Interrupts wait until this is done; one arriving meanwhile ends the grace."""
         with _interrupts_held() as interrupted:
+            self._launchers = shm.launchers(p.pid for p in self._members(proc.pid))
             self._signal_all(proc.pid, signal.SIGTERM)
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline and not interrupted():
@@ -399,6 +403,9 @@ class RunProcesses:
             if self.shm_dir is not None:
                 shm.remove(self.shm_dir)  # kept while anything still uses it: swept later
                 self.shm_dir = None
+            if self._launchers:  # killed MPI launchers' session directories
+                shm.remove_sessions(self._launchers, self._session_env)
+                self._launchers = []
             if self._cgroup_fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(self._cgroup_fd)

@@ -9,6 +9,12 @@ counted against every later run. So each run gets a directory of its own,
 environment points the backing files there (:data:`VARIABLES`) — except a variable the user
 set, in the environment or in Open MPI's or UCX's configuration files, which always wins.
 
+Open MPI 4's ``mpirun`` also keeps a session directory, ``ompi.<node>.<uid>/pid.<its pid>``
+under ``orte_tmpdir_base`` (``$TMPDIR`` or ``/tmp``: RAM where ``/tmp`` is a tmpfs), with its
+PMIx shared-memory store (8 MB apparent), and removes it only when it ends normally: a run
+killed on its timeout left it (90 here, 731 MB). :func:`launchers` names a run's MPI launchers
+while they live; :func:`remove_sessions` removes their session directories once they are gone.
+
 Nothing is removed on a guess: a directory is removed only when it is one of this study's or
 attempt's own (its name holds their token), after its run's processes are gone, and only when
 no live process maps or holds open a file in it (:func:`tunelab.execute.procs.using`).
@@ -19,12 +25,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from tunelab.execute import procs
 
-__all__ = ["ROOT", "VARIABLES", "backing_env", "leftovers", "make", "remove"]
+__all__ = ["LAUNCHERS", "ROOT", "SESSION_VARIABLES", "VARIABLES", "backing_env", "launchers",
+           "leftovers", "make", "remove", "remove_sessions", "session_dirs"]
 
 ROOT = Path("/dev/shm")
 """Where the private directories go (the tmpfs where Open MPI and UCX put theirs)."""
@@ -91,6 +98,50 @@ def leftovers(token: str) -> list[Path]:
         return sorted(ROOT.glob(f"{_PREFIX}{token}-*"))
     except OSError:
         return []
+
+
+SESSION_VARIABLES = ("OMPI_MCA_orte_tmpdir_base", "TMPDIR")
+"""The variables that say where an Open MPI launcher keeps its session directory."""
+
+LAUNCHERS = frozenset({"mpirun", "mpiexec", "orterun"})
+"""Names (``/proc/PID/comm``) of the Open MPI launchers whose session directories
+:func:`remove_sessions` removes."""
+
+
+def launchers(pids: Iterable[int]) -> list[int]:
+    """Those of ``pids`` that are Open MPI launchers (:data:`LAUNCHERS`) now."""
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                if f.read().strip() in LAUNCHERS:
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def session_dirs(pids: Iterable[int], env: Mapping[str, str]) -> list[Path]:
+    """The session directories the Open MPI launchers ``pids`` (run with environment ``env``)
+    keep: ``<orte_tmpdir_base>/ompi.<node>.<uid>/pid.<pid>``."""
+    base = env.get("OMPI_MCA_orte_tmpdir_base") or env.get("TMPDIR") or "/tmp"
+    top = Path(base) / f"ompi.{os.uname().nodename}.{os.getuid()}"
+    return [top / f"pid.{pid}" for pid in pids]
+
+
+def remove_sessions(pids: Iterable[int], env: Mapping[str, str]) -> list[Path]:
+    """Remove the session directories of the Open MPI launchers ``pids`` once each launcher is
+    gone, where no live process uses a file in it; those removed."""
+    removed = []
+    for pid, directory in zip(pids := list(pids), session_dirs(pids, env), strict=True):
+        if procs.stat(pid) is not None or not directory.is_dir() or directory.is_symlink():
+            continue  # the launcher lives (or its pid was taken again), or nothing is left
+        if procs.using(directory):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        if not directory.exists():
+            removed.append(directory)
+    return removed
 
 
 # --- the user's own settings ----------------------------------------------------------------
