@@ -132,8 +132,9 @@ def session_dirs(pids: Iterable[int], env: Mapping[str, str]) -> list[Path]:
 def remove_sessions(pids: Iterable[int], env: Mapping[str, str]) -> list[Path]:
     """Remove the session directories of the Open MPI launchers ``pids`` once each launcher is
     gone, where no live process uses a file in it; those removed."""
+    pids = list(pids)
     removed = []
-    for pid, directory in zip(pids := list(pids), session_dirs(pids, env), strict=True):
+    for pid, directory in zip(pids, session_dirs(pids, env), strict=True):
         if procs.stat(pid) is not None or not directory.is_dir() or directory.is_symlink():
             continue  # the launcher lives (or its pid was taken again), or nothing is left
         if procs.using(directory):
