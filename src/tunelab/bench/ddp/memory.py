@@ -124,17 +124,25 @@ def _delivered(task: str, shape: tuple[int, ...]) -> int:
 
 
 def _model(cfg: DDPConfig) -> _Model:
-    """The model of ``cfg`` built on the ``meta`` device, measured (see the module's text)."""
+    """The model of ``cfg`` built on the ``meta`` device, measured (see the module's text);
+    once per model, shape and compute mode (:func:`worker_bytes` and :func:`loader_bytes`
+    both read it)."""
+    return _measure(cfg.model, cfg.image_size, cfg.window, cfg.patch,
+                    cfg.compute_mode.emulated)
+
+
+@functools.cache
+def _measure(name: str, image_size: int, window: int, patch: int, emulated: bool) -> _Model:
     import torch
 
     from tunelab.bench.ddp.models import build_model
 
-    model, spec = build_model(cfg.model, image_size=cfg.image_size, window=cfg.window,
-                              patch=cfg.patch, device="meta")
+    model, spec = build_model(name, image_size=image_size, window=window, patch=patch,
+                              device="meta")
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     sample = 4 * math.prod(spec.sample_shape)
     delivered = _delivered(spec.task, spec.sample_shape)
-    if cfg.compute_mode.emulated:
+    if emulated:
         return _Model(params, sample, delivered, 0)
     saved: dict[int, int] = {}
 
