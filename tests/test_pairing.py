@@ -184,3 +184,55 @@ def test_a_table_without_session_columns_pairs_by_round_as_before():
     assert pairing_breaks(runs, "fom.t") == ()
     group = point_groups(runs, "fom.t")[BASE]
     assert group.blocks is not None and group.blocks.tolist() == [0, 1, 2]
+
+
+def _rerun(tmp_path: Path, again: list[tuple[int, int]], factor: float = 1.10) -> pd.DataFrame:
+    """The study of :func:`_study`, then the runs ``again`` ((x, round) pairs) made again
+    by one ``--rerun-disturbed`` pass three hours later, on a machine ``factor`` slower."""
+    _study(tmp_path)
+    later = T0 + timedelta(hours=3)
+    with open_store(tmp_path, write=True) as store:
+        store.discard_runs([(json.dumps({"x": x}), r, "others took 90%") for x, r in again],
+                           _iso(later))
+        for x, r in again:
+            later += timedelta(seconds=12)
+            store.record_run(_record(x, r, 10.0 * factor * NOISE[x][r], later))
+        return store.runs_frame()
+
+
+def test_a_point_left_with_too_few_pairs_is_linked_through_the_other_points(tmp_path: Path):
+    """x=1 was disturbed in rounds r0, r1 and r2 and made again after the machine had drifted
+    10 %: it keeps 2 rounds in common with the baseline, too few to pair. Welch's test on all
+    its runs compared its three late runs with the baseline's early ones and took the drift
+    for a change (×0.944 [0.860, 1.036], p 0.07, where the runs vary by 0.3 %). The study's
+    additive model links the late runs through x=2, made again in the same pass: no change,
+    within ±0.4 %."""
+    from tunelab.stats.results import TEST_POOLED_ADDITIVE, Verdict
+
+    runs = _rerun(tmp_path, [(1, 0), (1, 1), (1, 2), (2, 1), (2, 2)])
+    c = _by_x(runs)[1]
+    assert c.test == TEST_POOLED_ADDITIVE and c.n_pairs == 2  # type: ignore[attr-defined]
+    assert abs(math.log(c.speedup)) < 0.003, c.speedup  # type: ignore[attr-defined]
+    assert c.verdict is Verdict.INDISTINGUISHABLE  # type: ignore[attr-defined]
+    assert c.ci_high / c.ci_low < 1.01, (c.ci_low, c.ci_high)  # type: ignore[attr-defined]
+    results = results_from_frame(runs, Objective("t", "minimize"), BASE)
+    assert any(TEST_POOLED_ADDITIVE in n for n in results.trust)
+
+
+def test_a_point_the_model_cannot_link_or_that_is_noisier_keeps_welchs_test(tmp_path: Path):
+    """Made again alone in its pass in rounds r0-r2, x=1's late runs share a block with no
+    other point: the model sets them aside and judges x=1 on its two rounds left (no
+    change). Made again alone in every round, nothing links x=1 to the baseline: Welch's
+    test, as before. A point whose runs scatter 10 % about the model where the study's
+    scatter 0.3 % is not judged on the study's noise either."""
+    from tunelab.stats.results import TEST_POOLED_ADDITIVE, TEST_WELCH
+
+    alone = _by_x(_rerun(tmp_path / "alone", [(1, 0), (1, 1), (1, 2)]))[1]
+    assert alone.test == TEST_POOLED_ADDITIVE  # type: ignore[attr-defined]
+    assert abs(math.log(alone.speedup)) < 0.003  # type: ignore[attr-defined]
+    apart = _rerun(tmp_path / "apart", [(1, r) for r in range(5)])
+    assert _by_x(apart)[1].test == TEST_WELCH  # type: ignore[attr-defined]
+    noisy = _rerun(tmp_path / "noisy", [(1, 0), (1, 1), (1, 2), (2, 1)])
+    wild = noisy["point"].eq(json.dumps({"x": 1})) & noisy["repeat"].isin([3, 4])
+    noisy.loc[wild, "fom.t"] *= np.array([0.9, 1.1])
+    assert _by_x(noisy)[1].test == TEST_WELCH  # type: ignore[attr-defined]

@@ -17,7 +17,10 @@ takes each block as a column of its own); with the pooled noise its standard err
 model assumes one noise level for all points; where a comparison's own per-round ratios
 vary more than that (F test against ``2 sigma^2`` at :data:`HETEROGENEITY_LEVEL`) it is
 judged on its own noise instead (:data:`TEST_PAIRED`), so one noisy point cannot borrow the
-others' quiet. Fewer than :data:`MIN_PAIRS` common rounds: Welch's test on its own runs.
+others' quiet. Fewer than :data:`MIN_PAIRS` common rounds: Welch's test on its own runs —
+except where a round was broken into blocks and both sides ran in enough of them: then the
+additive model's estimate of the two points' difference, which the other points' runs in
+the same blocks link (:mod:`tunelab.stats.additive`).
 Runs without rounds: the within-point noise (one-way), and Welch's test for every pair.
 A point with a value <= 0 is left out of the log table: Welch's test on the difference of
 its mean and the baseline's (no ratio exists; so too for a baseline with such a value).
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import special
 
+from tunelab.stats.additive import additive_tests
 from tunelab.stats.intervals import TestResult, t_p_value, unpaired_test
 from tunelab.stats.power import repeats_needed
 from tunelab.stats.results import (
@@ -96,6 +100,12 @@ class RoundTable:
             count = np.bincount(col, minlength=blocks.size)
             logs[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
         return cls(tuple(groups), rounds, logs)
+
+    @property
+    def broken(self) -> bool:
+        """Whether some round is more than one block (split across sessions, or holding
+        runs made again)."""
+        return bool(np.unique(self.rounds).size < self.rounds.size)
 
     def upto(self, upto: int | None) -> np.ndarray:
         """The table's columns of rounds before ``upto`` (all: None)."""
@@ -186,12 +196,15 @@ def study_tests(groups: Mapping[str, Group], baseline: str, direction: str,
     mean = np.where(finite, d, 0.0).sum(axis=1) / np.maximum(pairs, 1)
     spread = np.where(finite, d - mean[:, None], 0.0)
     sd = np.sqrt((spread * spread).sum(axis=1) / np.maximum(pairs - 1, 1))
+    few = [index[k] for k in keys if pairs[index[k]] < MIN_PAIRS]
+    linked = (additive_tests(logs, index[baseline], few, noise.sd_log, noise.df, direction)
+              if few and noise is not None and noise.paired and table.broken else {})
     out: dict[str, TestResult | None] = {}
     for k in keys:
         i = index[k]
         c = int(pairs[i])
         if c < MIN_PAIRS:
-            out[k] = _welch(groups[baseline], groups[k], direction, upto)
+            out[k] = linked.get(i) or _welch(groups[baseline], groups[k], direction, upto)
             continue
         out[k] = _paired(float(mean[i]), float(sd[i]), c, noise)
     return out

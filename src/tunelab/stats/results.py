@@ -34,6 +34,10 @@ judged on its own noise instead (see :mod:`tunelab.stats.pooled`)."""
 
 TEST_POOLED_PAIRED = "paired t, pooled noise"
 """Per-round log ratio, its noise pooled over every point of the study (two-way model)."""
+TEST_POOLED_ADDITIVE = "t, pooled two-way model"
+"""Point against baseline in the study's additive point + block model, pooled noise: where a
+split round or reruns left fewer than :data:`MIN_PAIRS` blocks in common
+(:mod:`tunelab.stats.additive`)."""
 TEST_POOLED = "t, pooled noise"
 """Log means, the noise pooled over every point of the study (no rounds to pair)."""
 TEST_PAIRED = "paired t"
@@ -154,11 +158,12 @@ class Comparison:
     ``speedup``, ``ci_low``/``ci_high`` and ``p_value`` are the estimate, the interval (at
     ``confidence``) and the two-sided p-value of the one test that decides the verdict,
     named by ``test`` (:data:`TEST_PAIRED`, :data:`TEST_POOLED_PAIRED`, :data:`TEST_WELCH`,
-    :data:`TEST_POOLED`); ``p_adjusted`` is that p after the study's adjustment for many
-    comparisons (``adjustment``: :data:`ADJUST_HOLM`, :data:`ADJUST_SEQUENTIAL`, or
-    :data:`ADJUST_NONE`, when it equals ``p_value``), and the verdict is better / worse
-    exactly when ``p_adjusted < 1 - confidence`` and the change is at least the noise
-    threshold. ``ratio_of_means`` is the plain ratio of the two means (descriptive).
+    :data:`TEST_POOLED`, :data:`TEST_POOLED_ADDITIVE`); ``p_adjusted`` is that p after the
+    study's adjustment for many comparisons (``adjustment``: :data:`ADJUST_HOLM`,
+    :data:`ADJUST_SEQUENTIAL`, or :data:`ADJUST_NONE`, when it equals ``p_value``), and the
+    verdict is better / worse exactly when ``p_adjusted < 1 - confidence`` and the change
+    is at least the noise threshold. ``ratio_of_means`` is the plain ratio of the two means
+    (descriptive).
     ``se_log`` and ``df`` are the test's standard error of the log speedup and its degrees
     of freedom; ``detectable`` is the minimum detectable change: the smallest true change
     (0.1 = 10 %) this test, at this noise, these runs and this adjustment, would call with
