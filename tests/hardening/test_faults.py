@@ -10,6 +10,7 @@ and no process of the study is left running.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import random
@@ -293,6 +294,46 @@ def test_sigterm_while_tunelab_starts_is_one_line(tmp_path, delay):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert len(err.strip().splitlines()) == 1 and "interrupted" in err, err
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def test_a_run_that_ended_while_tunelab_was_stopped_is_run_again(tmp_path):
+    """tunelab stopped (SIGSTOP, Ctrl-Z: its own process group only) while its run, in a
+    session of its own, runs on and ends: the end is seen only at SIGCONT, so the wall time
+    counts the stop (a 0.5 s run was stored as ok, 8.1 s). That attempt is lost and the run
+    goes again; the stored run is the one seen to its end."""
+    go, ended = tmp_path / "go", tmp_path / "ended"
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    code = (f"import pathlib, time  # {tag}\nwhile not pathlib.Path({str(go)!r}).exists(): "
+            f"time.sleep(0.01)\npathlib.Path({str(ended)!r}).touch()\nprint('v=1')")
+    study = tmp_path / "s.yaml"
+    study.write_text(f"name: f\nworkload: {{name: command, options: {{argv: [{PY}, -c, "
+                     f"{json.dumps(code)}], foms: {{v: 'v=(?P<value>\\S+)'}}}}}}\n"
+                     "parameters: {x: [1]}\nrepeats: 1\ntimeout: 60\nobjective: {fom: v}\n")
+    proc = start(study, tmp_path / "d")
+    wait_until(lambda: survivors(tag) != [] or proc.poll() is not None, what="the run")
+    run_pid = int(survivors(tag)[0].split(":")[0])
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: _state(proc.pid) == "T", what="tunelab to stop")
+        go.touch()
+        wait_until(lambda: ended.exists() and _state(run_pid) in ("Z", ""), what="its end")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert_complete(tmp_path / "d" / "tunelab.db", 1, 1)
+    conn = sqlite3.connect(tmp_path / "d" / "tunelab.db")
+    attempts = conn.execute("SELECT reason FROM attempts").fetchall()
+    conn.close()
+    assert len(attempts) == 1 and "tunelab was stopped" in attempts[0][0], attempts
+    assert "was stopped" in err, err
 
 
 # --- what runs leave behind ---------------------------------------------------------------

@@ -313,6 +313,9 @@ class RunProcesses:
         self._cgroup_fd: int | None = None
         self._leader: procs.Proc | None = None
         self._children_before: set[int] = set()
+        self.ended_while_stopped = False
+        """Whether tunelab was stopped (SIGSTOP, Ctrl-Z) when the run's leader ended: the
+        wall time it measured then counts the stop (see :meth:`in_flight`)."""
         if study.cgroup is not None:
             leaf = study.cgroup / name
             try:
@@ -358,11 +361,30 @@ class RunProcesses:
         self._children_before = {p.pid for p in procs.children()}
         return options
 
-    def in_flight(self) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
         """The block that starts, waits for and ends the run: the first SIGINT, SIGTERM or SIGHUP
         in it unwinds (the caller then calls :meth:`end`), every later one is held until
-        the block is left, so no second signal can skip the kill step."""
-        return _interrupts_raise_once()
+        the block is left, so no second signal can skip the kill step. A SIGCONT in it (tunelab
+        continued after SIGSTOP or Ctrl-Z; the run, in a session of its own, ran on) that finds
+        the run's leader ended sets :attr:`ended_while_stopped`: the end was seen only now."""
+        self.ended_while_stopped = False
+
+        def continued(signum: int, frame: object) -> None:
+            leader = self._leader
+            if leader is not None and procs.exited(leader.pid):
+                self.ended_while_stopped = True
+
+        try:
+            old = signal.signal(signal.SIGCONT, continued)
+        except ValueError:  # not the main thread: no handler can run here
+            old = None
+        try:
+            with _interrupts_raise_once():
+                yield
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGCONT, old)
 
     def started(self, proc: subprocess.Popen[bytes]) -> None:
         """Record the run's leader (pid and start time) while it is in flight."""

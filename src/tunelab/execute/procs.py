@@ -17,6 +17,7 @@ from pathlib import Path
 
 __all__ = ["GONE_WAIT_S", "Proc", "cgroup_base", "cgroup_kill", "cgroup_pids", "cgroup_remove",
            "children", "die_with_parent", "environ_has", "kill", "killpg", "marked", "pids", "reap",
+           "exited",
            "stat", "subreaper", "using", "wait_gone"]
 
 _PR_SET_PDEATHSIG = 1
@@ -114,6 +115,17 @@ def kill(pid: int, sig: int = signal.SIGKILL) -> None:
 def killpg(pgid: int, sig: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pgid, sig)
+
+
+def exited(pid: int) -> bool:
+    """Whether ``pid``, a child of this process, has ended: it waits to be reaped (and is
+    left so: ``WNOWAIT``) or was reaped already."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # reaped already
+    except OSError:
+        return False
 
 
 def reap(pid: int) -> None:

@@ -86,6 +86,10 @@ def run_command(
             processes.end(proc, _KILL_GRACE_S)
             return Outcome("stopped", None, wall)
         processes.cleanup()  # what the run left behind (background processes, daemons)
+    if processes.ended_while_stopped:  # its end was seen late: the wall time is not the run's
+        return Outcome("lost", rc, wall, reason=(
+            f"tunelab was stopped (SIGSTOP or Ctrl-Z) when the run ended, so its {wall:.3g} s "
+            "count the stop, not the run"))
     return Outcome("ok" if rc == 0 else "failed", rc, wall)
 
 
