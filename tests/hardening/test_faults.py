@@ -27,6 +27,7 @@ import pytest
 
 from tests.hardening.conftest import PY, assert_clean, read_only_view, root_can, store_rows
 from tunelab.execute import hygiene, shm
+from tunelab.store.connect import open_store
 
 PROG = Path(__file__).with_name("leaver.py")
 
@@ -334,6 +335,37 @@ def test_a_run_that_ended_while_tunelab_was_stopped_is_run_again(tmp_path):
     conn.close()
     assert len(attempts) == 1 and "tunelab was stopped" in attempts[0][0], attempts
     assert "was stopped" in err, err
+
+
+def test_a_wall_clock_stepped_mid_study_moves_no_run_to_another_session(tmp_path):
+    """A run's session (the ``tunelab run`` that made it, for pairing by round) was read
+    from its wall-clock start against each session's snapshot time: a clock stepped a year
+    forward mid-study (NTP, ``date``) put that session's later runs into the next session,
+    and ``compare`` said "Round r1 was split across 2 'tunelab run' sessions" and paired
+    them apart. The store's order decides now. The step is written into the store as such
+    a clock writes it."""
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=2, repeats=2, sleep="0", leave="plain",
+                                  extra="baseline: {x: 0}\n"))
+    d = tmp_path / "d"
+    for more in ([], ["--repeats", "3"]):
+        res = subprocess.run([PY, "-m", "tunelab", "run", str(study), "--dir", str(d), "-q",
+                              *more], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        if not more:  # the clock stepped a year forward before round r1 of session 1
+            conn = sqlite3.connect(d / "tunelab.db")
+            with conn:
+                conn.execute("UPDATE runs SET started_at = '2099' || substr(started_at, 5), "
+                             "ended_at = '2099' || substr(ended_at, 5) WHERE repeat = 1")
+            conn.close()
+    with open_store(d) as store:
+        frame = store.runs_frame()
+    sessions = sorted(zip(frame["repeat"], frame["session"], strict=True))
+    assert sessions == [(0, 1), (0, 1), (1, 1), (1, 1), (2, 2), (2, 2)], sessions
+    res = subprocess.run([PY, "-m", "tunelab", "compare", str(d)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and "split across" not in res.stdout + res.stderr, res.stdout
 
 
 # --- what runs leave behind ---------------------------------------------------------------

@@ -105,6 +105,9 @@ class Executor:
         """Runs the infrastructure lost, to be submitted again (``launcher.retries``)."""
         self._judged: set[tuple[str, str, int]] = set()
         """(job token, point key, repeat) of runs whose loss is stored already."""
+        self._reattached: set[str] = set()
+        """Tokens of the jobs an earlier controller submitted: their runs are stored without
+        this session's ``sysinfo_id`` (it names the session a run started in)."""
         self._losses: dict[tuple[str, int], int] = {}
         """Attempts of each run lost since this controller started (a resume starts the
         count again: ``launcher.retries`` more chances)."""
@@ -150,6 +153,7 @@ class Executor:
                     f"{self.study_dir}/jobs)")
             runs = tuple(RunRequest.from_json(r) for r in stored.runs)
             job = Job(stored.token, runs, self.jobs_dir)
+            self._reattached.add(stored.token)
             job_id = stored.job_id or self.launcher.find(job)
             if job_id is None:  # never accepted, or gone: its run directories tell
                 self._finish_job(job, JobStatus("unknown"), accepted=False)
@@ -408,7 +412,7 @@ class Executor:
                 hosts = (started_info(run.run_dir) or {}).get("hosts") or outcome.host
                 recorded += self._lose(run, job, "ABORTED", outcome.reason or "lost", hosts)
             else:
-                self._record_request(run, outcome)
+                self._record_request(run, outcome, job)
                 recorded += 1
         return recorded
 
@@ -437,7 +441,7 @@ class Executor:
                 hosts = (info or {}).get("hosts") or (info or {}).get("host")
                 recorded += self._lose(run, job, word, end.reason, hosts)
             else:
-                self._record_request(run, Outcome("failed", None, 0.0, reason=end.reason))
+                self._record_request(run, Outcome("failed", None, 0.0, reason=end.reason), job)
                 recorded += 1
         self.store.close_job(job.token, word)
         return recorded
@@ -466,19 +470,21 @@ class Executor:
             return 0
         self._record_request(run, Outcome(
             "lost", None, 0.0, reason=f"{reason}; lost {attempts} times, not submitted again "
-                                      "(a resume runs it again)"))
+                                      "(a resume runs it again)"), job)
         return 1
 
-    def _record_request(self, run: RunRequest, outcome: Outcome) -> None:
+    def _record_request(self, run: RunRequest, outcome: Outcome, job: Job) -> None:
         point = Point.from_key(run.point_key)
         self._record(run.point_key, dict(point), run.repeat, run.run_dir, list(run.argv),
-                     dict(run.env), outcome)
+                     dict(run.env), outcome, own=job.token not in self._reattached)
 
     def _record(self, key: str, params: dict[str, object], repeat: int, run_dir: Path,
-                argv: list[str], env: dict[str, str], outcome: Outcome) -> None:
+                argv: list[str], env: dict[str, str], outcome: Outcome, *,
+                own: bool = True) -> None:
+        """Store a run; ``own``: started in this session (by a job it submitted)."""
         record = run_record(self.study, self.store, key, params, repeat, run_dir, argv, env,
                             outcome, host=self.host, study_dir=self.study_dir,
-                            sysinfo_id=self.sysinfo_id)
+                            sysinfo_id=self.sysinfo_id if own else None)
         self.done.add((key, repeat))
         self.on_record(record)
         drop_scratch(self.study, run_dir)

@@ -5,12 +5,17 @@ only: ``tunelab run`` starts its first run sooner without it.
 
 Two columns say under which conditions a run was made, for the statistics' pairing by round
 (:mod:`tunelab.stats.blocks`): ``session``, the ``tunelab run`` invocation the run started in
-(each one stores a machine snapshot before its first run, so the count of snapshots taken
-up to the run's start numbers it: 1, 2, …; 0 before any, as in a store written without a
-runner), and ``rerun``, when a run is the new run of a (point, repeat) whose run
-``--rerun-disturbed`` discarded, the time of that discard (the meta ``discarded_runs``),
-else ``""``. Both are read from what every store already holds: no schema change, and
-stores of any version read the same.
+(each one stores a machine snapshot before its first run and names it in the runs it starts,
+``sysinfo_id``, so the snapshot's place in the order they were stored numbers it: 1, 2, …;
+a run that names none — a batch job's run collected by a later controller, a store written
+without a runner — is numbered by the count of snapshots taken up to its start, 0 before
+any), and ``rerun``, when a run is the new run of a (point, repeat) whose run
+``--rerun-disturbed`` discarded (the discarded run is deleted, so the one stored now is the
+new one), the time of that discard (the meta ``discarded_runs``), else ``""``. The order of
+the stored rows decides, never the wall clock alone: a clock stepped by NTP or ``date``
+mid-study (a year forward: a round of one session read as split across two) moves no run
+to another session. Both are read from what every store already holds: no schema change,
+and stores of any version read the same.
 """
 
 from __future__ import annotations
@@ -41,19 +46,22 @@ def read_runs_frame(conn: sqlite3.Connection) -> pd.DataFrame:
 
     runs = pd.read_sql_query(
         "SELECT r.id AS run_id, r.point_id, p.key AS point, p.params, r.repeat, r.status, "
-        "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host FROM runs r "
+        "r.reason, r.rc, r.wall_s, r.started_at, r.ended_at, r.host, r.sysinfo_id "
+        "FROM runs r "
         "JOIN points p ON p.id = r.point_id ORDER BY r.id",
         conn,
     )
-    starts = sorted(str(row[0]) for row in conn.execute("SELECT taken_at FROM sysinfo"))
-    runs["session"] = np.searchsorted(np.array(starts, dtype=str),  # snapshots up to its start
-                                      runs["started_at"].astype(str).to_numpy(dtype=str),
-                                      side="right").astype(np.int64)
+    snapshots = conn.execute("SELECT id, taken_at FROM sysinfo ORDER BY id").fetchall()
+    starts = sorted(str(taken) for _, taken in snapshots)
+    by_time = np.searchsorted(np.array(starts, dtype=str),  # snapshots up to its start
+                              runs["started_at"].astype(str).to_numpy(dtype=str), side="right")
+    place = {int(ident): n for n, (ident, _) in enumerate(snapshots, start=1)}
+    own = [place.get(int(i), 0) if pd.notna(i) else 0 for i in runs.pop("sysinfo_id")]
+    runs["session"] = np.where(np.array(own, dtype=np.int64) > 0, own,
+                               by_time).astype(np.int64)
     discards = _discards(conn)
-    runs["rerun"] = [
-        at if (at := discards.get((key, int(rep)), "")) and str(start) >= at else ""
-        for key, rep, start in zip(runs["point"], runs["repeat"], runs["started_at"],
-                                   strict=True)]
+    runs["rerun"] = [discards.get((key, int(rep)), "")
+                     for key, rep in zip(runs["point"], runs["repeat"], strict=True)]
     params = pd.DataFrame([json.loads(p) for p in runs.pop("params")], index=runs.index)
     foms = pd.read_sql_query("SELECT run_id, name, value FROM foms", conn)
     if len(foms):
