@@ -14,6 +14,7 @@ import json
 import os
 import pty
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -497,6 +498,28 @@ def test_a_read_of_a_store_whose_index_became_immutable_is_one_line_not_sigbus(t
     assert res.returncode == 0, (res.returncode, res.stderr)
     assert res.stdout.startswith(f"cannot write {d}/tunelab.db-shm: it became read-only"), \
         res.stdout
+
+
+def test_a_study_directory_deleted_mid_run_is_said_and_no_run_is_claimed_stored(tmp_path):
+    """``rm -rf`` of the study directory while a run is in flight: the study stops with one
+    line that says so; it used to say "the finished runs are stored … run the same command
+    again to resume" of runs that went with the directory."""
+    tag = f"tl{uuid.uuid4().hex[:10]}"
+    study = tmp_path / "s.yaml"
+    study.write_text(leaver_study(tag, points=2, repeats=1, sleep="60", leave="plain"))
+    d = tmp_path / "d"
+    proc = start(study, d, "-q")
+    wait_until(lambda: survivors(tag) != [] or proc.poll() is not None, what="the run")
+    while d.exists():  # as rm -rf: again, should tunelab make a file meanwhile
+        shutil.rmtree(d, ignore_errors=True)
+    for run in survivors(tag):  # the run ends now rather than after its 60 s
+        os.kill(int(run.split(":")[0]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"the study directory {d} was deleted" in lines[0], err
+    assert "are stored" not in lines[0], lines[0]
+    assert wait_no_survivors(tag) == []
 
 
 def test_a_full_disk_mid_run_stops_with_one_line_and_resumes(tmp_path):

@@ -42,13 +42,29 @@ _JOBS_NAME = "jobs"
 
 
 def write_fault(exc: OSError, path: Path | str | None = None) -> StoreError:
-    """``exc`` (raised while writing ``path``) as the one line that stops the study."""
+    """``exc`` (raised while writing ``path``) as the one line that stops the study; when
+    the study directory itself is gone (``rm -rf`` while the study ran), that is said, and
+    not that the finished runs are stored: they went with it."""
     where = exc.filename or path or "the study directory"
     reason = exc.strerror or str(exc)
+    gone = _deleted_study(Path(where)) if exc.errno == errno.ENOENT else None
+    if gone is not None:
+        return StoreError(f"cannot write {where}: the study directory {gone} was deleted "
+                          "while the study ran, and the runs stored in it with it; run the "
+                          "same command again to start the study over")
     if exc.errno == errno.ENOSPC:
         reason = "no space left on the device"
     return StoreError(f"cannot write {where}: {reason}; the finished runs are stored, fix "
                       "this and run the same command again to resume")
+
+
+def _deleted_study(path: Path) -> Path | None:
+    """The study directory that held ``path`` (in its ``runs`` or ``jobs`` directory), when
+    that directory is gone; else None."""
+    for folder in (path, *path.parents):
+        if folder.name in (_RUNS_NAME, _JOBS_NAME):
+            return None if folder.parent.exists() else folder.parent
+    return None
 
 
 def check_study_dir(study_dir: Path) -> None:
