@@ -488,3 +488,20 @@ def test_scaling_figures_keep_long_series_names_inside_and_apart(tmp_path, monke
                                        "Scale-up vs scale-out"), strict=True):
         assert title in figure.text() and "infiniband" in figure.text()
         assert_legible(figure)
+
+
+def test_equal_compute_times_fit_no_contention_and_keep_a_degree_of_freedom():
+    """The compute times of a study whose program prints one constant: nnls left a rounding
+    residue (contention 5e-17 on an Intel Xeon, 0 on an AMD EPYC) that counted as a fitted
+    parameter, took the fit's last degree of freedom, and left every forecast beyond 2x with
+    no interval (the CLI's forecast test failed on that machine only)."""
+    from tunelab.scaling.model import Observation
+
+    def point(workers: int, nodes: int, step: float) -> Observation:
+        return Observation(workers, nodes, 2, step, 0.17, 1e8, 64.0 * workers, 64 * workers / step,
+                           1, 0.0, False, math.inf)
+
+    obs = [point(1, 1, 0.1764), point(2, 1, 0.346667), point(2, 2, 1.067309),
+           point(4, 1, 0.4257), point(4, 2, 1.574509)]
+    model = fit_step_model(obs)
+    assert model.contention == 0.0 and model.residual_df == 1

@@ -182,6 +182,11 @@ def features(workers: int, nodes: int, grad_bytes: float, shared_cores: float) -
     return [sharing, ring_bytes * host, ring_bytes * link]
 
 
+_NO_CONTENTION = 1e-9
+"""Contention (a share of compute per extra worker on a host) below which the fit's value is
+taken for zero: nnls leaves rounding residues where the compute times are all equal."""
+
+
 def _compute_fit(used: Sequence[Observation], strong: bool, ref: Observation,
                  shared_host: bool) -> tuple[float, float]:
     """(compute at one worker per host, contention) from the measured compute times: a
@@ -197,7 +202,10 @@ def _compute_fit(used: Sequence[Observation], strong: bool, ref: Observation,
     coef, _ = nnls(a, np.ones(u.size))
     if coef[0] <= 0:
         return float(np.mean(per)), 0.0
-    return float(coef[0]), float(coef[1] / coef[0])
+    contention = float(coef[1] / coef[0])
+    # a rounding residue (5e-17 for compute times all equal, on one CPU and not another)
+    # is no contention, nor a parameter of the fit
+    return float(coef[0]), contention if contention > _NO_CONTENTION else 0.0
 
 
 def fit_step_model(obs: Sequence[Observation], *,
