@@ -122,6 +122,10 @@ class Executor:
         """The pending reason last said of each queued job (by token)."""
         self._blocked_since: dict[str, float] = {}
         """Since when (monotonic) each queued job has been blocked without a check."""
+        self._running: set[str] = set()
+        """Tokens of the jobs last seen running."""
+        self._requeued: set[str] = set()
+        """Tokens of the jobs seen running, then queued again: the scheduler requeued them."""
 
     # ------------------------------------------------------------------ public steps
 
@@ -201,6 +205,10 @@ class Executor:
         recorded = 0
         for token, active in list(self.active.items()):
             status = statuses.get(active.job_id, JobStatus("unknown"))
+            if status.phase == "running":
+                self._running.add(token)
+            elif status.phase == "queued" and token in self._running:
+                self._requeued.add(token)
             if status.ended:
                 recorded += self._finish_job(active.job, status)
                 del self.active[token]
@@ -423,6 +431,8 @@ class Executor:
         started go to the next job as they are."""
         recorded = self._collect_finished(job)
         word = scheduler_reason(status, job.output_path)
+        if word == "COMPLETED" and job.token in self._requeued:
+            word = "REQUEUED"  # a run it cut off was cut by the requeue, not by its end
         started = {(r.point_key, r.repeat): started_info(r.run_dir) for r in job.runs}
         progressed = any(info is not None for info in started.values())
         tail = _tail(job.output_path)

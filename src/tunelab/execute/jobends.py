@@ -77,7 +77,8 @@ def judge_run_end(word: str, *, started: bool, pack_progressed: bool, job_name: 
     least one of its runs), ``output_tail`` (the job's last output line, for a job that
     ended before starting anything)."""
     if started:
-        reason = f"scheduler: {word} (job {job_name} ended during this run)"
+        what = "was put back in the queue" if word == "REQUEUED" else "ended"
+        reason = f"scheduler: {word} (job {job_name} {what} during this run)"
         return RunEnd("failed" if word in PROGRAM_STATES else "lost", reason)
     if pack_progressed:
         return RunEnd("repack", f"scheduler: {word} (job {job_name} ended before this run "

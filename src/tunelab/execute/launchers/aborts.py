@@ -26,6 +26,11 @@ Open MPI's ``mpirun`` report a task that died on signal N as their own exit stat
 signals, so a launcher that ended on a signal (a negative status, as :mod:`subprocess`
 reports it) says nothing about the program — whose job step, orphaned, may still run. A
 program run without a launcher that dies on a signal (a segfault, the OOM killer) failed.
+
+Once a job's walltime has passed, Slurm refuses every new step ("Unable to create step for
+job N: Job/step already completing or completed") while ``squeue`` still says RUNNING, for
+up to 30 s, until its next time-limit check ends the job (:func:`job_ending`): the run's
+program never started, and nothing more can run in that job.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ import signal
 from collections.abc import Sequence
 from pathlib import PurePath
 
-__all__ = ["NEVER_STARTED", "allocation_ends", "launcher_killed", "scheduler_abort",
-           "step_never_started"]
+__all__ = ["JOB_ENDING", "NEVER_STARTED", "allocation_ends", "job_ending", "launcher_killed",
+           "scheduler_abort", "step_never_started"]
 
 _TAIL_BYTES = 16_384
 
@@ -53,11 +58,16 @@ _ABORTS = re.compile(
     r"|=>> PBS: job killed"
 )
 
+JOB_ENDING = "srun's job step was refused because the job's time is up"
+"""How :func:`job_ending`'s reasons begin."""
+
 #: Aborts that say the allocation itself is broken or ending (a node failed, the job's
-#: walltime, preemption, the whole job cancelled): nothing more can run in it.
+#: walltime, preemption, the whole job cancelled, a step refused because the job's time is
+#: up): nothing more can run in it.
 _ALLOCATION_ENDS = re.compile(
     r"Task launch for \S+ failed on node|Node failure on|DUE TO |\*\*\* JOB \S+ ON \S+ CANCELLED"
-    r"|ORTE has lost|An ORTE daemon|PRTE has lost|PBS: job killed")
+    r"|ORTE has lost|An ORTE daemon|PRTE has lost|PBS: job killed"
+    rf"|^{re.escape(JOB_ENDING)}")
 
 #: srun (or sbatch) could not reach slurmctld, or could not authenticate through munge.
 _UNREACHABLE = re.compile(
@@ -82,12 +92,17 @@ def _tail_lines(stderr: bytes | str) -> list[str]:
     return text.splitlines()
 
 
-def scheduler_abort(stderr: bytes | str) -> str | None:
+def scheduler_abort(stderr: bytes | str, *, unreachable: bool = True) -> str | None:
     """Why the infrastructure ended the run, from ``stderr``'s tail: "the scheduler ended
-    the run: LINE" or "the Slurm controller could not be reached: LINE" (the first line
-    that says so), or None."""
+    the run: LINE" or (with ``unreachable``) "the Slurm controller could not be reached:
+    LINE" (the first line that says so), or None.
+
+    A launcher may exit 0 after the scheduler aborted its step (``srun`` did, on the
+    virtual cluster, after "srun: error: Node failure on node1", its task cut off and its
+    output lost): an abort line outweighs the exit code. A controller briefly out of reach
+    (``unreachable=False``) does not, when the launcher then succeeded: srun retries."""
     for line in _tail_lines(stderr):
-        if _UNREACHABLE.search(line):
+        if unreachable and _UNREACHABLE.search(line):
             return f"the Slurm controller could not be reached: {line.strip()[:300]}"
         if _ABORTS.search(line):
             return f"the scheduler ended the run: {line.strip()[:300]}"
@@ -121,6 +136,23 @@ def allocation_ends(reason: str) -> bool:
     broken or ending — a node failed, the job hit its walltime, was preempted or cancelled —
     rather than that one step was cancelled or the controller was briefly out of reach."""
     return bool(_ALLOCATION_ENDS.search(reason))
+
+
+#: srun's words when the job's end time has passed: Slurm refuses every new step at once,
+#: but ends the job only at its next time-limit check (every 30 s), and until then
+#: ``squeue`` still says RUNNING.
+_REFUSED_ENDING = re.compile(
+    r"\bsrun: error: Unable to create step for job \S+: Job/step already completing or "
+    r"completed")
+
+
+def job_ending(stderr: bytes | str) -> str | None:
+    """When ``srun`` was refused its step because the job is ending (its walltime passed),
+    the reason, with the line that says so; else None. The run's program never started."""
+    for line in _tail_lines(stderr):
+        if _REFUSED_ENDING.search(line):
+            return f"{JOB_ENDING}; its program never started: {line.strip()[:300]}"
+    return None
 
 
 NEVER_STARTED = "srun's job step never started"

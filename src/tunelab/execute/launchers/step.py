@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING
 
 from tunelab.errors import LaunchError
 from tunelab.execute.launchers.aborts import (
+    JOB_ENDING,
     NEVER_STARTED,
     allocation_ends,
+    job_ending,
     launcher_killed,
     scheduler_abort,
     step_never_started,
@@ -108,6 +110,9 @@ def execute_run(run: RunRequest, *, job_id: str = "", hosts: list[str] | None = 
                      noise)
     if not status_file:
         return result
+    if (reason or "").startswith(JOB_ENDING):  # its program never started: no exit status,
+        (run.run_dir / STARTED_FILE).unlink(missing_ok=True)  # so it is packed again as
+        return result  # a run the job never began, with no attempt spent on it
     write_json_atomic(run.run_dir / EXIT_FILE, {
         "status": result.status, "rc": result.rc, "wall_s": result.wall_s, "host": host,
         "started_at": started, "ended_at": result.ended_at, "reason": reason,
@@ -119,11 +124,15 @@ def _infrastructure_loss(outcome: Outcome, argv: Sequence[str], stderr: bytes) -
     """``outcome`` as ``lost`` when the infrastructure ended the run: its launcher
     (``argv[0]``) was killed by a signal, or its standard error says so — a failure whose
     exit code is the launcher's (the scheduler aborted the step, the controller could not
-    be reached), or a timeout of a step that never started."""
+    be reached), a success whose step the scheduler aborted (srun exits 0 after a node
+    failure), or a timeout of a step that never started."""
     if outcome.status == "failed" and outcome.rc is not None:
-        reason = launcher_killed(argv, outcome.rc) or scheduler_abort(stderr)
+        reason = launcher_killed(argv, outcome.rc) or job_ending(stderr) \
+            or scheduler_abort(stderr)
     elif outcome.status == "timeout":
         reason = step_never_started(stderr)
+    elif outcome.status == "ok":  # a launcher that exited 0 after its step was aborted
+        reason = scheduler_abort(stderr, unreachable=False)
     else:
         reason = None
     if reason is None:

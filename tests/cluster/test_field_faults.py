@@ -1,0 +1,136 @@
+"""Faults of the field that the first fault tests (tests/execute/test_cluster_faults.py) do
+not build: a pack that reaches its walltime, a job requeued under tunelab, the controller
+resumed after its jobs finished. The job step's side is checked with Slurm's own words (as
+srun printed them on the virtual cluster); the whole study on the virtual cluster (slow)."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.execute.test_cluster_faults import (
+    _assert_every_run_ok_once_and_nothing_left,
+    _start,
+    _study,
+)
+from tests.execute.test_slurm_launcher import jobs, rows, runs, wait_for
+from tunelab.execute.launchers import step
+from tunelab.execute.launchers.base import RunRequest, write_json_atomic
+
+#: What srun printed on the virtual cluster once its job's walltime had passed, while
+#: squeue still said RUNNING (Slurm 22.05; the job was ended up to 30 s later).
+TIME_UP = ("srun: error: Unable to create step for job 22: Job/step already completing or "
+           "completed")
+
+
+@pytest.fixture
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The step's holds, recorded instead of slept; Slurm says the job still runs."""
+    slept: list[float] = []
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(step, "_node_timeout_s", lambda: 20.0)
+    monkeypatch.setattr(step, "_hold", slept.append)
+    monkeypatch.setattr(step, "allocation_usable", lambda job_id, wait_s: True)  # squeue: R
+    return slept
+
+
+def _srun(tmp_path: Path, name: str, *shell: str) -> RunRequest:
+    """A run whose launcher is an executable ``srun`` that runs the ``shell`` lines."""
+    exe = tmp_path / "bin" / "srun"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text("#!/bin/sh\n" + "\n".join(shell) + "\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return RunRequest(name, 0, tmp_path / name, (str(exe), "-n", "1", "prog"), {}, tmp_path, 60)
+
+
+def _job(tmp_path: Path, *runs: RunRequest) -> str:
+    spec = tmp_path / "job.json"
+    write_json_atomic(spec, {"token": "t", "python": sys.executable,
+                             "runs": [r.to_json() for r in runs]})
+    return str(spec)
+
+
+def test_a_step_refused_because_the_walltime_passed_is_packed_again_at_no_cost(
+        tmp_path, no_waiting):
+    """Once the walltime has passed, every srun is refused until Slurm ends the job: the
+    refused run never started (no exit status, no start mark: the controller packs it again
+    without spending a retry), and the job starts no further run (each would be refused
+    the same way and spend one)."""
+    refused = _srun(tmp_path, "a", f"echo '{TIME_UP}' >&2", "exit 1")
+    after = RunRequest("b", 0, tmp_path / "b", (sys.executable, "-c", "print('value=1')"), {},
+                       tmp_path, 60)
+    assert step.main([_job(tmp_path, refused, after)]) == 75
+    assert not (refused.run_dir / "exit.json").exists()
+    assert not (refused.run_dir / "started.json").exists()
+    assert not after.run_dir.exists()  # never begun: packed again
+    assert len(no_waiting) == 1  # held the allocation until Slurm ends it
+
+
+def test_an_srun_that_exits_0_after_its_node_failed_loses_the_run(tmp_path, no_waiting):
+    """srun exited 0 after "Node failure on node1" on the virtual cluster (per-run job,
+    slurmd of node1 killed 8 s into an 80 s run), its task cut off and no output: the run
+    is lost (submitted again), never an ok run whose output is "unparsable"."""
+    cut = _srun(tmp_path, "a", "echo 'srun: error: Node failure on node1' >&2", "exit 0")
+    assert step.main([_job(tmp_path, cut)]) == 75
+    status = json.loads((cut.run_dir / "exit.json").read_text())
+    assert status["status"] == "lost" and status["rc"] == 0
+    assert status["reason"] == "the scheduler ended the run: srun: error: Node failure on node1"
+    assert len(no_waiting) == 1  # a node failed: the allocation is held, no further run
+
+
+def test_an_srun_that_succeeded_after_the_controller_was_briefly_away_is_ok(
+        tmp_path, no_waiting):
+    away = ("srun: error: Unable to confirm allocation for job 15: Unable to contact slurm "
+            "controller (connect failure)")
+    run = _srun(tmp_path, "a", f"echo '{away}' >&2", "echo value=1", "exit 0")
+    assert step.main([_job(tmp_path, run)]) == 0
+    assert json.loads((run.run_dir / "exit.json").read_text())["status"] == "ok"
+
+
+def test_a_program_that_prints_the_same_words_itself_still_failed(tmp_path, no_waiting):
+    """Only srun's own line counts: a program (no launcher) echoing it failed."""
+    run = RunRequest("p", 0, tmp_path / "p", (sys.executable, "-c",
+                                              f"import sys; print({TIME_UP!r}); sys.exit(3)"),
+                     {}, tmp_path, 60)
+    assert step.main([_job(tmp_path, run)]) == 0
+    status = json.loads((run.run_dir / "exit.json").read_text())
+    assert (status["status"], status["rc"]) == ("failed", 3)
+
+
+@pytest.mark.slow
+def test_a_pack_requeued_while_a_run_is_in_flight_loses_no_run_and_says_requeued(
+        slurm_env, tmp_path):
+    """``scontrol requeue`` (of a job an operator made requeueable: tunelab submits with
+    ``--no-requeue``) while a run is in flight: that run is a lost attempt named REQUEUED,
+    not a run the job's COMPLETED end cut off, and every run ends ok exactly once."""
+    study, marker = _study(tmp_path, "requeued", "{type: slurm, mode: pack, site: virtual, "
+                                                 "poll_interval: 0.5s}", xs=4, sleep=3)
+    d = tmp_path / "runs" / "requeued"
+    proc = _start(tmp_path, study, quiet=False)
+    wait_for(lambda: len(runs(d)) >= 1 and _in_flight(d), what="a run in flight")
+    job = jobs(d)[0]["job_id"]
+    subprocess.run(["scontrol", "update", f"jobid={job}", "requeue=1"], check=True)
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    said = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the controller saw it queued again (Slurm holds it ~2 min)
+        said.append(line)
+        if f"job {job} pending" in line:
+            break
+    subprocess.run(["scontrol", "update", f"jobid={job}", "starttime=now"], check=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, "".join(said) + err
+    attempts = rows(d, "SELECT state, reason FROM attempts")
+    assert attempts and {a["state"] for a in attempts} == {"REQUEUED"}, [dict(a) for a in attempts]
+    assert all("put back in the queue during this run" in a["reason"] for a in attempts)
+    _assert_every_run_ok_once_and_nothing_left(d, marker, 4)
+
+
+def _in_flight(d: Path) -> bool:
+    """A run has started and has no exit status yet."""
+    return any(not (p.parent / "exit.json").exists() for p in d.glob("runs/*/r*/started.json"))
