@@ -39,13 +39,14 @@ def no_waiting(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return slept
 
 
-def _srun(tmp_path: Path, name: str, *shell: str) -> RunRequest:
+def _srun(tmp_path: Path, name: str, *shell: str, timeout_s: float = 60) -> RunRequest:
     """A run whose launcher is an executable ``srun`` that runs the ``shell`` lines."""
     exe = tmp_path / "bin" / "srun"
     exe.parent.mkdir(exist_ok=True)
     exe.write_text("#!/bin/sh\n" + "\n".join(shell) + "\n")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return RunRequest(name, 0, tmp_path / name, (str(exe), "-n", "1", "prog"), {}, tmp_path, 60)
+    return RunRequest(name, 0, tmp_path / name, (str(exe), "-n", "1", "prog"), {}, tmp_path,
+                      timeout_s)
 
 
 def _job(tmp_path: Path, *runs: RunRequest) -> str:
@@ -90,6 +91,30 @@ def test_an_srun_that_succeeded_after_the_controller_was_briefly_away_is_ok(
     run = _srun(tmp_path, "a", f"echo '{away}' >&2", "echo value=1", "exit 0")
     assert step.main([_job(tmp_path, run)]) == 0
     assert json.loads((run.run_dir / "exit.json").read_text())["status"] == "ok"
+
+
+def test_an_srun_stopped_until_the_timeout_loses_the_run_not_the_program(tmp_path, no_waiting):
+    """``kill -STOP`` of a run's srun (its tasks ended; srun could not say so): at the
+    run's timeout the attempt is lost and run again, never a program's timeout; the job
+    goes on with its next run."""
+    held = _srun(tmp_path, "a", "kill -STOP $$", "echo value=1", timeout_s=1.0)
+    after = RunRequest("b", 0, tmp_path / "b", (sys.executable, "-c", "print('value=1')"), {},
+                       tmp_path, 60)
+    assert step.main([_job(tmp_path, held, after)]) == 0
+    status = json.loads((held.run_dir / "exit.json").read_text())
+    assert status["status"] == "lost", status
+    assert status["reason"].startswith("the run's launcher srun: its process was stopped")
+    assert json.loads((after.run_dir / "exit.json").read_text())["status"] == "ok"
+
+
+def test_a_program_stopped_until_the_timeout_is_a_timeout_that_says_so(tmp_path, no_waiting):
+    """A program run without a launcher: its timeout stays its own, the reason says it was
+    stopped."""
+    run = RunRequest("p", 0, tmp_path / "p", ("sh", "-c", "kill -STOP $$"), {}, tmp_path, 1.0)
+    assert step.main([_job(tmp_path, run)]) == 0
+    status = json.loads((run.run_dir / "exit.json").read_text())
+    assert status["status"] == "timeout"
+    assert status["reason"].startswith("its process was stopped by a signal")
 
 
 def test_a_program_that_prints_the_same_words_itself_still_failed(tmp_path, no_waiting):

@@ -40,8 +40,10 @@ import signal
 from collections.abc import Sequence
 from pathlib import PurePath
 
+from tunelab.execute.launchers.process import STOPPED
+
 __all__ = ["JOB_ENDING", "NEVER_STARTED", "allocation_ends", "job_ending", "launcher_killed",
-           "scheduler_abort", "step_never_started"]
+           "launcher_stopped", "scheduler_abort", "step_never_started"]
 
 _TAIL_BYTES = 16_384
 
@@ -129,6 +131,19 @@ def launcher_killed(argv: Sequence[str], rc: int | None) -> str | None:
     what = f" ({label})" if label else ""
     return (f"the run's launcher {name} was killed by signal {-rc}{what}, not its program "
             f"(a task that dies on a signal makes {name} exit with 128 + the signal)")
+
+
+def launcher_stopped(argv: Sequence[str], reason: str | None) -> str | None:
+    """When the run's command is a launcher (``srun``, ``mpirun``…) that was still stopped by
+    a signal at the run's timeout (``kill -STOP`` of it: :data:`~.process.STOPPED` begins
+    the timeout's ``reason``), the reason the run is lost; else None. A stopped launcher
+    cannot say that its tasks ended, so the timeout is not its program's."""
+    if not reason or not reason.startswith(STOPPED) or not argv:
+        return None
+    name = PurePath(argv[0]).name
+    if name not in _LAUNCHERS:
+        return None
+    return f"the run's launcher {name}: {reason}; not its program's timeout"
 
 
 def allocation_ends(reason: str) -> bool:

@@ -14,9 +14,21 @@ from tunelab.errors import LaunchError
 from tunelab.execute import hygiene
 from tunelab.execute.launchers.base import Outcome
 
-__all__ = ["run_command"]
+__all__ = ["STOPPED", "run_command", "stopped"]
 
 _KILL_GRACE_S = 3.0
+
+STOPPED = "its process was stopped by a signal (SIGSTOP or SIGTSTP) and never continued"
+"""How the reason of a timeout begins when the command's own process was stopped then."""
+
+
+def stopped(pid: int) -> bool:
+    """True when process ``pid`` is stopped by a signal (state T in ``/proc/PID/stat``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(") ")[2][:1] == "T"
 
 
 def run_command(
@@ -77,8 +89,10 @@ def run_command(
             wall = time.perf_counter() - start
         except subprocess.TimeoutExpired:
             wall = time.perf_counter() - start  # the time at the timeout, not after the kill
+            held = stopped(proc.pid)
             processes.end(proc, _KILL_GRACE_S)
-            return Outcome("timeout", None, wall)
+            return Outcome("timeout", None, wall, reason=(
+                f"{STOPPED}: killed at the {timeout_s:g} s timeout") if held else None)
         except BaseException:  # Ctrl-C: every process of the run goes down with us
             processes.end(proc, _KILL_GRACE_S)
             raise
@@ -91,8 +105,6 @@ def run_command(
             f"tunelab was stopped (SIGSTOP or Ctrl-Z) when the run ended, so its {wall:.3g} s "
             "count the stop, not the run"))
     return Outcome("ok" if rc == 0 else "failed", rc, wall)
-
-
 
 
 def _wait(proc: subprocess.Popen[bytes], deadline: float,

@@ -32,6 +32,7 @@ from tunelab.execute.launchers.aborts import (
     allocation_ends,
     job_ending,
     launcher_killed,
+    launcher_stopped,
     scheduler_abort,
     step_never_started,
 )
@@ -130,7 +131,7 @@ def _infrastructure_loss(outcome: Outcome, argv: Sequence[str], stderr: bytes) -
         reason = launcher_killed(argv, outcome.rc) or job_ending(stderr) \
             or scheduler_abort(stderr)
     elif outcome.status == "timeout":
-        reason = step_never_started(stderr)
+        reason = step_never_started(stderr) or launcher_stopped(argv, outcome.reason)
     elif outcome.status == "ok":  # a launcher that exited 0 after its step was aborted
         reason = scheduler_abort(stderr, unreachable=False)
     else:
