@@ -18,8 +18,8 @@ from tests.execute.test_cluster_faults import (
     _start,
     _study,
 )
-from tests.execute.test_slurm_launcher import jobs, rows, runs, wait_for
-from tunelab.execute.launchers import step
+from tests.execute.test_slurm_launcher import jobs, rows, runs, squeue_state, wait_for
+from tunelab.execute.launchers import step, stepcheck
 from tunelab.execute.launchers.base import RunRequest, write_json_atomic
 
 #: What srun printed on the virtual cluster once its job's walltime had passed, while
@@ -159,3 +159,77 @@ def test_a_pack_requeued_while_a_run_is_in_flight_loses_no_run_and_says_requeued
 def _in_flight(d: Path) -> bool:
     """A run has started and has no exit status yet."""
     return any(not (p.parent / "exit.json").exists() for p in d.glob("runs/*/r*/started.json"))
+
+
+@pytest.mark.slow
+def test_a_pack_that_reaches_its_walltime_spends_no_retry_on_runs_it_never_began(
+        slurm_env, tmp_path):
+    """40 runs of 2 s in a pack of walltime 1 min: the run the walltime cuts off is lost and
+    run again; the runs srun was refused once the walltime had passed (Slurm ends the job
+    up to 30 s later) are packed again as never begun, at no retry; every run ends ok
+    exactly once."""
+    study, marker = _study(tmp_path, "walltime", "{type: slurm, mode: pack, site: virtual, "
+                                                 "walltime: 1m, poll_interval: 0.5s}",
+                           xs=40, sleep=2, nodes=1)
+    d = tmp_path / "runs" / "walltime"
+    proc = _start(tmp_path, study, quiet=False)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    attempts = [dict(a) for a in rows(d, "SELECT state, reason FROM attempts")]
+    assert not [a for a in attempts if "Unable to create step" in a["reason"]], attempts
+    assert len(jobs(d)) >= 2  # the walltime ended the first pack part-way
+    _assert_every_run_ok_once_and_nothing_left(d, marker, 40)
+
+
+@pytest.mark.slow
+def test_a_per_run_job_whose_node_fails_mid_run_loses_the_attempt_not_the_run(
+        slurm_env, tmp_path):
+    """slurmd of the node of a running per-run job killed: srun exits 0 after "Node failure
+    on nodeK" with the task's output lost; the attempt is lost and the run is run again."""
+    study, marker = _study(tmp_path, "nodefail1", "{type: slurm, site: virtual, "
+                                                  "poll_interval: 0.5s}",
+                           xs=1, sleep=60, nodes=1)
+    d = tmp_path / "runs" / "nodefail1"
+    proc = _start(tmp_path, study)
+    wait_for(lambda: _in_flight(d), what="the run in flight")
+    job = jobs(d)[0]["job_id"]
+    node = int(slurm_env.slurm.run(["squeue", "-h", "-j", job, "-o", "%N"]).stdout.strip()
+               .removeprefix("node"))
+    try:
+        slurm_env.slurm.kill_slurmd(node)
+        wait_for(lambda: squeue_state(job) == "NODE_FAIL", what="NODE_FAIL")
+    finally:
+        slurm_env.slurm.restart_slurmd(node)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert rows(d, "SELECT state FROM attempts")
+    _assert_every_run_ok_once_and_nothing_left(d, marker, 1)
+
+
+def test_leftover_steps_are_asked_for_again_while_the_controller_is_away(monkeypatch,
+                                                                          capsys):
+    """slurmctld killed -9 and restarted mid-pack (measured: the step of the run that ended
+    while it was down stayed listed, and the next run's srun waited for its CPUs until the
+    run's 120 s timeout): before the next run the step asks again until the controller
+    answers, then cancels that step."""
+    answers: list[str | None] = [None, None, "7.batch 7.3\n", "7.batch\n"]
+    calls: list[list[str]] = []
+
+    def ask(argv: list[str], timeout_s: float = 30.0) -> str | None:
+        calls.append(argv)
+        if argv[0] != "squeue":
+            return ""
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    monkeypatch.setattr(stepcheck, "ask_slurm", ask)
+    monkeypatch.setattr(stepcheck, "_RETRY_S", 0.0)
+    monkeypatch.setattr(stepcheck, "_GONE_POLL_S", 0.0)
+    assert stepcheck.cancel_leftover_steps("7") == ["7.3"]
+    assert ["scancel", "7.3"] in calls
+    assert "cancelled step(s) 7.3" in capsys.readouterr().err
+
+
+def test_a_controller_away_for_good_delays_the_next_run_a_bounded_time(monkeypatch):
+    monkeypatch.setattr(stepcheck, "ask_slurm", lambda argv, timeout_s=30.0: None)
+    monkeypatch.setattr(stepcheck, "_RETRY_S", 0.0)
+    assert stepcheck.cancel_leftover_steps("7", wait_s=0.0) == []

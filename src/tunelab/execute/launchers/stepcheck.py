@@ -50,10 +50,17 @@ def ask_slurm(argv: list[str], timeout_s: float = _CALL_TIMEOUT_S) -> str | None
 def cancel_leftover_steps(job_id: str, wait_s: float = _GONE_WAIT_S) -> list[str]:
     """``scancel`` every numbered step of Slurm job ``job_id`` still listed (none of this
     job step's runs is in flight when it is called) and wait, up to ``wait_s``, until Slurm
-    lists none of them; the ids cancelled."""
+    lists none of them; the ids cancelled. A controller that does not answer is asked again
+    for up to ``wait_s`` first: a step that ended while it was down (``slurmctld``
+    restarted) is still listed once it is back."""
     if not job_id.isdigit():
         return []
-    stale = _numbered_steps(job_id) or []
+    deadline = time.monotonic() + wait_s
+    listed = _numbered_steps(job_id)
+    while listed is None and time.monotonic() < deadline:  # the controller is away: a step
+        time.sleep(_RETRY_S)  # that ended meanwhile is still listed once it is back, and
+        listed = _numbered_steps(job_id)  # would hold the next run's srun to its timeout
+    stale = listed or []
     if not stale:
         return []
     ask_slurm(["scancel", *stale])
