@@ -6,9 +6,12 @@ srun printed them on the virtual cluster); the whole study on the virtual cluste
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +22,10 @@ from tests.execute.test_cluster_faults import (
     _study,
 )
 from tests.execute.test_slurm_launcher import jobs, rows, runs, squeue_state, wait_for
-from tunelab.execute.launchers import step, stepcheck
-from tunelab.execute.launchers.base import RunRequest, write_json_atomic
+from tunelab.errors import LaunchError
+from tunelab.execute.launchers import LauncherConfig, step, stepcheck
+from tunelab.execute.launchers.base import Job, RunRequest, write_json_atomic
+from tunelab.execute.launchers.slurm import SlurmLauncher
 
 #: What srun printed on the virtual cluster once its job's walltime had passed, while
 #: squeue still said RUNNING (Slurm 22.05; the job was ended up to 30 s later).
@@ -233,3 +238,72 @@ def test_a_controller_away_for_good_delays_the_next_run_a_bounded_time(monkeypat
     monkeypatch.setattr(stepcheck, "ask_slurm", lambda argv, timeout_s=30.0: None)
     monkeypatch.setattr(stepcheck, "_RETRY_S", 0.0)
     assert stepcheck.cancel_leftover_steps("7", wait_s=0.0) == []
+
+
+DOWN = ("sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+        "(connect failure)")
+
+
+def _slurm_job(tmp_path: Path) -> Job:
+    run = RunRequest('{"x": 1}', 0, tmp_path / "r0", ("true",), {}, tmp_path, 60)
+    (tmp_path / "jobs").mkdir(exist_ok=True)
+    return Job("0123456789ab", (run,), tmp_path / "jobs")
+
+
+def test_a_submission_while_the_controller_is_away_is_tried_again(tmp_path, monkeypatch):
+    """sbatch while slurmctld restarts (measured, per-run mode: `tunelab run` stopped with
+    exit 2 "sbatch refused job …: Unable to contact slurm controller"): tried again until
+    the controller answers; the study goes on. sbatch and squeue are faked by scripts that
+    print Slurm's words."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tries = tmp_path / "tries"
+    (bin_dir / "sbatch").write_text(
+        f"#!/bin/sh\necho x >> {tries}\n"
+        f"[ $(wc -l < {tries}) -ge 3 ] && {{ echo 42; exit 0; }}\necho '{DOWN}' >&2; exit 1\n")
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 1\n")  # the controller is away
+    for exe in bin_dir.iterdir():
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    launcher = SlurmLauncher(LauncherConfig(type="slurm"))
+    assert launcher.submit(_slurm_job(tmp_path)) == "42"
+    assert len(tries.read_text().split()) == 3
+
+
+def test_a_refusal_is_not_tried_again(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission "
+                                    "failed: Invalid account' >&2; exit 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with pytest.raises(LaunchError, match="Invalid account"):
+        SlurmLauncher(LauncherConfig(type="slurm")).submit(_slurm_job(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_job_submitted_while_slurmctld_is_down_goes_in_once_it_is_back(slurm_env, tmp_path):
+    """The real controller killed -9: a submission made while it is down waits for it and
+    is accepted once it is back (one job, not two)."""
+    launcher = SlurmLauncher(LauncherConfig(type="slurm", poll_interval="0.5s"))
+    job = _slurm_job(tmp_path)
+    got: list[object] = []
+    slurm_env.slurm.kill_slurmctld()
+    try:
+        thread = threading.Thread(target=lambda: got.append(_submit_or_error(launcher, job)))
+        thread.start()
+        wait_for(lambda: job.script_path.exists(), what="the submission under way")
+    finally:
+        slurm_env.slurm.restart_slurmctld()
+    thread.join(timeout=400)
+    assert got and isinstance(got[0], str) and got[0].isdigit(), got
+    named = slurm_env.slurm.run(["squeue", "-h", "-t", "all", "--name", job.name, "-o", "%i"])
+    assert named.stdout.split() == [got[0]]
+
+
+def _submit_or_error(launcher: SlurmLauncher, job: Job) -> object:
+    try:
+        return launcher.submit(job)
+    except LaunchError as exc:
+        return exc

@@ -186,6 +186,17 @@ class VirtualSlurm:
         _signal_pidfile(self.root / "run" / f"slurmd-{self.nodes.node(k).name}.pid",
                         signal.SIGKILL)
 
+    def kill_slurmctld(self) -> None:
+        """SIGKILL the controller (its jobs and steps keep running on the nodes)."""
+        _signal_pidfile(self.root / "run" / "slurmctld.pid", signal.SIGKILL)
+
+    def restart_slurmctld(self, timeout_s: float = 60.0) -> None:
+        """Start the controller again (it recovers its jobs from its state directory)."""
+        if _pid_of(self.root / "run" / "slurmctld.pid") is None:
+            _check(["slurmctld", "-f", str(self.conf)], env=self.client_env())
+        self._wait(lambda: self.run(["scontrol", "ping"]).stdout.count("UP") > 0,
+                   timeout_s, "slurmctld did not answer")
+
     def restart_slurmd(self, k: int, timeout_s: float = 60.0) -> None:
         """Start node ``k``'s slurmd again and return the node to service."""
         if self.slurmd_pid(k) is None:

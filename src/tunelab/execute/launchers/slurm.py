@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from collections.abc import Sequence
 
 from tunelab.errors import LaunchError
 from tunelab.execute.launchers._batch import BatchLauncher, first_line, scheduler_call
 from tunelab.execute.launchers.base import Job, JobStatus, require
 
-__all__ = ["SlurmLauncher"]
+__all__ = ["UNREACHABLE_PATIENCE_S", "SlurmLauncher"]
+
+UNREACHABLE_PATIENCE_S = 300.0
+"""How long the controller may be out of reach before a submission or a poll gives up."""
+
+#: sbatch's words when it could not reach slurmctld (nothing was submitted, or it timed out).
+_UNREACHABLE = re.compile(r"Unable to contact slurm controller|Socket timed out on send/recv"
+                          r"|Communication connection failure")
 
 _QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED",
            "RESV_DEL_HOLD", "STOPPED", "RESIZING", "SIGNALING"}
@@ -47,8 +55,21 @@ class SlurmLauncher(BatchLauncher):
         self.check_with(shapes, ["sbatch", "--test-only"])
 
     def submit(self, job: Job) -> str:
-        """``sbatch --parsable SCRIPT``; the job id."""
-        out = scheduler_call(["sbatch", "--parsable", str(self.write(job))])
+        """``sbatch --parsable SCRIPT``; the job id. While the controller cannot be reached
+        (``slurmctld`` restarting) the submission is tried again, for as long as a poll may
+        go unanswered, each time after looking for the job by its name (an ``sbatch`` that
+        timed out may have reached the controller)."""
+        script = self.write(job)
+        deadline = time.monotonic() + UNREACHABLE_PATIENCE_S
+        while True:
+            out = scheduler_call(["sbatch", "--parsable", str(script)])
+            if out.returncode == 0 or not _UNREACHABLE.search(out.stderr) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(max(self.config.poll_s, 1.0))
+            found = self.find(job)
+            if found is not None:
+                return found
         if out.returncode != 0:
             raise LaunchError(f"sbatch refused job {job.name}: {first_line(out.stderr)}")
         job_id = out.stdout.strip().split(";")[0]
