@@ -307,3 +307,24 @@ def _submit_or_error(launcher: SlurmLauncher, job: Job) -> object:
         return launcher.submit(job)
     except LaunchError as exc:
         return exc
+
+
+def test_a_step_that_stays_listed_after_its_cancel_ends_the_pack_at_no_cost(
+        tmp_path, monkeypatch, no_waiting):
+    """slurmctld restarted mid-pack (measured): the step of the run that ended while it was
+    down was cancelled and still listed 60 s later (its processes were gone, so the cancel
+    never completed); the next run's srun then waited for its CPUs until the run's 120 s
+    timeout and was lost. Now the job starts no further run: the runs left are packed
+    again, never begun, at no retry."""
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setattr(stepcheck, "ask_slurm", lambda argv, timeout_s=30.0:
+                        "" if argv[0] != "squeue" else "7.batch 7.1\n")
+    monkeypatch.setattr(stepcheck, "_GONE_WAIT_S", 0.0)
+    monkeypatch.setattr(stepcheck, "_RETRY_S", 0.0)
+    first = RunRequest("a", 0, tmp_path / "a", (sys.executable, "-c", "print('value=1')"), {},
+                       tmp_path, 60)
+    second = RunRequest("b", 0, tmp_path / "b", (sys.executable, "-c", "print('value=2')"), {},
+                        tmp_path, 60)
+    assert step.main([_job(tmp_path, first, second)]) == 75
+    assert json.loads((first.run_dir / "exit.json").read_text())["status"] == "ok"
+    assert not second.run_dir.exists()  # never begun: packed again

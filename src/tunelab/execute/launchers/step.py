@@ -45,7 +45,7 @@ from tunelab.execute.launchers.base import (
 )
 from tunelab.execute.launchers.neighbours import other_jobs, with_neighbours
 from tunelab.execute.launchers.process import run_command
-from tunelab.execute.launchers.stepcheck import allocation_usable, cancel_leftover_steps
+from tunelab.execute.launchers.stepcheck import allocation_usable, steps_held
 
 if TYPE_CHECKING:
     from tunelab.execute.launchers.watch import RunWatch
@@ -180,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             run = RunRequest.from_json(data)
             if (run.run_dir / STARTED_FILE).exists() or (run.run_dir / EXIT_FILE).exists():
                 continue  # begun by an earlier allocation: the controller decides about it
-            if began:
-                cancel_leftover_steps(job_id)
+            if began and (held := steps_held(job_id)):
+                print(f"tunelab step: step(s) {', '.join(held)} still hold job {job_id}'s "
+                      "CPUs; it starts no further run (the runs left are packed again)",
+                      file=sys.stderr)
+                return 75
             began = True
             outcome = execute_run(run, job_id=job_id, hosts=hosts, watch=watch)
             if outcome.status == "lost" and not _goes_on(job_id, outcome.reason or ""):

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["allocation_usable", "ask_slurm", "cancel_leftover_steps"]
+__all__ = ["allocation_usable", "ask_slurm", "cancel_leftover_steps", "steps_held"]
 
 #: Node states (``sinfo %t``) in which a running job's next step can start.
 USABLE_NODE_STATES = frozenset({"alloc", "mix", "idle", "comp", "drng", "resv", "plnd"})
@@ -73,10 +73,20 @@ def cancel_leftover_steps(job_id: str, wait_s: float = _GONE_WAIT_S) -> list[str
             return stale
         if time.monotonic() >= deadline:
             print(f"tunelab step: step(s) {', '.join(sorted(set(stale) & set(listed)))} still "
-                  f"listed {wait_s:.0f} s after they were cancelled; the next run of job "
-                  f"{job_id} starts anyway", file=sys.stderr)
+                  f"listed {wait_s:.0f} s after they were cancelled", file=sys.stderr)
             return stale
         time.sleep(_GONE_POLL_S)
+
+
+def steps_held(job_id: str, wait_s: float | None = None) -> list[str]:
+    """Cancel the leftover steps of job ``job_id`` (:func:`cancel_leftover_steps`); the ones
+    Slurm still lists after that. Such a step holds the job's CPUs for good (the controller
+    lost its end while it was down, and a cancel cannot end a step whose processes are
+    gone): a next run's srun would wait for them until its timeout."""
+    stale = cancel_leftover_steps(job_id, _GONE_WAIT_S if wait_s is None else wait_s)
+    if not stale:
+        return []
+    return sorted(set(stale) & set(_numbered_steps(job_id) or []))
 
 
 def _numbered_steps(job_id: str) -> list[str] | None:
