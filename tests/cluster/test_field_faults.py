@@ -24,6 +24,8 @@ from tests.execute.test_cluster_faults import (
 from tests.execute.test_slurm_launcher import jobs, rows, runs, squeue_state, wait_for
 from tunelab.errors import LaunchError
 from tunelab.execute.launchers import LauncherConfig, step, stepcheck
+from tunelab.execute.launchers import slurm as slurm_launcher
+from tunelab.execute.launchers._batch import scheduler_call
 from tunelab.execute.launchers.base import Job, RunRequest, write_json_atomic
 from tunelab.execute.launchers.slurm import SlurmLauncher
 
@@ -283,23 +285,34 @@ def test_a_refusal_is_not_tried_again(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_job_submitted_while_slurmctld_is_down_goes_in_once_it_is_back(slurm_env, tmp_path):
+def test_a_job_submitted_while_slurmctld_is_down_goes_in_once_it_is_back(slurm_env, tmp_path,
+                                                                       monkeypatch):
     """The real controller killed -9: a submission made while it is down waits for it and
     is accepted once it is back (one job, not two)."""
     launcher = SlurmLauncher(LauncherConfig(type="slurm", poll_interval="0.5s"))
     job = _slurm_job(tmp_path)
     got: list[object] = []
+    refused: list[str] = []
+
+    def call(argv, **kwargs):  # the real sbatch, its refusals noted
+        out = scheduler_call(argv, **kwargs)
+        if argv[0] == "sbatch" and out.returncode != 0:
+            refused.append(out.stderr)
+        return out
+
+    monkeypatch.setattr(slurm_launcher, "scheduler_call", call)
     slurm_env.slurm.kill_slurmctld()
     try:
         thread = threading.Thread(target=lambda: got.append(_submit_or_error(launcher, job)))
         thread.start()
-        wait_for(lambda: job.script_path.exists(), what="the submission under way")
+        wait_for(lambda: refused, what="a submission refused while the controller is down")
     finally:
         slurm_env.slurm.restart_slurmctld()
     thread.join(timeout=400)
     assert got and isinstance(got[0], str) and got[0].isdigit(), got
     named = slurm_env.slurm.run(["squeue", "-h", "-t", "all", "--name", job.name, "-o", "%i"])
     assert named.stdout.split() == [got[0]]
+    assert "Unable to contact slurm controller" in refused[0]
 
 
 def _submit_or_error(launcher: SlurmLauncher, job: Job) -> object:

@@ -192,7 +192,8 @@ class VirtualSlurm:
 
     def restart_slurmctld(self, timeout_s: float = 60.0) -> None:
         """Start the controller again (it recovers its jobs from its state directory)."""
-        if _pid_of(self.root / "run" / "slurmctld.pid") is None:
+        pid = _pid_of(self.root / "run" / "slurmctld.pid")
+        if pid is None or _zombie(pid):  # a killed daemon's parent may not have reaped it
             _check(["slurmctld", "-f", str(self.conf)], env=self.client_env())
         self._wait(lambda: self.run(["scontrol", "ping"]).stdout.count("UP") > 0,
                    timeout_s, "slurmctld did not answer")
@@ -360,6 +361,14 @@ def _pid_of(path: Path, comm: str | None = None) -> int | None:
         return None
     expected = comm or path.name.split("-")[0].split(".")[0]
     return pid if name == expected else None
+
+
+def _zombie(pid: int) -> bool:
+    """True when process ``pid`` has ended and waits to be reaped (state Z)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2][:1] == "Z"
+    except OSError:
+        return False
 
 
 def _signal_pidfile(path: Path, sig: int) -> int | None:
