@@ -31,6 +31,10 @@ class Limits:
     """Upper bounds; each field's ``metadata["doc"]`` says what it bounds."""
 
     study_file_bytes: int = _limit(1 << 20, "size of a study file")
+    input_file_bytes: int = _limit(
+        8 << 20, "size of a file that a study or a command names and tunelab reads whole (a "
+                  "pw.x input, a Leopard data manifest, an accelerator or bounds profile); it "
+                  "must be a regular file (not a FIFO or a device)")
     yaml_nodes: int = _limit(
         100_000, "YAML nodes of a study file, counting every alias (*name) expansion")
     yaml_aliases: int = _limit(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tunelab.errors import TunelabError
+from tunelab.inputfile import read_input_text
 
 __all__ = ["BOUND_KINDS", "PROFILE_SCHEMA", "Bound", "BoundKind", "Profile", "median_of",
            "load_profile",
@@ -167,15 +168,12 @@ def profile_path(fingerprint: str, directory: Path | None = None) -> Path:
 def load_profile(fingerprint: str, directory: Path | None = None) -> Profile | None:
     """The stored profile of machine ``fingerprint``, or None when it has none."""
     path = profile_path(fingerprint, directory)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as exc:
-        raise TunelabError(f"cannot read {path}: {exc.strerror}") from None
+    text = read_input_text(path, f"bounds profile {path}")
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise TunelabError(f"{path} is not JSON ({exc}); measure again with "
                            "tunelab bounds --refresh") from None
     if not isinstance(doc, dict):

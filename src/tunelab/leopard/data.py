@@ -21,7 +21,6 @@ NaN value stored in a bigWig is an error).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tunelab.inputfile import read_input_json
 from tunelab.leopard.errors import LeopardError
 from tunelab.leopard.genomefiles import (
     check_bigwig_size,
@@ -76,12 +76,7 @@ def load_manifest(path: str | Path) -> Manifest:
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST_NAME
-    if not p.is_file():
-        raise LeopardError(f"{p}: data manifest not found")
-    try:
-        raw = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
-        raise LeopardError(f"{p}: not a valid JSON manifest ({exc})") from exc
+    raw = read_input_json(p, f"{p}: data manifest", error=LeopardError)
     if not isinstance(raw, dict):
         raise LeopardError(f"{p}: manifest must be a JSON object")
     for key in ("fasta", "dnase", "labels", "split"):

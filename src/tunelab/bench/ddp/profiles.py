@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.errors import WorkloadError
+from tunelab.inputfile import read_input_text
+from tunelab.safeyaml import load_yaml
 
 __all__ = ["KINDS", "Profile", "find_profile", "load_profiles", "parse_profile_name",
            "read_section", "shipped_table", "user_profile_path", "write_profile"]
@@ -91,22 +93,11 @@ def _entry(raw: Any, where: str) -> Profile:
 def read_section(path: Path, key: str) -> list[Any]:
     """The list under ``key`` of a profile table (``profiles``, ``fabrics``); empty when the
     file does not exist; one-line errors for an unreadable, oversized or malformed file."""
-    import yaml
-
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return []
-    except OSError as exc:
-        raise WorkloadError(f"cannot read accelerator profiles {path}: {exc.strerror}") from None
-    if size > MAX_FILE_BYTES:
-        raise WorkloadError(f"accelerator profiles {path}: {size} bytes is more than the "
-                            f"limit of {MAX_FILE_BYTES}")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise WorkloadError(f"cannot read accelerator profiles {path}: "
-                            f"{' '.join(str(exc).split())}") from None
+    text = read_input_text(path, f"accelerator profiles {path}", limit=MAX_FILE_BYTES,
+                           error=WorkloadError)
+    doc = load_yaml(text, str(path))[0] or {}
     raw = doc.get(key, []) if isinstance(doc, dict) else None
     if not isinstance(raw, list):
         raise WorkloadError(f"accelerator profiles {path}: expected a list under '{key}'")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunelab.errors import WorkloadError
+from tunelab.inputfile import read_input_text
 from tunelab.workloads.qe.fortran import fortran_bool
 from tunelab.workloads.qe.kpoints import KPointCount, compute_kpoints, fortran_float
 
@@ -40,6 +41,10 @@ DEFAULT_CONV_THR = 1e-6
 """pw.x's default ``conv_thr`` (Ry)."""
 
 _NAMELIST_START = re.compile(r"^[ \t]*&(\w+)", re.MULTILINE)
+_NAMELIST_BODY = re.compile(r"""(?:[^'"!#/]++|'[^']*+'|"[^"]*+"|[!#][^\n]*+)*+/""")
+"""A namelist's body up to its closing ``/``: the first one outside quotes and comments."""
+_COMMENT = re.compile(r"""('[^']*+(?:'|$)|"[^"]*+(?:"|$))|[!#].*""")
+"""A quoted string (kept: group 1) or a comment (dropped), within one line."""
 _ASSIGN = re.compile(
     r"(?P<key>\w+(?:\(\s*\d+(?:\s*,\s*\d+)*\s*\))?)\s*=\s*"
     r"(?P<val>'(?:[^']|'')*'|\"[^\"]*\"|[^,\s/]+)"
@@ -197,42 +202,20 @@ def _namelists(text: str) -> list[_Span]:
     spans: list[_Span] = []
     pos = 0
     while (m := _NAMELIST_START.search(text, pos)) is not None:
-        i, quote, comment = m.end(), "", False
-        while i < len(text):
-            ch = text[i]
-            if comment:
-                comment = ch != "\n"
-            elif quote:
-                quote = "" if ch == quote else quote
-            elif ch in "'\"":
-                quote = ch
-            elif ch in "!#":
-                comment = True
-            elif ch == "/":
-                break
-            i += 1
-        if i >= len(text):
+        body = _NAMELIST_BODY.match(text, m.end())
+        if body is None:  # no closing / (or a quote that never closes)
             break
+        i = body.end() - 1
         spans.append(_Span(m.group(1), m.start(), m.end(), i))
         pos = i + 1
     return spans
 
 
 def _strip_comments(text: str) -> str:
-    out = []
-    for line in text.splitlines():
-        quote = None
-        for i, ch in enumerate(line):
-            if quote:
-                if ch == quote:
-                    quote = None
-            elif ch in "'\"":
-                quote = ch
-            elif ch in "!#":
-                line = line[:i]
-                break
-        out.append(line)
-    return "\n".join(out)
+    """``text`` without its comments (``!`` or ``#`` to the end of the line, outside quotes;
+    a quote left open runs to the end of its line)."""
+    return "\n".join(_COMMENT.sub(lambda m: m.group(1) or "", line)
+                     for line in text.splitlines())
 
 
 def _unquote(value: str) -> str:
@@ -302,21 +285,19 @@ def read_pw_input(path: Path) -> PwInput:
     not a pw.x input.
     """
     path = Path(path)
-    if not path.is_file():
-        raise WorkloadError(f"pw.x input file {str(path)!r} does not exist")
-    try:
-        raw = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"pw.x input file {str(path)!r} cannot be read: {exc}") from exc
+    raw = read_input_text(path, f"pw.x input file {str(path)!r}", error=WorkloadError)
     text = _strip_comments(raw)
     namelists: dict[str, dict[str, str]] = {}
     lines: dict[tuple[str, str], int] = {}
+    number, counted = 1, 0  # the line number at offset ``counted``: counted once, forward
     for span in _namelists(text):
         values = {}
         for a in _ASSIGN.finditer(text, span.body, span.slash):
             key = a.group("key").lower().replace(" ", "")
             values[key] = _unquote(a.group("val"))
-            lines[span.name.lower(), key] = text.count("\n", 0, a.start()) + 1
+            number += text.count("\n", counted, a.start())
+            counted = a.start()
+            lines[span.name.lower(), key] = number
         namelists[span.name.lower()] = values
     cards = _cards(text)
     if "system" not in namelists or "ATOMIC_SPECIES" not in cards:
