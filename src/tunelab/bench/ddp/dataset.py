@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tarfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -110,9 +111,12 @@ def _scan_files(root: Path) -> tuple[str, list[tuple[str, int]]]:
                 raise WorkloadError(f"--data files:{root}: more than {MAX_FILES:,} files")
             full = os.path.join(dirpath, name)
             try:
-                size = os.stat(full).st_size
+                info = os.stat(full)
             except OSError as exc:
                 raise WorkloadError(f"cannot read {full}: {exc.strerror}") from None
+            if not stat.S_ISREG(info.st_mode):  # a FIFO would block a loader for ever
+                raise WorkloadError(f"{full}: not a regular file (a sample must be one)")
+            size = info.st_size
             found.setdefault(layout, []).append((os.path.relpath(full, root), size))
     if not found:
         raise WorkloadError(f"--data files:{root}: no samples found (looked for .jpg/.jpeg "
@@ -162,8 +166,12 @@ def scan_shard(path: str) -> tuple[int, str | None]:
 def _from_manifest(root: Path) -> DatasetIndex | None:
     path = root / MANIFEST
     try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MANIFEST_BYTES:
             return None
+        with path.open("rb") as f:  # a manifest tunelab wrote is one JSON object
+            if f.read(2) != b'{"':
+                return None
         doc = json.loads(path.read_text())
         layout = doc["layout"]
         entries = tuple(Entry(**e) for e in doc["entries"])

@@ -403,5 +403,17 @@ def launch(cfg: DDPConfig) -> int:
         if note:
             storage.setdefault("notes", []).append(note)
     print(render_table(cfg, result), flush=True)
+    summary = result["summary"]
+    if not summary.get("samples") and summary.get("corrupt"):  # it measured nothing
+        print(f"ddp: the timed steps received no sample: all {summary['corrupt']:,} samples "
+              f"read were corrupt (first: {_first_corrupt(result)})", file=sys.stderr,
+              flush=True)
+        return EXIT_FAILURE
     print(fom_line(cfg, result), flush=True)
     return 0
+
+
+def _first_corrupt(result: dict[str, Any]) -> str:
+    """The first corrupt file a run named."""
+    files = (result.get("data") or {}).get("corrupt_files") or []
+    return str(files[0]) if files else "none named"
