@@ -78,6 +78,9 @@ def main() -> None:
     except (ReaderLeft, BrokenPipeError):  # `tunelab compare DIR | head`: not an error
         silence_stdout()
         sys.exit(0)
+    except OSError as exc:  # a path given that the system refuses (name too long, no access)
+        message(f"tunelab: error: {_os_error_line(exc)}")
+        sys.exit(2)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 
@@ -90,6 +93,14 @@ def _exit_interrupted(text: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
     os._exit(130)
+
+
+def _os_error_line(exc: OSError) -> str:
+    """``path: reason`` of an error the system gave on a path (the path shortened)."""
+    name = exc.filename if exc.filename is not None else ""
+    shown = str(name) if len(str(name)) <= 200 else f"{str(name)[:100]}…{str(name)[-60:]}"
+    reason = exc.strerror or str(exc)
+    return _one_line(f"{shown}: {reason}" if shown else reason)
 
 
 def _one_line(text: str) -> str:

@@ -131,7 +131,7 @@ def command_problem(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> s
             return f"environment variable name {name!r} is empty or holds '=' or NUL"
         if "\x00" in value:
             return f"the value of environment variable {name} holds a NUL character"
-    if not cwd.is_dir():
+    if not os.path.isdir(cwd):  # False, never an error, for a name too long or closed
         return f"the working directory {cwd} does not exist or is not a directory"
     return None
 

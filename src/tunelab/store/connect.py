@@ -19,7 +19,9 @@ with a hot rollback journal is not damaged: a read-only open rolls the journal b
 
 from __future__ import annotations
 
+import errno
 import sqlite3
+import stat
 from pathlib import Path
 
 from tunelab.errors import StoreError
@@ -32,7 +34,13 @@ from tunelab.store.recover import (
     roll_back_journal,
     wal_without_index,
 )
-from tunelab.store.schema import DB_NAME, REQUIRED_TABLES, create_schema, foreign_problem
+from tunelab.store.schema import (
+    DB_NAME,
+    REQUIRED_TABLES,
+    SCHEMA_VERSION,
+    create_schema,
+    foreign_problem,
+)
 from tunelab.store.values import check_values
 
 RUNS_DIR = "runs"
@@ -49,10 +57,19 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
     study_dir = Path(study_dir)
     path = study_dir / DB_NAME
     if not create or write:
-        if not path.is_file():
+        try:
+            found = path.stat()
+        except OSError as exc:
+            found = None
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # too long, closed, a loop
+                name = str(study_dir)
+                shown = name if len(name) <= 200 else f"{name[:100]}…{name[-60:]}"
+                raise StoreError(f"{shown}: {exc.strerror or exc}") from None
+        if found is None or not stat.S_ISREG(found.st_mode):
             what = ("no such directory" if not study_dir.exists()
                     else "a file, not a study directory" if not study_dir.is_dir()
-                    else f"not a tunelab study directory (no {DB_NAME})")
+                    else f"not a tunelab study directory (no {DB_NAME})" if found is None
+                    else f"{DB_NAME} is not a regular file")
             raise StoreError(f"{study_dir}: {what}")
         if not write:
             return Store(_connect_readonly(path), path)
@@ -67,6 +84,7 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
             _check_intact(conn, path)
             _check_tunelab(conn, path, writing=True)
             check_values(conn, path)
+            _check_version(conn, path)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
@@ -148,6 +166,19 @@ def _check_tunelab(conn: sqlite3.Connection, path: Path, *, writing: bool) -> No
                          "was read or changed. Move it away, or use another study directory")
 
 
+def _check_version(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a database that a newer tunelab wrote: its tables may mean what this one does
+    not know (a column, a status, a table), so it is neither read in part nor written to."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:  # no meta table yet: a store being created
+        return
+    if row is not None and str(row[0]).isdigit() and int(row[0]) > SCHEMA_VERSION:
+        raise StoreError(f"{path}: was written by a newer tunelab (results schema {row[0]}; "
+                         f"this tunelab knows schemas up to {SCHEMA_VERSION}); nothing was "
+                         "read or changed. Use the tunelab that wrote it, or a newer one")
+
+
 def _connect_readonly(path: Path) -> sqlite3.Connection:
     """A read-only connection (:func:`_open_readonly`); a hot journal that an interrupted
     writer left is rolled back first (:func:`~tunelab.store.recover.roll_back_journal`)."""
@@ -185,6 +216,7 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
                 raise StoreError(f"{path}: holds no tunelab results yet (the run that "
                                  "created it was stopped before it had made its tables)")
             check_values(conn, path)
+            _check_version(conn, path)
             return conn
         except StoreError:
             conn.close()

@@ -29,6 +29,7 @@ backtracks catastrophically fails the run instead of hanging the study.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import string
@@ -235,11 +236,16 @@ class CommandWorkload(Workload):
 
     def check(self) -> None:
         exe = self.options.argv[0]
-        if "{" not in exe and shutil.which(exe) is None and not Path(exe).is_file():
-            raise WorkloadError(f"workload 'command': executable {exe!r} not found on PATH")
+        try:
+            if "{" not in exe and shutil.which(exe) is None and not Path(exe).is_file():
+                raise WorkloadError(f"workload 'command': executable {_shown(exe, 200)!r} not "
+                                    "found on PATH")
+        except OSError as exc:  # a name too long, a directory on the way that is closed
+            raise WorkloadError(f"workload 'command': executable {_shown(exe, 200)!r} cannot "
+                                f"be reached: {exc.strerror or exc}") from None
         if self.options.cwd:
             cwd = self._cwd(Path("."))
-            if not cwd.is_dir():
+            if not os.path.isdir(cwd):  # False, never an error, for a name too long
                 raise WorkloadError(f"workload 'command': working directory (cwd) {cwd} "
                                     "does not exist or is not a directory")
 
