@@ -15,8 +15,12 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from tunelab.errors import StoreError
+from tunelab.errors import StoreError, TunelabError
+
+if TYPE_CHECKING:
+    from tunelab.execute.launchers.config import LauncherConfig
 
 __all__ = ["JobScriptFiles", "best_job_script"]
 
@@ -50,7 +54,6 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
     the dialect of ``site`` (default: the study's site when it speaks ``scheduler``, else
     the scheduler's default site)."""
     from tunelab.cluster.mpi import Placement, portable_argv
-    from tunelab.errors import TunelabError
     from tunelab.execute.launchers.script import SCHEDULERS, JobScript, render, suggest_walltime
     from tunelab.execute.launchers.sites import site_for
     from tunelab.execute.study import prepare_study
@@ -71,7 +74,9 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
     spec = StudySpec.from_mapping(raw, source=study_file or str(study_dir),
                                   path=Path(study_file) if study_file else None)
     study = prepare_study(spec)
-    cfg = study.launcher
+    cfg = _with_options(study.launcher, {"memory": mem, "account": project, "partition": queue,
+                                         "modules": list(modules or ()) or None,
+                                         "directives": list(directives or ()) or None})
     if scheduler not in SCHEDULERS:
         raise TunelabError(f"unknown scheduler {scheduler!r}; choose one of: "
                            f"{', '.join(SCHEDULERS)}")
@@ -98,11 +103,31 @@ def best_job_script(study_dir: str | Path, *, scheduler: str, walltime_s: float 
         walltime_s=walltime_s or cfg.walltime_s or suggest_walltime(winner.median),
         body=(shlex.join(portable_argv(cmd.argv)),), nodes=needs.nodes,
         tasks_per_node=needs.ranks_per_node, cpus_per_task=needs.threads,
-        memory=mem or cfg.memory or needs.memory, account=project or cfg.account,
-        partition=queue or cfg.partition, modules=tuple(modules or cfg.modules),
-        directives=tuple(directives or cfg.directives), env=env,
+        memory=cfg.memory or needs.memory, account=cfg.account,
+        partition=cfg.partition, modules=tuple(cfg.modules),
+        directives=tuple(cfg.directives), env=env,
         pbs_resources=cfg.pbs_resources or ("select" if profile.resources == "slurm"
                                             else profile.resources),
         workdir_mode=profile.workdir, account_flag=profile.account_flag,
         exclusive=cfg.isolation == "exclusive",
         cores_per_node=cfg.cores_per_node)), files)
+
+
+_OPTION_OF = {"memory": "--mem", "account": "--project", "partition": "--queue",
+              "modules": "--module", "directives": "--directive"}
+
+
+def _with_options(cfg: LauncherConfig, given: dict[str, Any]) -> LauncherConfig:
+    """``cfg`` with the command line's values in place of its own, each checked as the study
+    file's launcher section checks it (``--mem -5GB`` is refused as ``memory: -5GB`` is)."""
+    from pydantic import ValidationError
+
+    update = {name: value for name, value in given.items() if value is not None}
+    try:
+        return type(cfg).model_validate({**cfg.model_dump(exclude_unset=True), **update})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = str(error["loc"][0]) if error["loc"] else ""
+        flag = _OPTION_OF.get(name, name)
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise TunelabError(f"{flag}: {message}") from None
