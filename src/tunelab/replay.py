@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tunelab.errors import ParseError, StoreError, TunelabError
+from tunelab.limits import LIMITS
 from tunelab.search.base import RunStrategy
 from tunelab.space import Point, Space
 from tunelab.workload import (
@@ -86,6 +87,21 @@ class _RecordedPoint(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     point: dict[str, int | float | str | bool]
     runs: list[float | None] = Field(min_length=1)
+
+    @field_validator("runs")
+    @classmethod
+    def _computable(cls, runs: list[float | None]) -> list[float | None]:
+        """Only values a run can record: a figure tunelab computes with, or null (failed);
+        ``tunelab replay`` never writes NaN, an infinity or 1e308 (such runs failed)."""
+        from tunelab.execute.guards import split_finite
+
+        for value in runs:
+            if value is not None and split_finite({"run": value})[1] is not None:
+                top = LIMITS.fom_magnitude
+                raise ValueError(f"a recorded run is a figure of merit tunelab can compute "
+                                 f"with (0, or a magnitude from {1 / top:g} to {top:g}) or "
+                                 f"null for a failed run, got {value}")
+        return runs
 
 
 class ReplayOptions(WorkloadOptions):

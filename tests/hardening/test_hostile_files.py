@@ -217,3 +217,19 @@ def test_a_ddp_run_whose_every_sample_is_corrupt_fails_naming_one(tmp_path):
     assert lines[-1].startswith("ddp: the timed steps received no sample: all "), lines
     assert f"{tmp_path / 'd' / 'a'}/" in lines[-1]
     assert '"benchmark": "ddp"' not in proc.stdout  # no figures of merit to record
+
+
+# --- a replay study holding values no run records ------------------------------------------
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1.0e+308", "-1.0e-300"])
+@pytest.mark.parametrize("command", [["space"], ["run", "--dry-run"], ["run", "-q"]])
+def test_a_replayed_value_no_run_records_is_refused_at_its_line(cli, command, value):
+    """``tunelab replay`` writes a failed run as null; a NaN, an infinity or a magnitude the
+    statistics cannot take would fail every run it is drawn for (or, before, pass ``space``)."""
+    text = ("name: r\nworkload: {name: replay, options: {fom: v, points:\n"
+            "  [{point: {x: 1}, runs: [1.0, 2.0]},\n"
+            f"   {{point: {{x: 2}}, runs: [1.5, {value}]}}]}}}}\n"
+            "parameters: {x: [1, 2]}\nrepeats: 2\nbaseline: {x: 1}\n")
+    answer = cli.run({"r.yaml": text}, [command[0], "r.yaml", *command[1:]])
+    assert_clean(answer, 2, "r.yaml:4:", "'points.1.runs'", "null for a failed run")
