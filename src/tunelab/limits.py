@@ -35,6 +35,9 @@ class Limits:
         8 << 20, "size of a file that a study or a command names and tunelab reads whole (a "
                   "pw.x input, a Leopard data manifest, an accelerator or bounds profile); it "
                   "must be a regular file (not a FIFO or a device)")
+    pseudo_file_bytes: int = _limit(
+        64 << 20, "size of a pw.x pseudopotential file (each run gets a copy of it; real "
+                  "ones are at most a few MiB)")
     yaml_nodes: int = _limit(
         100_000, "YAML nodes of a study file, counting every alias (*name) expansion")
     yaml_aliases: int = _limit(

@@ -233,3 +233,17 @@ def test_a_replayed_value_no_run_records_is_refused_at_its_line(cli, command, va
             "parameters: {x: [1, 2]}\nrepeats: 2\nbaseline: {x: 1}\n")
     answer = cli.run({"r.yaml": text}, [command[0], "r.yaml", *command[1:]])
     assert_clean(answer, 2, "r.yaml:4:", "'points.1.runs'", "null for a failed run")
+
+
+@pytest.mark.parametrize("command", [["space"], ["run", "--dry-run"]])
+def test_a_pseudopotential_too_large_to_copy_into_every_run_is_refused(cli, tmp_path, command):
+    """3 GB of zeros passed space; each run would have copied all of it into its directory."""
+    (tmp_path / "pp").mkdir()
+    (tmp_path / "si.in").write_text(SI.read_text().replace(
+        "pseudo_dir = '/usr/share/espresso/pseudo'", "pseudo_dir = './pp'"))
+    with (tmp_path / "pp" / "Si.pz-vbc.UPF").open("wb") as f:
+        f.truncate(3 << 30)
+    (tmp_path / "q.yaml").write_text(QE)
+    answer = cli.run({}, [command[0], "q.yaml", *command[1:]], cwd=str(tmp_path))
+    assert_clean(answer, 2, "q.yaml:2: pseudopotential 'Si.pz-vbc.UPF'",
+                 "is 3,221,225,472 bytes, more than the limit of 64 MiB")

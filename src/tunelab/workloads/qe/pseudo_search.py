@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunelab.errors import WorkloadError
+from tunelab.limits import LIMITS
 from tunelab.safeyaml import shorten
 from tunelab.workloads.qe.pwinput import PwInput
 
@@ -125,9 +126,7 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
             cut = cut_short(found)
             if cut is not None:
                 raise WorkloadError(
-                    f"pseudopotential {name!r} of species {species.label!r} ({found}) {cut}: "
-                    "pw.x would die reading it ('Fortran runtime error: End of file'); "
-                    "copy or download it again")
+                    f"pseudopotential {name!r} of species {species.label!r} ({found}) {cut}")
         files[name] = found
     return Resolved(files, tuple(generated))
 
@@ -174,8 +173,9 @@ UPF_TAIL_BYTES = 4096
 
 def cut_short(path: Path) -> str | None:
     """Why the pseudopotential file at ``path`` is incomplete (empty, or a UPF v2 file
-    without its closing ``</UPF>`` tag: a copy or download cut off), None when it looks
-    whole. Other formats are not judged. Reads at most a few kilobytes."""
+    without its closing ``</UPF>`` tag: a copy or download cut off) or too large to copy
+    into every run (``LIMITS.pseudo_file_bytes``), None when it looks whole. Other formats
+    are not judged. Reads at most a few kilobytes."""
     try:
         with path.open("rb") as handle:
             head = handle.read(512)
@@ -184,8 +184,14 @@ def cut_short(path: Path) -> str | None:
             tail = handle.read()
     except OSError as exc:
         return f"cannot be read: {exc.strerror or exc}"
+    dies = ": pw.x would die reading it ('Fortran runtime error: End of file'); copy or " \
+        "download it again"
     if size == 0:
-        return "is empty"
+        return "is empty" + dies
+    if size > LIMITS.pseudo_file_bytes:
+        return (f"is {size:,} bytes, more than the limit of {LIMITS.pseudo_file_bytes >> 20} "
+                "MiB for a pseudopotential: every run would get a copy of it")
     if b"<UPF version=" in head and b"</UPF>" not in tail:
-        return f"is cut short: a UPF file ends with </UPF>, this one stops after {size:,} bytes"
+        return (f"is cut short: a UPF file ends with </UPF>, this one stops after {size:,} "
+                "bytes" + dies)
     return None
