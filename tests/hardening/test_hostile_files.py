@@ -247,3 +247,17 @@ def test_a_pseudopotential_too_large_to_copy_into_every_run_is_refused(cli, tmp_
     answer = cli.run({}, [command[0], "q.yaml", *command[1:]], cwd=str(tmp_path))
     assert_clean(answer, 2, "q.yaml:2: pseudopotential 'Si.pz-vbc.UPF'",
                  "is 3,221,225,472 bytes, more than the limit of 64 MiB")
+
+
+def test_a_bed_file_of_gigabytes_without_a_line_end_is_refused_at_its_line(cli, tmp_path):
+    """labels.narrowPeak extended to 3 GB of zeros: 20 s CPU and 6.2 GB resident before (the
+    whole file read as text), one line now."""
+    assert_clean(cli.run({}, ["leopard", "synth", "g", "--n-chroms", "3", "--chrom-length",
+                              "20000"], cwd=str(tmp_path)), 0)
+    labels = tmp_path / "g" / "labels.narrowPeak"
+    lines = len(labels.read_text().splitlines())
+    with labels.open("r+b") as f:
+        f.truncate(3 << 30)
+    answer = cli.run({}, ["leopard", "extract", "g", "o", "--window", "1024", "--n-train", "4"],
+                     cwd=str(tmp_path))
+    assert_clean(answer, 2, f"g/labels.narrowPeak: line {lines + 1} is longer than 65,536 bytes")

@@ -7,6 +7,7 @@ bigWig gaps (bases with no entry) read as 0; a NaN value stored in a bigWig is a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,11 +177,7 @@ def read_intervals(path: Path, sizes: dict[str, int]) -> dict[str, np.ndarray]:
     found: dict[str, list[tuple[int, int]]] = {}
     foreign: set[str] = set()
     n_lines = 0
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LeopardError(f"{path}: unreadable BED file ({exc})") from exc
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in _bed_lines(path):
         if not line.strip() or line.startswith(("#", "track", "browser")):
             continue
         cols = line.split("\t") if "\t" in line else line.split()
@@ -209,6 +206,26 @@ def read_intervals(path: Path, sizes: dict[str, int]) -> dict[str, np.ndarray]:
         raise LeopardError(f"{path}: no chromosome name matches the FASTA (file has {ex}; "
                            f"FASTA has {have})")
     return {c: np.asarray(v, dtype=np.int64).reshape(-1, 2) for c, v in found.items()}
+
+
+MAX_BED_LINE_BYTES = 1 << 16
+"""The longest line a BED file is read for (a real one is some 100 bytes)."""
+
+
+def _bed_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of the BED file ``path``, read one at a time: a
+    line longer than :data:`MAX_BED_LINE_BYTES` (gigabytes of zeros) stops the reading."""
+    try:
+        with path.open("rb") as fh:
+            lineno = 0
+            while raw := fh.readline(MAX_BED_LINE_BYTES + 1):
+                lineno += 1
+                if len(raw) > MAX_BED_LINE_BYTES:
+                    raise LeopardError(f"{path}: line {lineno} is longer than "
+                                       f"{MAX_BED_LINE_BYTES:,} bytes: not a BED file")
+                yield lineno, raw.decode("utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LeopardError(f"{path}: unreadable BED file ({exc})") from exc
 
 
 def paint(length: int, intervals: np.ndarray | None, value: int, out: np.ndarray) -> None:
