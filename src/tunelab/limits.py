@@ -61,7 +61,8 @@ class Limits:
         200_000, "random draws spent looking for the valid points of a space too large "
                    "to enumerate")
     repeats: int = _limit(
-        10_000, "repeats per point (the study file's repeats and --repeats)")
+        10_000, "repeats per point (the study file's repeats and --repeats), and times a "
+                "disturbed run is run again (--rerun-disturbed)")
     runs: int = _limit(
         1_000_000, "runs of one study (points x repeats)")
     template_width: int = _limit(

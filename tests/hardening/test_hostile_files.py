@@ -20,6 +20,7 @@ import pytest
 
 from tests.hardening.conftest import assert_clean, command_study, finished_two_run_study
 from tests.hardening.worker import CliWorker
+from tunelab.limits import LIMITS
 
 SI = Path(__file__).parents[2] / "examples" / "qe" / "si.in"
 QE = ("name: q\nworkload: {name: qe, options: {input: si.in, oversubscribe: true}}\n"
@@ -261,3 +262,13 @@ def test_a_bed_file_of_gigabytes_without_a_line_end_is_refused_at_its_line(cli, 
     answer = cli.run({}, ["leopard", "extract", "g", "o", "--window", "1024", "--n-train", "4"],
                      cwd=str(tmp_path))
     assert_clean(answer, 2, f"g/labels.narrowPeak: line {lines + 1} is longer than 65,536 bytes")
+
+
+@pytest.mark.parametrize("command", [["run", "--dry-run"], ["run"]])
+def test_rerun_disturbed_is_bounded_like_repeats(cli, command):
+    """--rerun-disturbed 99999999999999999999 was accepted: on a busy machine, where every
+    run is flagged disturbed, it would run each run again without end."""
+    answer = cli.run({"s.yaml": command_study(["echo", "{x}"])},
+                     [*command, "s.yaml", "--rerun-disturbed", "99999999999999999999"])
+    assert_clean(answer, 2, "--rerun-disturbed", f"{LIMITS.repeats}")
+    assert not Path(answer["dir"], "runs").exists()

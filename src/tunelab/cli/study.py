@@ -24,6 +24,7 @@ from tunelab.cli.common import (
     raise_keyboard_interrupt,
 )
 from tunelab.errors import TunelabError, handle_stop_signals
+from tunelab.limits import LIMITS
 from tunelab.report.output import message
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ def run(
                                              "until other processes leave its cores quiet, "
                                              "and its disks once a run waited for its own "
                                              "I/O (at most 10 minutes).")] = False,
-    rerun_disturbed: Annotated[int, typer.Option("--rerun-disturbed", min=0, help="Run each "
+    rerun_disturbed: Annotated[int, typer.Option("--rerun-disturbed", min=0,
+                                                 max=LIMITS.repeats, help="Run each "
                                                  "run the noise watch flagged disturbed "
                                                  "again, up to N times.")] = 0,
     fmt: FormatOpt = OutputFormat.text,
