@@ -151,6 +151,9 @@ class Expression:
             raise ExpressionError(f"{_shorten(self.source)!r} gives {_shorten(repr(value))}, "
                                   f"a {type(value).__name__}: an expression's value must be a "
                                   "number, string or boolean")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ExpressionError(f"{_shorten(self.source)!r} gives {value}: a value that "
+                                  "overflowed (or is not a number) is no value to run with")
         return value
 
 

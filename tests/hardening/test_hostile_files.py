@@ -272,3 +272,14 @@ def test_rerun_disturbed_is_bounded_like_repeats(cli, command):
                      [*command, "s.yaml", "--rerun-disturbed", "99999999999999999999"])
     assert_clean(answer, 2, "--rerun-disturbed", f"{LIMITS.repeats}")
     assert not Path(answer["dir"], "runs").exists()
+
+
+@pytest.mark.parametrize("command", [["space"], ["run", "--dry-run"], ["run"]])
+@pytest.mark.parametrize(("value", "shown"), [("x * 10", "inf"), ("x * 10 - x * 10", "nan"),
+                                              ("-x * 10", "-inf")])
+def test_a_derived_value_that_overflows_is_no_value_to_run_with(cli, command, value, shown):
+    """x = 1e308, y = x * 10: 'inf' was handed to the program as its argument (exit 0)."""
+    text = command_study(["echo", "{y}"], params="x: [1.0e+308]",
+                         extra=f'derived: {{y: "{value}"}}\n')
+    answer = cli.run({"s.yaml": text}, [command[0], "s.yaml", *command[1:]])
+    assert_clean(answer, 2, "s.yaml:", f"gives {shown}: a value that overflowed")
