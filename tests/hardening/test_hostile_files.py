@@ -283,3 +283,20 @@ def test_a_derived_value_that_overflows_is_no_value_to_run_with(cli, command, va
                          extra=f'derived: {{y: "{value}"}}\n')
     answer = cli.run({"s.yaml": text}, [command[0], "s.yaml", *command[1:]])
     assert_clean(answer, 2, "s.yaml:", f"gives {shown}: a value that overflowed")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero", "directory"])
+@pytest.mark.parametrize("command", [["run", "-q"], ["status"], ["compare"]])
+def test_a_store_that_is_no_regular_file_is_named_by_every_command(cli, tmp_path, kind,
+                                                                   command):
+    """run said 'disk I/O error' for a FIFO or /dev/zero, the readers 'no tunelab.db'."""
+    (tmp_path / "runs" / "s").mkdir(parents=True)
+    db = tmp_path / "runs" / "s" / "tunelab.db"
+    if kind == "directory":
+        db.mkdir()
+    else:
+        _make(db, kind)
+    (tmp_path / "s.yaml").write_text(command_study(["echo", "{x}"]))
+    target = ["s.yaml"] if command[0] == "run" else ["runs/s"]
+    answer = cli.run({}, [command[0], *target, *command[1:]], timeout_s=60, cwd=str(tmp_path))
+    assert_clean(answer, 2, "runs/s: tunelab.db is not a regular file")

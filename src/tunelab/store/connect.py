@@ -56,20 +56,21 @@ def open_store(study_dir: str | Path, *, create: bool = False, write: bool = Fal
     store; with ``create`` for writing, making the directory and the schema as needed."""
     study_dir = Path(study_dir)
     path = study_dir / DB_NAME
+    try:
+        found = path.stat()
+    except OSError as exc:
+        found = None
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # too long, closed, a loop
+            name = str(study_dir)
+            shown = name if len(name) <= 200 else f"{name[:100]}…{name[-60:]}"
+            raise StoreError(f"{shown}: {exc.strerror or exc}") from None
+    if found is not None and not stat.S_ISREG(found.st_mode):  # a FIFO, a device, a directory
+        raise StoreError(f"{study_dir}: {DB_NAME} is not a regular file")
     if not create or write:
-        try:
-            found = path.stat()
-        except OSError as exc:
-            found = None
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # too long, closed, a loop
-                name = str(study_dir)
-                shown = name if len(name) <= 200 else f"{name[:100]}…{name[-60:]}"
-                raise StoreError(f"{shown}: {exc.strerror or exc}") from None
-        if found is None or not stat.S_ISREG(found.st_mode):
+        if found is None:
             what = ("no such directory" if not study_dir.exists()
                     else "a file, not a study directory" if not study_dir.is_dir()
-                    else f"not a tunelab study directory (no {DB_NAME})" if found is None
-                    else f"{DB_NAME} is not a regular file")
+                    else f"not a tunelab study directory (no {DB_NAME})")
             raise StoreError(f"{study_dir}: {what}")
         if not write:
             return Store(_connect_readonly(path), path)
