@@ -300,3 +300,25 @@ def test_a_store_that_is_no_regular_file_is_named_by_every_command(cli, tmp_path
     target = ["s.yaml"] if command[0] == "run" else ["runs/s"]
     answer = cli.run({}, [command[0], *target, *command[1:]], timeout_s=60, cwd=str(tmp_path))
     assert_clean(answer, 2, "runs/s: tunelab.db is not a regular file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero", "loop"])
+def test_a_pseudopotential_or_genome_file_that_is_no_regular_file_is_called_so(cli, tmp_path,
+                                                                               kind):
+    """Both were reported as missing ('in none of the places searched', 'file not found')."""
+    (tmp_path / "si.in").write_text(SI.read_text().replace(
+        "pseudo_dir = '/usr/share/espresso/pseudo'", "pseudo_dir = './pp'"))
+    (tmp_path / "q.yaml").write_text(QE)
+    assert_clean(cli.run({}, ["leopard", "synth", "g", "--n-chroms", "3", "--chrom-length",
+                              "20000"], cwd=str(tmp_path)), 0)
+    (tmp_path / "g" / "genome.fa").unlink()
+    for path in (tmp_path / "pp" / "Si.pz-vbc.UPF", tmp_path / "g" / "genome.fa"):
+        if kind == "loop":
+            path.parent.mkdir(exist_ok=True)
+            path.symlink_to(path.name)
+        else:
+            _make(path, kind)
+    assert_clean(cli.run({}, ["space", "q.yaml"], cwd=str(tmp_path)), 2,
+                 "q.yaml:2: pseudopotential 'Si.pz-vbc.UPF'", "is not a regular file")
+    assert_clean(cli.run({}, ["leopard", "extract", "g", "o", "--window", "1024"],
+                         cwd=str(tmp_path)), 2, "g/genome.fa: fasta is not a regular file")

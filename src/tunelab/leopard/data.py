@@ -21,6 +21,7 @@ NaN value stored in a bigWig is an error).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +99,8 @@ def load_manifest(path: str | Path) -> Manifest:
         q = Path(value)
         q = q if q.is_absolute() else p.parent / q
         if not q.is_file():
-            raise LeopardError(f"{q}: {key} file not found (named in {p})")
+            what = "is not a regular file" if os.path.lexists(q) else "file not found"
+            raise LeopardError(f"{q}: {key} {what} (named in {p})")
         return q
 
     fasta, dnase, labels = resolve("fasta"), resolve("dnase"), resolve("labels")

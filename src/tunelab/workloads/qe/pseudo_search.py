@@ -107,6 +107,14 @@ def resolve_pseudos(inp: PwInput, option_dir: Path | None, *, generate: bool) ->
                 found = ensure_pseudo(name)
             elif not found.is_file():
                 generated.append(name)
+        odd = None if found is not None else next(
+            (p.path / name for p in places
+             if p.path is not None and _lexists(p.path / name)), None)
+        if odd is not None:
+            raise WorkloadError(
+                f"pseudopotential {shorten(name, 80)!r} of species "
+                f"{shorten(species.label, 60)!r} named in {inp.path}: {odd} is not a regular "
+                "file (a FIFO, a device, a directory, or a link to nothing or to itself)")
         if found is None:
             looked = "; ".join(p.describe() for p in places)
             if inp.pseudo_dir is not None:
@@ -136,6 +144,14 @@ def _is_file(path: Path) -> bool:
     try:
         return path.is_file()
     except OSError:
+        return False
+
+
+def _lexists(path: Path) -> bool:
+    """Whether anything, even a dangling link, has this name (False for a refused name)."""
+    try:
+        return os.path.lexists(path)
+    except (OSError, ValueError):
         return False
 
 
