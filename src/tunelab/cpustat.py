@@ -1,7 +1,8 @@
 """What Linux says about a machine's CPUs, read from ``/proc`` and ``/sys``: CPU lists as it
 writes them (``0-3,6``), the CPUs this process may run on and those sharing a last-level
 cache with them, per-CPU busy and steal seconds, a cgroup's CPU time and CPU pressure, the
-CPU time of this process and its children, the load average and the clock frequency.
+time a CPU quota held back the cgroups a run's CPU time is limited by, the CPU time of this
+process and its children, the load average and the clock frequency.
 
 The counters the noise watch (:mod:`tunelab.noise`) reads before and after each run; each
 reader gives None (or the run's own CPUs) where the file is missing or unreadable.
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["cgroup_usage", "cpu_list_text", "cpu_seconds", "llc_cpus", "load", "mhz",
-           "own_cpus", "parse_cpu_list", "pressure", "rusage"]
+           "own_cpus", "parse_cpu_list", "pressure", "quota_cgroups", "rusage", "throttled"]
 
 PROC = Path("/proc")
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -114,6 +115,82 @@ def cgroup_usage(cgroup: Path | None) -> float | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def _mounts() -> list[tuple[str, Path, str, set[str]]]:
+    """Cgroup mounts of this process: (file system type, mount point, mount root, the
+    controllers of a version-1 hierarchy), from ``/proc/self/mountinfo``."""
+    try:
+        lines = (PROC / "self" / "mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, kind = left.split(), right.split()
+        if len(fields) > 4 and len(kind) > 2 and kind[0] in ("cgroup", "cgroup2"):
+            found.append((kind[0], Path(fields[4]), fields[3], set(kind[2].split(","))))
+    return found
+
+
+def _chain(leaf: Path, top: Path) -> list[Path]:
+    """``leaf`` and its parents up to ``top`` (both included; just ``leaf`` when it is not
+    under ``top``)."""
+    chain = [leaf]
+    while chain[-1] != top and chain[-1].parent != chain[-1] and top in chain[-1].parents:
+        chain.append(chain[-1].parent)
+    return chain
+
+
+def quota_cgroups(cgroup: Path | None) -> tuple[Path, ...]:
+    """The cgroups whose CPU quota can hold back a run in ``cgroup`` (None: in this
+    process's own), each with its ``cpu.stat``: that cgroup and its parents in the unified
+    hierarchy (cgroup v2, ``cpu.max``), and this process's cgroup of the version-1 ``cpu``
+    controller and its parents (``cpu.cfs_quota_us``; a run inherits it). Empty where
+    nothing is readable."""
+    try:
+        own = (PROC / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        return ()
+    paths: list[Path] = []
+    for kind, point, root, options in _mounts():
+        for line in own:
+            _, controllers, rel = (line.split(":", 2) + ["", ""])[:3]
+            if kind == "cgroup2" and controllers == "":
+                if cgroup is not None and point in cgroup.parents:
+                    paths += _chain(cgroup, point)
+                    continue
+            elif not (kind == "cgroup" and "cpu" in controllers.split(",")
+                      and "cpu" in options):
+                continue
+            rel = rel.strip()
+            if root != "/" and rel != root and not rel.startswith(root + "/"):
+                continue  # the cgroup is outside what this mount shows
+            paths += _chain(point / rel[len(root.rstrip("/")):].lstrip("/"), point)
+    paths = [p for p in paths if (p / "cpu.stat").is_file()]
+    return tuple(dict.fromkeys(paths))
+
+
+def throttled(cgroups: tuple[Path, ...]) -> tuple[float, ...] | None:
+    """Seconds a CPU quota held back each of ``cgroups`` since it was made (``cpu.stat``:
+    ``throttled_usec`` in cgroup v2, where the cpu controller is on; ``throttled_time``, in
+    ns, in version 1), summed over the CPUs it was held back on; 0 for a cgroup without
+    the counter; None when none has it."""
+    values: list[float] = []
+    found = False
+    for path in cgroups:
+        seconds = 0.0
+        try:
+            for line in (path / "cpu.stat").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "throttled_usec":
+                    seconds, found = int(value) / 1e6, True
+                elif name == "throttled_time":
+                    seconds, found = int(value) / 1e9, True
+        except (OSError, ValueError):
+            pass
+        values.append(seconds)
+    return tuple(values) if found else None
 
 
 def pressure(path: Path) -> float | None:

@@ -11,6 +11,14 @@ start would then look normal):
 * **the run's own CPU time**: its cgroup's ``cpu.stat`` (``usage_usec``; the study's
   cgroup, which holds only the run in flight, see :mod:`tunelab.execute.hygiene`), else the
   ``getrusage`` of the finished children; tunelab's own CPU time is subtracted too;
+* **a CPU quota's hold** (``throttled``): the time a CPU quota (cgroup v2 ``cpu.max``,
+  version 1 ``cpu.cfs_quota_us``) of the run's cgroup or a parent held its tasks back, from
+  their ``cpu.stat``, as a share of the run's wall time × its cores: a quota slows a run
+  without any other process on its cores;
+* **stopped processes** (``stopped``): the share of readings, every 50 ms while the run
+  ran, in which a process of its cgroup was stopped by a signal or a tracer
+  (:mod:`tunelab.procstate`; ``SIGSTOP`` from ``cpulimit``, a job suspended to share a
+  node): a stopped run takes no CPU and waits for none, so nothing else shows it;
 * **CPU pressure** (PSI): the share of the run's wall time in which its tasks waited for a
   CPU (``some`` of the cgroup's ``cpu.pressure``, else the machine's ``/proc/pressure/cpu``),
   recorded as ``psi_some`` beside the rest;
@@ -29,11 +37,13 @@ time of the cores sharing its last-level cache beside its own / (wall × all of 
 A run is **disturbed** when others took more than :data:`DISTURB_SHARE` of its cores, or of
 the cores sharing its last-level cache (a memory-bound run pinned to one core of two, beside
 one process streaming memory on the other, ran 1.7 to 2 times slower with its own core to
-itself), or the hypervisor stole more than :data:`STEAL_SHARE`, or others took more than
-:data:`CONTENDED_SHARE` of its cores while its own tasks waited for a CPU more than that
-share of its time (:func:`judge`); ``evidence`` says why in one phrase ("others took 64 % of
-cores 0-1"). PSI alone is not the rule: a run with more ranks than cores waits for a CPU with
-no one else on the machine; and only the run's own cgroup's says that the run waited. But on
+itself), or a CPU quota held it back more than :data:`THROTTLED_SHARE`, or its processes
+were stopped more than :data:`STOPPED_SHARE` of its time, or the hypervisor stole more than
+:data:`STEAL_SHARE`, or others took more than :data:`CONTENDED_SHARE` of its cores while
+its own tasks waited for a CPU more than that share of its time (:func:`judge`);
+``evidence`` says why in one phrase ("others took 64 % of cores 0-1"). PSI alone is not
+the rule: a run with more ranks than cores waits for a CPU with no one else on the machine;
+and only the run's own cgroup's says that the run waited. But on
 a run's one CPU, others run only while the run leaves it idle, never beside it: there the
 run's own waiting is the whole cost, and others' share counts only with it. A run whose
 own tasks waited for I/O more than :data:`CONTENDED_SHARE` of its time while others moved
@@ -49,6 +59,7 @@ Another process on a run's GPU is the GPU side of the same judgement
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import resource
 import time
@@ -58,6 +69,7 @@ from pathlib import Path
 
 from tunelab import cpustat
 from tunelab.diskio import DiskIO, DiskSnapshot, DiskWatch, bytes_text
+from tunelab.procstate import StopSampler
 
 __all__ = [
     "CONTENDED_SHARE",
@@ -68,6 +80,8 @@ __all__ = [
     "MAX_QUIET_WAIT_S",
     "QUIET_SHARE",
     "STEAL_SHARE",
+    "STOPPED_SHARE",
+    "THROTTLED_SHARE",
     "NoiseSample",
     "NoiseWatch",
     "judge",
@@ -85,6 +99,16 @@ of a run slowed it 18 %), and its waiting shows that it wanted them."""
 
 STEAL_SHARE = 0.10
 """… or when the hypervisor stole more than this share of its cores."""
+
+THROTTLED_SHARE = 0.10
+"""… or when a CPU quota of its cgroup or a parent held it back more than this share of its
+cores (of its wall time × its cores): a run in a cgroup allowed 30 % of a CPU ran 3.3 times
+slower, held back 23 % of its two cores, with no other process on them; without a quota the
+counter never moves."""
+
+STOPPED_SHARE = 0.10
+"""… or when some process of the run was stopped (``SIGSTOP``, a tracer) in more than this
+share of the readings taken while it ran (:mod:`tunelab.procstate`)."""
 
 IO_OTHERS_SHARE = 0.50
 """… or when other processes moved more than this share of the bytes on the physical disks
@@ -138,7 +162,8 @@ def _io_evidence(io: DiskIO | None) -> str | None:
 def judge(others_share: float | None, steal_share: float | None,
           cpu_list: str, *, llc_others_share: float | None = None,
           llc_cpu_list: str = "", waited: float | None = None,
-          io: DiskIO | None = None) -> tuple[bool, str | None]:
+          io: DiskIO | None = None, throttled: float | None = None,
+          stopped: float | None = None) -> tuple[bool, str | None]:
     """Whether a run is disturbed, and the phrase why (None when not): others took more than
     :data:`DISTURB_SHARE` of its cores (``others_share``) or of the cores sharing its
     last-level cache (``llc_others_share``: what they took beside its own cores, of all of
@@ -148,10 +173,18 @@ def judge(others_share: float | None, steal_share: float | None,
     :data:`STEAL_SHARE`; or others moved more than :data:`IO_OTHERS_SHARE` of the bytes on
     the disks (and at least :data:`IO_OTHERS_MIN_BYTES`) while the run, which moved some
     of its own, waited for I/O more than :data:`CONTENDED_SHARE` of its time (``io``; its
-    waiting from its own cgroup, else None). A run on one CPU that waited at most
-    :data:`CONTENDED_SHARE` of its time is not disturbed by what others took of that CPU:
-    they ran only while it left the CPU idle, never beside it."""
+    waiting from its own cgroup, else None); or a CPU quota held it back more than
+    :data:`THROTTLED_SHARE` of its cores (``throttled``), or some process of it was stopped
+    in more than :data:`STOPPED_SHARE` of the readings (``stopped``) — these two named
+    first, since others may fill the cores the run then leaves idle. A run on one CPU that
+    waited at most :data:`CONTENDED_SHARE` of its time is not disturbed by what others took
+    of that CPU: they ran only while it left the CPU idle, never beside it."""
     where = f"cores {cpu_list}" if cpu_list else "its cores"
+    if throttled is not None and throttled > THROTTLED_SHARE:
+        return True, f"a CPU quota held it back {throttled:.0%} of {where}"
+    if stopped is not None and stopped > STOPPED_SHARE:
+        return True, (f"its processes were stopped (by a signal or a tracer) {stopped:.0%} "
+                      "of the time")
     own_cores = others_share
     if (waited is not None and waited <= CONTENDED_SHARE
             and len(cpustat.parse_cpu_list(cpu_list)) == 1):
@@ -198,6 +231,12 @@ class Snapshot:
     they are the run's own)."""
     disk: DiskSnapshot | None = None
     """The disk counters (:mod:`tunelab.diskio`)."""
+    throttled: tuple[float, ...] | None = None
+    """Seconds a CPU quota held back each cgroup that limits the run
+    (:func:`tunelab.cpustat.throttled`)."""
+    stops: StopSampler | None = None
+    """Reads whether the run's processes are stopped, from this snapshot on (a run's only,
+    with its cgroup)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +262,10 @@ class NoiseSample:
     without them)."""
     io: DiskIO | None = None
     """Disk I/O over the run (None: not read)."""
+    throttled: float | None = None
+    """Share of the run's cores a CPU quota held it back (None: no quota counter here)."""
+    stopped: float | None = None
+    """Share of the readings in which a process of the run was stopped (None: not read)."""
 
     @property
     def waited_for_io(self) -> bool:
@@ -248,7 +291,8 @@ class NoiseSample:
                 "io_others_bytes": io.others_bytes if io else None,
                 "io_others_share": io.others_share if io else None,
                 "io_carried_bytes": io.carried_bytes if io else None,
-                "io_wait": io.waited if io else None,
+                "io_wait": io.waited if io else None, "throttled": self.throttled,
+                "stopped": self.stopped,
                 "evidence": self.evidence, "disturbed": 1.0 if self.disturbed else 0.0}
 
 
@@ -270,22 +314,32 @@ class NoiseWatch:
 
     def start(self, cgroup: Path | None = None) -> Snapshot:
         """Sample just before a run whose processes live in ``cgroup`` (None: no cgroup,
-        the finished children's CPU time counts as the run's)."""
+        the finished children's CPU time counts as the run's; with one, whether they are
+        stopped is read until :meth:`stop`)."""
+        before = self._read(cgroup)
+        if before.cgroup is None:
+            return before
+        return dataclasses.replace(before, stops=StopSampler(before.cgroup))
+
+    def _read(self, cgroup: Path | None) -> Snapshot:
+        """The counters now, for a run in ``cgroup``."""
         usage = cpustat.cgroup_usage(cgroup)
         if usage is None:
             cgroup = None
         pressure = cpustat.pressure(cgroup / "cpu.pressure" if cgroup is not None
                                     else cpustat.PROC / "pressure" / "cpu")
+        quotas = cpustat.quota_cgroups(cgroup)
         return Snapshot(self._clock(), self.cpus, cpustat.cpu_seconds(self.cpus), cgroup,
                         usage, cpustat.rusage(resource.RUSAGE_CHILDREN),
                         cpustat.rusage(resource.RUSAGE_SELF), pressure, cpustat.load(),
                         cpustat.mhz(),
                         cpustat.cpu_seconds(self.llc_cpus) if self.llc_cpus else None,
-                        self._disks.snapshot(cgroup))
+                        self._disks.snapshot(cgroup), cpustat.throttled(quotas))
 
     def stop(self, before: Snapshot) -> NoiseSample:
         """Sample just after the run started at ``before``; judge it."""
-        after = self.start(before.cgroup)
+        stopped = before.stops.end() if before.stops is not None else None
+        after = self._read(before.cgroup)
         wall = after.wall - before.wall
         span = wall * len(self.cpus)
         others = own = steal = psi = llc = None
@@ -310,16 +364,22 @@ class NoiseWatch:
             psi = _share(after.pressure - before.pressure, wall)
         io = (self._disks.over(before.disk, after.disk, wall)
               if before.disk is not None and after.disk is not None else None)
+        held = None
+        if (span > 0 and before.throttled is not None and after.throttled is not None
+                and len(before.throttled) == len(after.throttled)):
+            pairs = zip(after.throttled, before.throttled, strict=True)
+            held = _share(max(a - b for a, b in pairs), span)
         disturbed, evidence = judge(others, steal, self.cpu_list, llc_others_share=llc,
                                     llc_cpu_list=self.llc_cpu_list,
-                                    waited=psi if before.cgroup is not None else None, io=io)
+                                    waited=psi if before.cgroup is not None else None, io=io,
+                                    throttled=held, stopped=stopped)
         return NoiseSample(float(len(self.cpus)), self.cpu_list, others, own, steal, psi,
                            before.load, after.load, before.mhz, after.mhz, disturbed,
-                           evidence, self.llc_cpu_list, llc, io)
+                           evidence, self.llc_cpu_list, llc, io, held, stopped)
 
     def _window(self, window_s: float) -> NoiseSample:
         """What others did over the next ``window_s`` while tunelab waits."""
-        before = self.start()
+        before = self._read(None)
         self._sleep(window_s)
         return self.stop(before)
 

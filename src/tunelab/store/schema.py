@@ -29,9 +29,9 @@ evidence measured on the run's own cores (see :data:`NOISE_COLUMNS`); opening a 
 database for writing adds the table and the missing columns, and the first ``lost`` run
 rebuilds ``runs`` as ``pruned`` does. Later ``noise`` columns (``llc_cpu_list``,
 ``llc_others_share``; ``io_disks``, ``io_bytes``, ``io_own_bytes``, ``io_others_bytes``,
-``io_others_share``, ``io_carried_bytes``, ``io_wait``) are added the same way to any
-database opened for writing, without a new version: older runs read NaN (or empty) there,
-and an older tunelab ignores them.
+``io_others_share``, ``io_carried_bytes``, ``io_wait``; ``throttled``, ``stopped``) are
+added the same way to any database opened for writing, without a new version: older runs
+read NaN (or empty) there, and an older tunelab ignores them.
 
 A change to the schema goes here: the table in :data:`SCHEMA` (and in the list above), a new
 :data:`SCHEMA_VERSION` with its line in the history above, and, for databases written by an
@@ -74,6 +74,10 @@ NOISE_COLUMNS: dict[str, str] = {
     # added the same way: others' disk I/O over the run (tunelab.diskio)
     "io_disks": "TEXT", "io_bytes": "REAL", "io_own_bytes": "REAL", "io_others_bytes": "REAL",
     "io_others_share": "REAL", "io_carried_bytes": "REAL", "io_wait": "REAL",
+    # added the same way: the share of the run's cores a CPU quota held it back
+    "throttled": "REAL",
+    # added the same way: the share of readings in which a process of the run was stopped
+    "stopped": "REAL",
     "disturbed": "INTEGER NOT NULL DEFAULT 0",
 }
 """The ``noise`` table's columns (name -> SQL type), ``disturbed`` last. ``REAL`` columns are
