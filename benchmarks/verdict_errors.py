@@ -13,7 +13,9 @@ noise watch tells disturbed runs from quiet ones: seeded simulations through the
    reported for it, and (auto) the mean rounds per point it ran.
 3. A busy machine: a bounded load started by the benchmark on the cores the runs may use
    (busy processes pinned to each core, killed at the end), or, with the runs pinned to one
-   core, one process streaming memory on the cores sharing its last-level cache; a small
+   core, one process streaming memory on the cores sharing its last-level cache, or the runs
+   held back with no one else on their cores (a CPU quota of their cgroup, where one can be
+   made; stopped and continued by signals); a small
    real study run through the real runner and noise watch — the share of runs flagged
    disturbed; then runs on a
    quiet machine (each started after ``--wait-quiet``'s wait for quiet cores, if the machine
@@ -352,6 +354,74 @@ def load(cpus: list[int | None], duty: float = 1.0, *, stream: bool = False,
             p.join(5)
 
 
+@contextlib.contextmanager
+def stopping(marker: str, every_s: float = 0.1) -> Iterator[None]:
+    """The runs held back with no load on their cores: a thread that stops the process
+    group of every process whose command line holds ``marker`` for ``every_s`` seconds,
+    then lets it go on for as long (``SIGSTOP``/``SIGCONT``, as ``cpulimit`` does)."""
+    import signal
+    import threading
+
+    done = threading.Event()
+
+    def cycle() -> None:
+        while not done.is_set():
+            groups = set()
+            for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+                with contextlib.suppress(OSError):
+                    if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        groups.add(os.getpgid(pid))
+            for sig in (signal.SIGSTOP, signal.SIGCONT):
+                for group in groups:
+                    with contextlib.suppress(OSError):
+                        os.killpg(group, sig)
+                done.wait(every_s if groups else 0.01)
+
+    thread = threading.Thread(target=cycle, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(5)
+
+
+def _quota_box(share: float) -> tuple[Path, Path] | None:
+    """A new version-1 cpu cgroup allowed ``share`` of one CPU, beside this process's own:
+    (its own, the new one); None where none can be made (not root, no such hierarchy)."""
+    from tunelab.cpustat import quota_cgroups
+
+    home = next((p for p in quota_cgroups(None) if (p / "cpu.cfs_quota_us").is_file()), None)
+    if home is None:
+        return None
+    box = home / f"tunelab-bench-{os.getpid()}"
+    try:
+        box.mkdir()
+        (box / "cpu.cfs_quota_us").write_text(str(int(share * 100000)))
+    except OSError:
+        with contextlib.suppress(OSError):
+            box.rmdir()
+        return None
+    return home, box
+
+
+@contextlib.contextmanager
+def quota(share: float) -> Iterator[bool]:
+    """This process (and so its runs) in a version-1 cpu cgroup allowed ``share`` of one CPU
+    (yields False, doing nothing, where none can be made)."""
+    made = _quota_box(share)
+    if made is None:
+        yield False
+        return
+    home, box = made
+    (box / "cgroup.procs").write_text(str(os.getpid()))
+    try:
+        yield True
+    finally:
+        (home / "cgroup.procs").write_text(str(os.getpid()))
+        box.rmdir()
+
+
 def study_runs(tmp: Path, name: str, runs: int, *, wait_quiet: bool = False) -> pd.DataFrame:
     """Run a small real study of ``runs`` CPU-bound runs through the real runner and noise
     watch; its runs table."""
@@ -402,6 +472,23 @@ def section_busy(runs: int, quiet_runs: int, quiet_budget: float) -> None:
                   f"({flags.mean():.0%}; target >= 95 %), others took a median "
                   f"{np.nanmedian(shares):.0%} of the cores"
                   f"{' sharing its last-level cache' if stream else ''}", flush=True)
+        # held back with no other process on their cores: a CPU quota, stopped by signals
+        for label, column, held in (
+                ("runs under a CPU quota of 30 % of a CPU", "noise.throttled", quota(0.3)),
+                ("runs stopped 100 ms of every 200 ms", "noise.stopped",
+                 stopping(str(Path(tmp) / "spin.py")))):
+            with held as made:
+                if made is False:
+                    print(f"   {label:40s} not measured: no cpu cgroup can be made here")
+                    continue
+                frame = study_runs(Path(tmp), f"held{len(label)}", runs)
+            flags = frame["noise.disturbed"].to_numpy(dtype=float)
+            print(f"   {label:40s} flagged {int(flags.sum()):3d} of {len(flags):3d} "
+                  f"({flags.mean():.0%}; target >= 95 %), held back a median "
+                  f"{np.nanmedian(frame[column].to_numpy(dtype=float)):.0%} "
+                  f"({column.split('.')[1]}), others took a median "
+                  f"{np.nanmedian(frame['noise.others_share'].to_numpy(dtype=float)):.0%}",
+                  flush=True)
         flagged = total = 0
         waited = time.monotonic()
         shares_q: list[float] = []

@@ -206,3 +206,36 @@ def test_a_run_held_back_by_a_real_cpu_quota_is_flagged(quota_cgroup: Path) -> N
     assert sample.disturbed
     assert sample.evidence is not None
     assert sample.evidence.startswith("a CPU quota held it back")
+
+
+def test_a_cpu_quota_below_the_cores_is_said_at_the_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The smallest quota over the cgroups (v2 cpu.max, v1 cfs_quota_us; "max" and -1 are
+    none) is said when it allows fewer CPUs than the run's cores, never otherwise."""
+    v2 = _write(tmp_path / "v2" / "cpu.max", "max 100000\n").parent
+    v1 = _write(tmp_path / "v1" / "cpu.cfs_quota_us", "30000\n").parent
+    _write(v1 / "cpu.cfs_period_us", "100000\n")
+    wide = _write(tmp_path / "wide" / "cpu.max", "400000 100000\n").parent
+    none = _write(tmp_path / "none" / "cpu.cfs_quota_us", "-1\n").parent
+    _write(none / "cpu.cfs_period_us", "100000\n")
+    assert cpustat.quota((v2, v1, wide, none)) == (0.3, v1)
+    assert cpustat.quota((v2, none)) is None
+    monkeypatch.setattr(cpustat, "cpu_seconds", lambda cpus: (0.0, 0.0))
+    monkeypatch.setattr(cpustat, "llc_cpus", lambda cpus: cpus)
+    for cgroups, said in (((v2, v1), f"a CPU quota allows the runs 0.3 CPUs of cores 0-1 "
+                                     f"({v1}); runs it holds back are flagged disturbed"),
+                          ((wide, none), None)):
+        monkeypatch.setattr(cpustat, "quota_cgroups", lambda cgroup, c=cgroups: c)
+        assert NoiseWatch([0, 1], sleep=lambda s: None).busy_now() == said
+
+
+def test_runs_held_back_by_a_quota_are_not_said_to_be_disturbed_by_other_processes() -> None:
+    from tunelab.report.results import busy_line
+    from tunelab.stats.disturbance import Disturbance
+
+    line = busy_line(Disturbance(
+        watched=4, disturbed=4, others_median=0.0, others_max=0.01, from_start=True,
+        evidence=("a CPU quota held it back 35% of cores 0-1",)))
+    assert line.startswith("The machine was busy from the start: 4 of 4 runs were disturbed "
+                           "(e.g. a CPU quota held it back 35% of cores 0-1)")
+    assert "other processes" not in line

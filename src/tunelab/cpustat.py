@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["cgroup_usage", "cpu_list_text", "cpu_seconds", "llc_cpus", "load", "mhz",
-           "own_cpus", "parse_cpu_list", "pressure", "quota_cgroups", "rusage", "throttled"]
+           "own_cpus", "parse_cpu_list", "pressure", "quota", "quota_cgroups", "rusage",
+           "throttled"]
 
 PROC = Path("/proc")
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -191,6 +192,27 @@ def throttled(cgroups: tuple[Path, ...]) -> tuple[float, ...] | None:
             pass
         values.append(seconds)
     return tuple(values) if found else None
+
+
+def quota(cgroups: tuple[Path, ...]) -> tuple[float, Path] | None:
+    """The smallest CPU quota of ``cgroups``, in CPUs, and the cgroup that sets it (cgroup
+    v2 ``cpu.max``, version 1 ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``); None where
+    none sets one."""
+    found: list[tuple[float, Path]] = []
+    for path in cgroups:
+        try:
+            if (path / "cpu.max").is_file():
+                limit, _, period = (path / "cpu.max").read_text().partition(" ")
+                if limit.strip() != "max":
+                    found.append((int(limit) / int(period), path))
+            elif (path / "cpu.cfs_quota_us").is_file():
+                limit = (path / "cpu.cfs_quota_us").read_text()
+                if int(limit) > 0:
+                    found.append((int(limit) / int((path / "cpu.cfs_period_us").read_text()),
+                                  path))
+        except (OSError, ValueError, ZeroDivisionError):
+            continue
+    return min(found, key=lambda f: f[0]) if found else None
 
 
 def pressure(path: Path) -> float | None:

@@ -390,16 +390,23 @@ class NoiseWatch:
 
     def busy_now(self, window_s: float = 1.0) -> str | None:
         """A warning when others take more than :data:`DISTURB_SHARE` of the cores (or of
-        those sharing their last-level cache) now; None when quiet, or nothing is
+        those sharing their last-level cache) now, or a CPU quota of this process's cgroups
+        allows its runs fewer CPUs than the cores; None when neither, or nothing is
         readable."""
         sample = self._window(window_s)
+        said = []
         taken = _taken(sample.others_share, self.cpu_list, sample.llc_others_share,
                        self.llc_cpu_list)
-        if taken is None:
-            return None
-        return (f"the machine is busy: other processes take {taken[0]:.0%} of {taken[1]} "
-                "now; runs taken like this are flagged disturbed "
-                "(--wait-quiet waits for quiet cores)")
+        if taken is not None:
+            said.append(f"the machine is busy: other processes take {taken[0]:.0%} of "
+                        f"{taken[1]} now; runs taken like this are flagged disturbed "
+                        "(--wait-quiet waits for quiet cores)")
+        limit = cpustat.quota(cpustat.quota_cgroups(None))
+        if limit is not None and limit[0] < len(self.cpus):
+            where = f"cores {self.cpu_list}" if self.cpu_list else "its cores"
+            said.append(f"a CPU quota allows the runs {limit[0]:.2g} CPUs of {where} "
+                        f"({limit[1]}); runs it holds back are flagged disturbed")
+        return "; ".join(said) or None
 
     def wait_quiet(self, level: float = QUIET_SHARE, max_wait_s: float = MAX_QUIET_WAIT_S,
                    window_s: float = 1.0, *, disks: bool = False) -> float:

@@ -395,7 +395,9 @@ def _unfinished_line(runs: pd.DataFrame, planned: int) -> str:
 
 
 def busy_line(watched: Disturbance) -> str:
-    """The warning on disturbed runs (the noise watch's evidence, from the runs table)."""
+    """The warning on disturbed runs (the noise watch's evidence, from the runs table; the
+    cause is the evidence's: others' processes, a CPU quota, stops, disk traffic, a GPU
+    neighbour)."""
     share = (f"; others took a median {watched.others_median:.0%} of their cores "
              f"(up to {watched.others_max:.0%})" if math.isfinite(watched.others_median)
              else "")
@@ -406,8 +408,8 @@ def busy_line(watched: Disturbance) -> str:
             if watched.left_out else
             "; they count in the figures below (--exclude-disturbed leaves them out, "
             "'tunelab run --rerun-disturbed' runs them again)")
-    return (f"{start}{watched.disturbed} of {watched.watched} runs were disturbed by other "
-            f"processes{example}{share}{fate}.")
+    return (f"{start}{watched.disturbed} of {watched.watched} runs were disturbed"
+            f"{example}{share}{fate}.")
 
 
 def _value_text(value: float, fom: str) -> str:
