@@ -239,3 +239,23 @@ def test_runs_held_back_by_a_quota_are_not_said_to_be_disturbed_by_other_process
     assert line.startswith("The machine was busy from the start: 4 of 4 runs were disturbed "
                            "(e.g. a CPU quota held it back 35% of cores 0-1)")
     assert "other processes" not in line
+
+
+def test_a_sampler_stops_reading_once_its_run_has_ended(tmp_path: Path) -> None:
+    """No thread outlives its run: once the cgroup that held processes is empty the sampler
+    ends by itself; what it read stays (this process, running, never stopped)."""
+    import time
+
+    from tunelab.procstate import StopSampler
+
+    procs = _write(tmp_path / "cgroup.procs", f"{os.getpid()}\n")
+    sampler = StopSampler(tmp_path, every_s=0.01)
+    deadline = time.monotonic() + 30
+    while sampler.readings == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    procs.write_text("")
+    while sampler.reading and time.monotonic() < deadline + 30:
+        time.sleep(0.01)
+    assert not sampler.reading
+    assert sampler.readings > 0
+    assert sampler.end() == 0.0

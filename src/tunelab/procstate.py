@@ -80,6 +80,11 @@ class StopSampler:
             self.readings += 1
             self.stopped += stopped_now(pids)
 
+    @property
+    def reading(self) -> bool:
+        """Whether it still reads (False once :meth:`end` was called or its run ended)."""
+        return self._thread.is_alive()
+
     def end(self) -> float | None:
         """Stop reading; the share of readings in which some process of the run was
         stopped (None when no reading found a process of it)."""
