@@ -43,7 +43,8 @@ from pathlib import PurePath
 from tunelab.execute.launchers.process import STOPPED
 
 __all__ = ["JOB_ENDING", "NEVER_STARTED", "allocation_ends", "job_ending", "launcher_killed",
-           "launcher_stopped", "scheduler_abort", "step_never_started"]
+           "launcher_stopped", "node_failure", "scheduler_abort",
+           "step_never_started"]
 
 _TAIL_BYTES = 16_384
 
@@ -94,19 +95,32 @@ def _tail_lines(stderr: bytes | str) -> list[str]:
     return text.splitlines()
 
 
-def scheduler_abort(stderr: bytes | str, *, unreachable: bool = True) -> str | None:
+def scheduler_abort(stderr: bytes | str) -> str | None:
     """Why the infrastructure ended the run, from ``stderr``'s tail: "the scheduler ended
-    the run: LINE" or (with ``unreachable``) "the Slurm controller could not be reached:
-    LINE" (the first line that says so), or None.
-
-    A launcher may exit 0 after the scheduler aborted its step (``srun`` did, on the
-    virtual cluster, after "srun: error: Node failure on node1", its task cut off and its
-    output lost): an abort line outweighs the exit code. A controller briefly out of reach
-    (``unreachable=False``) does not, when the launcher then succeeded: srun retries."""
+    the run: LINE" or "the Slurm controller could not be reached: LINE" (the first line
+    that says so), or None."""
     for line in _tail_lines(stderr):
-        if unreachable and _UNREACHABLE.search(line):
+        if _UNREACHABLE.search(line):
             return f"the Slurm controller could not be reached: {line.strip()[:300]}"
         if _ABORTS.search(line):
+            return f"the scheduler ended the run: {line.strip()[:300]}"
+    return None
+
+
+#: A node of the run's step failed: the words of Slurm that no program's own doing prints.
+_NODE_FAILED = re.compile(r"srun: error: Node failure on|srun: error: Task launch for \S+ "
+                          r"failed on node|DUE TO NODE FAILURE")
+
+
+def node_failure(stderr: bytes | str) -> str | None:
+    """For a launcher that exited 0: "the scheduler ended the run: LINE" when ``stderr``'s
+    tail says a node of its step failed (``srun`` exited 0 after "srun: error: Node failure
+    on node1" on the virtual cluster, its task cut off and its output lost), else None. Not
+    every abort line: a program that ends a step of its own (the merge benchmark's Dask
+    workers, cancelled when it is done) makes srun print "Job step aborted" and "STEP …
+    CANCELLED" and succeeds."""
+    for line in _tail_lines(stderr):
+        if _NODE_FAILED.search(line):
             return f"the scheduler ended the run: {line.strip()[:300]}"
     return None
 

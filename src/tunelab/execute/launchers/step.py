@@ -33,6 +33,7 @@ from tunelab.execute.launchers.aborts import (
     job_ending,
     launcher_killed,
     launcher_stopped,
+    node_failure,
     scheduler_abort,
     step_never_started,
 )
@@ -125,15 +126,15 @@ def _infrastructure_loss(outcome: Outcome, argv: Sequence[str], stderr: bytes) -
     """``outcome`` as ``lost`` when the infrastructure ended the run: its launcher
     (``argv[0]``) was killed by a signal, or its standard error says so — a failure whose
     exit code is the launcher's (the scheduler aborted the step, the controller could not
-    be reached), a success whose step the scheduler aborted (srun exits 0 after a node
-    failure), or a timeout of a step that never started."""
+    be reached), a success whose step lost a node (srun exits 0 after a node failure), or a
+    timeout of a step that never started."""
     if outcome.status == "failed" and outcome.rc is not None:
         reason = launcher_killed(argv, outcome.rc) or job_ending(stderr) \
             or scheduler_abort(stderr)
     elif outcome.status == "timeout":
         reason = step_never_started(stderr) or launcher_stopped(argv, outcome.reason)
     elif outcome.status == "ok":  # a launcher that exited 0 after its step was aborted
-        reason = scheduler_abort(stderr, unreachable=False)
+        reason = node_failure(stderr)
     else:
         reason = None
     if reason is None:
